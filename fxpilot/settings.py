@@ -1,0 +1,197 @@
+"""fxpilot settings: every value comes from the environment through strict helpers (fxpilot.env).
+
+The embedded default needs no services: SQLite, Celery's filesystem broker, files under ./var.
+Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns DEBUG off.
+"""
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fxpilot.env import (
+    SettingError,
+    check_broker_url,
+    database_from_url,
+    envbool,
+    envchoice,
+    envfloat,
+    envint,
+    envlist,
+    envstr,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+FXPILOT_ENV = envchoice("FXPILOT_ENV", "development", ("development", "production", "test"))
+PRODUCTION = FXPILOT_ENV == "production"
+
+DATA_DIR = Path(envstr("FXPILOT_DATA_DIR", str(BASE_DIR / "var")))
+if not DATA_DIR.is_absolute():
+    DATA_DIR = BASE_DIR / DATA_DIR
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    key = envstr("SECRET_KEY")
+    if key:
+        if len(key) < 32:
+            raise SettingError("SECRET_KEY is shorter than 32 characters; generate a long random value.")
+        return key
+    if PRODUCTION:
+        raise SettingError("SECRET_KEY is required when FXPILOT_ENV=production.")
+    # The embedded default generates one secret once and keeps it, so encrypted fields stay readable.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = envbool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise SettingError("ALLOWED_HOSTS is required when FXPILOT_ENV=production (comma-separated host names).")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "gates",
+    "runners",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "fxpilot.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "fxpilot.wsgi.application"
+ASGI_APPLICATION = "fxpilot.asgi.application"
+
+DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL", "sqlite:///var/fxpilot.sqlite3"), BASE_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = envstr("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# Uploads: small by default; artifacts never travel through the web tier.
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("FXPILOT_UPLOAD_MAX_BYTES", 25 * 1024 * 1024, minimum=1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", PRODUCTION)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0, minimum=0)
+
+# Mail: files under var/mail by default, SMTP when EMAIL_HOST is set.
+EMAIL_HOST = envstr("EMAIL_HOST")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = envint("EMAIL_PORT", 587, minimum=1, maximum=65535)
+    EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", True)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = DATA_DIR / "mail"
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "fxpilot <fxpilot@localhost>")
+SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
+
+# Celery: the database is the source of truth; the broker only carries "look at step N".
+CELERY_BROKER_URL = check_broker_url("CELERY_BROKER_URL", envstr("CELERY_BROKER_URL", "filesystem://"))
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = DATA_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimum=10)
+CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 360, minimum=15)
+CELERY_TASK_DEFAULT_QUEUE = "fxpilot"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+FXPILOT_RECONCILE_SECONDS = envfloat("FXPILOT_RECONCILE_SECONDS", 15.0, minimum=1.0)
+
+# Evidence signing (see docs/reports.md); the embedded default uses `manage.py signing_setup`.
+FXPILOT_SIGNING_KEY = envstr("FXPILOT_SIGNING_KEY", str(DATA_DIR / "signing" / "signer-key.pem"))
+FXPILOT_SIGNING_CERT = envstr("FXPILOT_SIGNING_CERT", str(DATA_DIR / "signing" / "signer-cert.pem"))
+FXPILOT_SIGNING_ROOT = envstr("FXPILOT_SIGNING_ROOT", str(DATA_DIR / "signing" / "root-cert.pem"))
+FXPILOT_SIGNING_KEY_PASSPHRASE = envstr("FXPILOT_SIGNING_KEY_PASSPHRASE")
+FXPILOT_TSA_URL = envstr("FXPILOT_TSA_URL")
+
+# Time scale of the simulated nodes (1.0 = real time); the demo and tests run faster.
+FXPILOT_SIM_TIME_SCALE = envfloat("FXPILOT_SIM_TIME_SCALE", 0.01, minimum=0.0001)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
+    "loggers": {"paramiko": {"level": "WARNING"}},
+}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class GatesConfig(AppConfig):
+    name = "gates"
+    verbose_name = "Pilots and gates"

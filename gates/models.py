@@ -1,0 +1,375 @@
+"""What must be proven and whether it was: organisations, pilots, plans, gates, sign-offs, audit.
+
+State fields (Pilot.state, Gate.state, PlanVersion.state) are written only by gates.lifecycle.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import date, timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Organisation(models.Model):
+    class Kind(models.TextChoices):
+        VENDOR = "vendor", _("Vendor")
+        CUSTOMER = "customer", _("Customer")
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Role(models.TextChoices):
+    VENDOR_ENGINEER = "vendor_engineer", _("Vendor engineer")
+    VENDOR_LEAD = "vendor_lead", _("Vendor lead")
+    CUSTOMER_ENGINEER = "customer_engineer", _("Customer engineer")
+    CUSTOMER_APPROVER = "customer_approver", _("Customer approver")
+    VIEWER = "viewer", _("Viewer")
+
+
+VENDOR_ROLES = {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD}
+CUSTOMER_ROLES = {Role.CUSTOMER_ENGINEER, Role.CUSTOMER_APPROVER}
+
+
+class Party(models.TextChoices):
+    VENDOR = "vendor", _("Vendor")
+    CUSTOMER = "customer", _("Customer")
+
+
+class Membership(models.Model):
+    """One role of one person in one organisation; a person may hold several roles."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=32, choices=Role.choices)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "organisation", "role"], name="unique_membership_role")]
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.role in VENDOR_ROLES and self.organisation.kind != Organisation.Kind.VENDOR:
+            raise ValidationError({"role": _("Vendor roles belong to a vendor organisation.")})
+        if self.role in CUSTOMER_ROLES and self.organisation.kind != Organisation.Kind.CUSTOMER:
+            raise ValidationError({"role": _("Customer roles belong to a customer organisation.")})
+
+    def __str__(self) -> str:
+        return f"{self.user} — {self.get_role_display()} @ {self.organisation}"
+
+
+class PilotQuerySet(models.QuerySet):
+    def for_user(self, user) -> "PilotQuerySet":
+        """The only way a request reaches pilots: those of an organisation the person belongs to."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        org_ids = Membership.objects.filter(user=user).values("organisation_id")
+        return self.filter(Q(customer_id__in=org_ids) | Q(vendor_id__in=org_ids))
+
+
+class Pilot(models.Model):
+    class State(models.TextChoices):
+        DRAFT = "draft", _("Draft — plan not yet signed")
+        ACTIVE = "active", _("Active")
+        COMPLETED = "completed", _("Completed")
+        HALTED = "halted", _("Halted")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    name = models.CharField(max_length=200)
+    customer = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="customer_pilots")
+    vendor = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="vendor_pilots")
+    model_under_test = models.CharField(max_length=100, default="FX100")
+    llm_model = models.CharField(max_length=200, default="Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8")
+    start_date = models.DateField(default=date.today)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT, editable=False)
+    current_gate = models.PositiveSmallIntegerField(default=0, editable=False)
+    halted_reason = models.TextField(blank=True, editable=False)
+    # Deployment settings (model, ports, paths, FX target, sizes); validated by runners.config.
+    deployment = models.JSONField(default=dict, blank=True)
+    # The customer's traffic, for the projection and the sizing note of the procurement report.
+    customer_concurrency = models.PositiveIntegerField(default=16)
+    sessions_kept = models.PositiveIntegerField(default=10000)
+    created = models.DateTimeField(default=timezone.now)
+
+    objects = PilotQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def roles_for(self, user) -> set[str]:
+        if not getattr(user, "is_authenticated", False):
+            return set()
+        return set(
+            Membership.objects.filter(user=user, organisation_id__in=[self.customer_id, self.vendor_id]).values_list("role", flat=True)
+        )
+
+    @property
+    def signed_plan(self) -> "PlanVersion | None":
+        return self.plan_versions.filter(state=PlanVersion.State.SIGNED).order_by("-number").first()
+
+    @property
+    def latest_plan(self) -> "PlanVersion | None":
+        return self.plan_versions.order_by("-number").first()
+
+    def gate(self, number: int) -> "Gate":
+        return self.gates.get(number=number)
+
+    def week_start_date(self, week: int) -> date:
+        return self.start_date + timedelta(weeks=week - 1)
+
+
+class PlanVersion(models.Model):
+    """The criteria both parties sign. Frozen once signed; a change makes version n+1."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft", _("Draft")
+        SIGNED = "signed", _("Signed by both parties")
+        SUPERSEDED = "superseded", _("Superseded")
+
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="plan_versions")
+    number = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT, editable=False)
+    source = models.CharField(max_length=200, help_text="Plan file this version started from")
+    # The plan document without its criteria (gate names, weeks, workloads, caps); criteria are rows.
+    document = models.JSONField(default=dict)
+    sha256 = models.CharField(max_length=64, blank=True, editable=False, help_text="Of the canonical plan at signing")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(default=timezone.now)
+    signed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pilot", "number"], name="unique_plan_number")]
+        ordering = ["pilot", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.pilot} plan v{self.number}"
+
+    @property
+    def is_frozen(self) -> bool:
+        return self.state != self.State.DRAFT
+
+    def to_plan(self):
+        """The plan as the judge sees it (gates.plan.Plan), built from the document and the criterion rows."""
+        from gates.plan import plan_from_version
+
+        return plan_from_version(self)
+
+
+class Criterion(models.Model):
+    class Comparison(models.TextChoices):
+        ABSOLUTE = "absolute", _("absolute value")
+        SPEEDUP = "speedup", _("speed-up (baseline ÷ candidate)")
+        REDUCTION = "reduction", _("reduction (1 − candidate ÷ baseline)")
+        GAIN = "gain", _("gain (candidate ÷ baseline − 1)")
+        DRIFT = "drift", _("drift (last window ÷ first window − 1)")
+
+    plan_version = models.ForeignKey(PlanVersion, on_delete=models.CASCADE, related_name="criteria")
+    gate_number = models.PositiveSmallIntegerField()
+    key = models.SlugField(max_length=64)
+    description = models.CharField(max_length=300)
+    description_zh = models.CharField(max_length=300, blank=True)
+    metric = models.CharField(max_length=32)
+    statistic = models.CharField(max_length=16)
+    comparison = models.CharField(max_length=16, choices=Comparison.choices)
+    candidate = models.CharField(max_length=32, blank=True, help_text="Arm measured")
+    baseline = models.CharField(max_length=32, blank=True, help_text="Arm compared against")
+    phase = models.CharField(max_length=16, default="measure")
+    concurrency = models.JSONField(default=list, blank=True, help_text="Concurrency levels; each must pass")
+    op = models.CharField(max_length=2, choices=[(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")])
+    threshold = models.FloatField()
+    unit = models.CharField(max_length=32, blank=True)
+    confidence = models.FloatField(default=0.95)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["gate_number", "position"]
+        constraints = [models.UniqueConstraint(fields=["plan_version", "key"], name="unique_criterion_key")]
+
+    def __str__(self) -> str:
+        return f"G{self.gate_number} {self.key}"
+
+
+class Gate(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", _("Not yet open")
+        OPEN = "open", _("Open")
+        REVIEW = "review", _("Paused for joint review")
+        AWAITING_SIGNOFF = "awaiting_signoff", _("Passed — awaiting sign-off")
+        SIGNED_OFF = "signed_off", _("Signed off")
+        FAILED = "failed", _("Failed")
+
+    class Verdict(models.TextChoices):
+        NONE = "", _("Not evaluated")
+        PASS = "pass", _("Pass")
+        MARGINAL = "marginal", _("Marginal")
+        FAIL = "fail", _("Fail")
+        INVALID = "invalid", _("Invalid")
+
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="gates")
+    number = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=100)
+    name_zh = models.CharField(max_length=100, blank=True)
+    week_start = models.PositiveSmallIntegerField()
+    week_end = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, editable=False)
+    verdict = models.CharField(max_length=10, choices=Verdict.choices, default="", blank=True, editable=False)
+    opened_at = models.DateTimeField(null=True, blank=True, editable=False)
+    closed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["pilot", "number"]
+        constraints = [models.UniqueConstraint(fields=["pilot", "number"], name="unique_gate_number")]
+
+    def __str__(self) -> str:
+        return f"G{self.number} {self.name}"
+
+    @property
+    def label(self) -> str:
+        return f"G{self.number}"
+
+    @property
+    def planned_start(self) -> date:
+        return self.pilot.week_start_date(self.week_start)
+
+    @property
+    def planned_end(self) -> date:
+        return self.pilot.week_start_date(self.week_end) + timedelta(days=6)
+
+    @property
+    def is_overdue(self) -> bool:
+        return self.state in (self.State.PENDING, self.State.OPEN, self.State.REVIEW, self.State.AWAITING_SIGNOFF) and (
+            timezone.localdate() > self.planned_end
+        )
+
+    @property
+    def latest_evaluation(self) -> "Evaluation | None":
+        return self.evaluations.order_by("-created", "-id").first()
+
+
+class Evaluation(models.Model):
+    """One judgement of a gate: the verdicts with their explanations and the exact inputs."""
+
+    gate = models.ForeignKey(Gate, on_delete=models.CASCADE, related_name="evaluations")
+    job = models.ForeignKey("runners.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations")
+    plan_version = models.ForeignKey(PlanVersion, on_delete=models.PROTECT, related_name="evaluations")
+    verdict = models.CharField(max_length=10, choices=Gate.Verdict.choices)
+    result = models.JSONField(default=dict, help_text="The judge's full output (see docs/judge.md)")
+    inputs = models.JSONField(default=dict, help_text="Artifact name → SHA-256 of every input")
+    simulated = models.BooleanField(default=False)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.gate} {self.verdict} @ {self.created:%Y-%m-%d %H:%M}"
+
+
+class SignOff(models.Model):
+    """A decision by one party, with the hash of the evidence the person saw. Rows, never booleans."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve", _("Approve")
+        REJECT = "reject", _("Reject")
+
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="signoffs")
+    plan_version = models.ForeignKey(PlanVersion, null=True, blank=True, on_delete=models.CASCADE, related_name="signoffs")
+    gate = models.ForeignKey(Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="signoffs")
+    evaluation = models.ForeignKey(Evaluation, null=True, blank=True, on_delete=models.CASCADE, related_name="signoffs")
+    party = models.CharField(max_length=16, choices=Party.choices)
+    person = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="signoffs")
+    role = models.CharField(max_length=32, choices=Role.choices)
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    comment = models.TextField(blank=True)
+    evidence_sha256 = models.CharField(max_length=64)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(plan_version__isnull=False, gate__isnull=True) | Q(plan_version__isnull=True, gate__isnull=False),
+                name="signoff_has_one_subject",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        subject = self.gate or self.plan_version
+        return f"{self.get_decision_display()} {subject} by {self.person} ({self.party})"
+
+
+class AuditQuerySet(models.QuerySet):
+    def update(self, **kwargs):  # noqa: ARG002
+        raise PermissionError("The audit log is append-only.")
+
+    def delete(self):
+        raise PermissionError("The audit log is append-only.")
+
+
+class AuditEvent(models.Model):
+    """Append-only: who did what, when, and from which state to which."""
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    actor_label = models.CharField(max_length=150, help_text="The person's name, or the system component that acted")
+    pilot = models.ForeignKey(Pilot, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events")
+    action = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    from_state = models.CharField(max_length=32, blank=True)
+    to_state = models.CharField(max_length=32, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("The audit log is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("The audit log is append-only.")
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_type}:{self.object_id}"
+
+
+class Report(models.Model):
+    """A signed PDF evidence report, stored under DATA_DIR/reports; immutable once written."""
+
+    class Kind(models.TextChoices):
+        GATE = "gate", _("Gate report")
+        PROCUREMENT = "procurement", _("Procurement report")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="reports")
+    gate = models.ForeignKey(Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="reports")
+    evaluation = models.ForeignKey(Evaluation, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    language = models.CharField(max_length=8, default="en")
+    path = models.CharField(max_length=500, help_text="Relative to FXPILOT_DATA_DIR")
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    simulated = models.BooleanField(default=False)
+    signatures = models.PositiveSmallIntegerField(default=1)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.gate or ''} ({self.language})"

@@ -1,0 +1,335 @@
+"""The plan file: what both parties sign. Loaded from YAML, validated on every load.
+
+Pure module (no ORM at import); `plan_from_version` adapts a stored PlanVersion. The format is
+documented in docs/plan-format.md. Every error names the file, the gate and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PLAN_SCHEMA = "fxpilot.plan/1"
+PLANS_DIR = Path(__file__).resolve().parent / "plans"
+
+METRICS = {
+    # from request records (fxpilot.request/1)
+    "ttft", "throughput", "error_rate", "hit_ratio", "output_match",
+    # from LMCache retrieval records (fxpilot.retrieve/1)
+    "read_bw",
+    # from node inventories (fxpilot.inventory/1)
+    "gpu_count", "gpu_model_match", "rocm_version", "versions_recorded", "link_speed_gbps",
+    "fx_mounted_writable", "fio_read_gbps",
+}
+INVENTORY_METRICS = {"gpu_count", "gpu_model_match", "rocm_version", "versions_recorded", "link_speed_gbps",
+                     "fx_mounted_writable", "fio_read_gbps"}
+STATISTICS = {"p50", "p90", "p99", "mean", "cv", "min", "max", "value"}
+COMPARISONS = {"absolute", "speedup", "reduction", "gain", "drift"}
+OPERATORS = {">=", "<=", ">", "<", "=="}
+PHASES = {"populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "any"}
+GATE_NUMBERS = (1, 2, 3, 4)
+
+
+class PlanError(ValueError):
+    """A plan that cannot be used. `where` is file › gate › field."""
+
+    def __init__(self, source: str, where: str, message: str):
+        self.source, self.where, self.message = source, where, message
+        super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+
+@dataclass(frozen=True)
+class CriterionSpec:
+    key: str
+    description: str
+    metric: str
+    statistic: str
+    comparison: str
+    op: str
+    threshold: float
+    unit: str = ""
+    candidate: str = ""
+    baseline: str = ""
+    phase: str = "measure"
+    concurrency: tuple[int, ...] = ()
+    description_zh: str = ""
+    confidence: float | None = None  # None: the plan's judging.confidence
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    number: int
+    name: str
+    weeks: tuple[int, int]
+    criteria: tuple[CriterionSpec, ...]
+    arms: tuple[str, ...] = ()
+    name_zh: str = ""
+    proves: str = ""
+    proves_zh: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"G{self.number}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    gates: tuple[GatePlan, ...]
+    judging: dict[str, Any] = field(default_factory=dict)
+    expect: dict[str, Any] = field(default_factory=dict)
+    workloads: dict[str, Any] = field(default_factory=dict)
+    calendar_weeks: int = 10
+    name_zh: str = ""
+    source: str = ""
+    schema: str = PLAN_SCHEMA
+
+    def gate(self, number_or_label: int | str) -> GatePlan:
+        number = parse_gate_label(number_or_label)
+        for gate in self.gates:
+            if gate.number == number:
+                return gate
+        raise KeyError(f"the plan has no gate {number_or_label}")
+
+    @property
+    def confidence(self) -> float:
+        return float(self.judging.get("confidence", 0.95))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("source")
+        return data
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def parse_gate_label(value: int | str) -> int:
+    text = str(value).strip().upper().removeprefix("G")
+    if not text.isdigit() or int(text) not in GATE_NUMBERS:
+        raise KeyError(f"{value!r} is not a gate; use G1, G2, G3 or G4")
+    return int(text)
+
+
+def plan_path(name: str) -> Path:
+    """A plan by name (`default` → gates/plans/default.yaml) or by path."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml", ".json") and candidate.exists():
+        return candidate
+    named = PLANS_DIR / f"{name}.yaml"
+    if named.exists():
+        return named
+    raise PlanError(name, "", f"no plan file by that name or path (named plans: {', '.join(sorted(p.stem for p in PLANS_DIR.glob('*.yaml')))})")
+
+
+def load_plan(name_or_path: str | Path = "default") -> Plan:
+    path = plan_path(str(name_or_path))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PlanError(str(path), where, f"not valid YAML: {getattr(error, 'problem', error)}") from None
+    except UnicodeDecodeError:
+        raise PlanError(str(path), "", "not UTF-8 text") from None
+    return validate_plan(data, source=str(path))
+
+
+def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
+    if not isinstance(data, dict):
+        raise PlanError(source, "", "the plan must be a mapping at the top level")
+    schema = data.get("schema", PLAN_SCHEMA)
+    if schema != PLAN_SCHEMA:
+        raise PlanError(source, "schema", f"unknown schema {schema!r}; this fxpilot reads {PLAN_SCHEMA!r}")
+    name = _text(data, "name", source, "", required=True)
+    judging = data.get("judging") or {}
+    if not isinstance(judging, dict):
+        raise PlanError(source, "judging", "must be a mapping")
+    judging = {**{"confidence": 0.95, "bootstrap_resamples": 1000, "seed": 0, "min_requests_per_cell": 8,
+                  "min_cell_seconds": 0.0, "max_extra_repetitions": 2}, **judging}
+    confidence = _number(judging, "confidence", source, "judging")
+    if not 0.5 <= confidence < 1:
+        raise PlanError(source, "judging › confidence", f"{confidence} must be at least 0.5 and below 1")
+    for key in ("bootstrap_resamples", "seed", "min_requests_per_cell", "max_extra_repetitions"):
+        value = judging[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise PlanError(source, f"judging › {key}", f"{value!r} is not a whole number ≥ 0")
+    _number(judging, "min_cell_seconds", source, "judging")
+
+    raw_gates = data.get("gates")
+    if not isinstance(raw_gates, list) or not raw_gates:
+        raise PlanError(source, "gates", "the plan must list its four gates")
+    gates: dict[int, GatePlan] = {}
+    keys: set[str] = set()
+    for index, raw in enumerate(raw_gates, start=1):
+        where = f"gates[{index}]"
+        if not isinstance(raw, dict):
+            raise PlanError(source, where, "each gate must be a mapping")
+        number = raw.get("number")
+        if isinstance(number, bool) or number not in GATE_NUMBERS:
+            raise PlanError(source, f"{where} › number", f"{number!r} is not a gate number (1–4)")
+        where = f"G{number}"
+        if number in gates:
+            raise PlanError(source, f"{where} › number", f"two gates have the number {number}")
+        weeks = raw.get("weeks")
+        if (not isinstance(weeks, list) or len(weeks) != 2 or not all(isinstance(w, int) and not isinstance(w, bool) for w in weeks)
+                or not 1 <= weeks[0] <= weeks[1] <= int(data.get("calendar_weeks", 10))):
+            raise PlanError(source, f"{where} › weeks", f"{weeks!r} must be [first, last] weeks within the calendar")
+        arms = raw.get("arms") or []
+        if not isinstance(arms, list) or not all(isinstance(a, str) and a for a in arms):
+            raise PlanError(source, f"{where} › arms", "must be a list of arm names")
+        raw_criteria = raw.get("criteria")
+        if not isinstance(raw_criteria, list) or not raw_criteria:
+            raise PlanError(source, f"{where} › criteria", "a gate needs at least one criterion")
+        criteria = []
+        for position, crit in enumerate(raw_criteria, start=1):
+            spec = _criterion(crit, source, f"{where} › criteria[{position}]")
+            if spec.key in keys:
+                raise PlanError(source, f"{where} › criteria[{position}] › key", f"the key {spec.key!r} is used twice")
+            keys.add(spec.key)
+            criteria.append(spec)
+        gates[number] = GatePlan(
+            number=number,
+            name=_text(raw, "name", source, where, required=True),
+            name_zh=_text(raw, "name_zh", source, where),
+            weeks=(weeks[0], weeks[1]),
+            proves=_text(raw, "proves", source, where),
+            proves_zh=_text(raw, "proves_zh", source, where),
+            arms=tuple(arms),
+            criteria=tuple(criteria),
+        )
+    missing = [f"G{n}" for n in GATE_NUMBERS if n not in gates]
+    if missing:
+        raise PlanError(source, "gates", f"missing {', '.join(missing)}; a plan has exactly the gates G1–G4")
+    ordered = [gates[n] for n in GATE_NUMBERS]
+    for before, after in zip(ordered, ordered[1:]):
+        if after.weeks[0] <= before.weeks[1]:
+            raise PlanError(source, f"G{after.number} › weeks", f"starts in week {after.weeks[0]}, before G{before.number} ends (week {before.weeks[1]})")
+    for section in ("expect", "workloads"):
+        if not isinstance(data.get(section, {}), dict):
+            raise PlanError(source, section, "must be a mapping")
+    return Plan(
+        name=name,
+        name_zh=_text(data, "name_zh", source, ""),
+        gates=tuple(ordered),
+        judging=judging,
+        expect=dict(data.get("expect") or {}),
+        workloads=dict(data.get("workloads") or {}),
+        calendar_weeks=int(data.get("calendar_weeks", 10)),
+        source=source,
+    )
+
+
+def _criterion(raw: Any, source: str, where: str) -> CriterionSpec:
+    if not isinstance(raw, dict):
+        raise PlanError(source, where, "each criterion must be a mapping")
+    key = _text(raw, "key", source, where, required=True)
+    metric = raw.get("metric")
+    if metric not in METRICS:
+        raise PlanError(source, f"{where} › metric", f"unknown metric {metric!r}; known: {', '.join(sorted(METRICS))}")
+    statistic = raw.get("statistic")
+    if statistic not in STATISTICS:
+        raise PlanError(source, f"{where} › statistic", f"unknown statistic {statistic!r}; known: {', '.join(sorted(STATISTICS))}")
+    comparison = raw.get("comparison", "absolute")
+    if comparison not in COMPARISONS:
+        raise PlanError(source, f"{where} › comparison", f"unknown comparison {comparison!r}; known: {', '.join(sorted(COMPARISONS))}")
+    op = raw.get("op")
+    if op not in OPERATORS:
+        raise PlanError(source, f"{where} › op", f"{op!r} is not an operator; use one of {' '.join(sorted(OPERATORS))}")
+    threshold = _number(raw, "threshold", source, where)
+    candidate = raw.get("candidate", "") or ""
+    baseline = raw.get("baseline", "") or ""
+    if comparison in ("speedup", "reduction", "gain") and not (candidate and baseline):
+        raise PlanError(source, f"{where} › baseline", f"a {comparison} compares two arms: name candidate and baseline")
+    if comparison in ("absolute", "drift") and baseline and metric != "output_match":
+        raise PlanError(source, f"{where} › baseline", f"an {comparison} criterion compares no baseline")
+    if metric not in INVENTORY_METRICS and metric != "read_bw" and not candidate:
+        raise PlanError(source, f"{where} › candidate", f"metric {metric!r} needs the arm it is measured on (candidate)")
+    phase = raw.get("phase", "measure")
+    if phase not in PHASES:
+        raise PlanError(source, f"{where} › phase", f"unknown phase {phase!r}; known: {', '.join(sorted(PHASES))}")
+    concurrency = raw.get("concurrency", []) or []
+    if not isinstance(concurrency, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in concurrency):
+        raise PlanError(source, f"{where} › concurrency", f"{concurrency!r} must be a list of positive whole numbers")
+    confidence = raw.get("confidence")
+    if confidence is not None:
+        confidence = _number(raw, "confidence", source, where)
+        if not 0.5 <= confidence < 1:
+            raise PlanError(source, f"{where} › confidence", f"{confidence} must be at least 0.5 and below 1")
+    return CriterionSpec(
+        key=key,
+        description=_text(raw, "description", source, where, required=True),
+        description_zh=_text(raw, "description_zh", source, where),
+        metric=metric,
+        statistic=statistic,
+        comparison=comparison,
+        op=op,
+        threshold=threshold,
+        unit=str(raw.get("unit", "")),
+        candidate=str(candidate),
+        baseline=str(baseline),
+        phase=phase,
+        concurrency=tuple(concurrency),
+        confidence=confidence,
+    )
+
+
+def _text(raw: dict, key: str, source: str, where: str, *, required: bool = False) -> str:
+    value = raw.get(key, "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise PlanError(source, f"{where} › {key}" if where else key, f"{value!r} is not text")
+    if required and not value.strip():
+        raise PlanError(source, f"{where} › {key}" if where else key, "is required")
+    return value
+
+
+def _number(raw: dict, key: str, source: str, where: str) -> float:
+    value = raw.get(key)
+    label = f"{where} › {key}" if where else key
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(source, label, f"{value!r} is not a number")
+    if not math.isfinite(value):
+        raise PlanError(source, label, f"{value!r} is not a finite number")
+    return float(value)
+
+
+def plan_from_version(version) -> Plan:
+    """Rebuild the Plan from a stored PlanVersion: its document plus its (possibly edited) criteria rows."""
+    document = dict(version.document)
+    rows: dict[int, list[dict]] = {}
+    for row in version.criteria.order_by("gate_number", "position"):
+        item = {
+            "key": row.key, "description": row.description, "description_zh": row.description_zh,
+            "metric": row.metric, "statistic": row.statistic, "comparison": row.comparison,
+            "op": row.op, "threshold": row.threshold, "unit": row.unit, "phase": row.phase,
+            "concurrency": list(row.concurrency),
+        }
+        for optional in ("candidate", "baseline"):
+            if getattr(row, optional):
+                item[optional] = getattr(row, optional)
+        if row.confidence != float(document.get("judging", {}).get("confidence", 0.95)):
+            item["confidence"] = row.confidence
+        rows.setdefault(row.gate_number, []).append(item)
+    for gate in document.get("gates", []):
+        gate["criteria"] = rows.get(gate["number"], [])
+    return validate_plan(document, source=f"{version.pilot.name} plan v{version.number}")
+
+
+def document_without_criteria(plan: Plan) -> dict[str, Any]:
+    data = plan.to_dict()
+    for gate in data["gates"]:
+        gate.pop("criteria")
+        gate["weeks"] = list(gate["weeks"])
+        gate["arms"] = list(gate["arms"])
+    return data

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RunnersConfig(AppConfig):
+    name = "runners"
+    verbose_name = "Runners"

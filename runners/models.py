@@ -1,0 +1,220 @@
+"""What touches a node: sites, nodes, credentials, jobs and their steps, output and artifacts."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from gates.models import Gate, Pilot
+
+
+class Site(models.Model):
+    """A customer location. Its jobs go to its own Celery queue, served by a worker that can reach it."""
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="sites")
+    name = models.CharField(max_length=100)
+    queue = models.SlugField(max_length=64, unique=True, help_text="Celery queue served by this site's worker")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["pilot", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.queue})"
+
+
+class Credential(models.Model):
+    """An SSH private key, encrypted at rest per field; never shown back once stored."""
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="credentials")
+    name = models.CharField(max_length=100)
+    private_key_encrypted = models.TextField(editable=False)
+    passphrase_encrypted = models.TextField(blank=True, editable=False)
+    public_fingerprint = models.CharField(max_length=100, editable=False, help_text="SHA256 fingerprint of the public half")
+    key_type = models.CharField(max_length=32, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["site", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_type} {self.public_fingerprint})"
+
+
+class Node(models.Model):
+    class Role(models.TextChoices):
+        GPU = "gpu", _("GPU node")
+        JUMP = "jump", _("Jump host")
+
+    class HostKeyState(models.TextChoices):
+        UNKNOWN = "unknown", _("Never contacted")
+        PENDING = "pending", _("Seen — waiting for an engineer to accept it")
+        ACCEPTED = "accepted", _("Accepted")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=100)
+    host = models.CharField(max_length=253)
+    port = models.PositiveIntegerField(default=22)
+    username = models.CharField(max_length=32)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.GPU)
+    credential = models.ForeignKey(Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    jump_host = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    simulated = models.BooleanField(default=False, help_text="A simulated GPU node (manage.py simnode)")
+    # Host key pinning: the accepted key, and the key seen on first contact while it waits for acceptance.
+    host_key_state = models.CharField(max_length=10, choices=HostKeyState.choices, default=HostKeyState.UNKNOWN, editable=False)
+    host_key_type = models.CharField(max_length=32, blank=True, editable=False)
+    host_key = models.TextField(blank=True, editable=False, help_text="Base64 of the accepted public host key")
+    host_key_fingerprint = models.CharField(max_length=100, blank=True, editable=False)
+    pending_host_key_type = models.CharField(max_length=32, blank=True, editable=False)
+    pending_host_key = models.TextField(blank=True, editable=False)
+    pending_host_key_fingerprint = models.CharField(max_length=100, blank=True, editable=False)
+    host_key_accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    host_key_accepted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    inventory = models.JSONField(default=dict, blank=True, editable=False, help_text="Parsed from the last probe")
+    inventory_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["site", "name"]
+        constraints = [models.UniqueConstraint(fields=["site", "name"], name="unique_node_name_per_site")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.username}@{self.host}:{self.port})"
+
+
+class Status(models.TextChoices):
+    """One status list for every job and step (AWX): failed = ran and missed a bar; error = could not run."""
+
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUCCESSFUL = "successful", _("Successful")
+    FAILED = "failed", _("Failed")
+    ERROR = "error", _("Error")
+    CANCELED = "canceled", _("Canceled")
+
+
+FINISHED = (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED)
+
+
+class Job(models.Model):
+    """Anything dispatched to nodes: a gate run (gate set) or a standalone probe."""
+
+    class Kind(models.TextChoices):
+        GATE_RUN = "gate_run", _("Gate run")
+        PROBE = "probe", _("Probe")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="jobs")
+    gate = models.ForeignKey(Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.GATE_RUN)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, editable=False)
+    params = models.JSONField(default=dict, blank=True, help_text="Time scale, repetitions, workload overrides")
+    error = models.TextField(blank=True, help_text="What broke, when status is error")
+    cancel_requested = models.BooleanField(default=False)
+    chunk_count = models.PositiveIntegerField(default=0, editable=False, help_text="Output chunks numbered so far")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(default=timezone.now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        what = self.gate.label if self.gate_id else self.get_kind_display()
+        return f"{what} run {str(self.code)[:8]} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class Step(models.Model):
+    """One unit of a job, claimed by a conditional update so that two workers never run it twice."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField(help_text="Order within the job")
+    name = models.CharField(max_length=32)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="steps")
+    arm = models.CharField(max_length=32, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    claimed_by = models.CharField(max_length=200, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    # Remote process of a detached command: {"dir": ..., "pid": ..., "pgid": ...}
+    remote = models.JSONField(default=dict, blank=True)
+    requests_done = models.PositiveIntegerField(default=0)
+    requests_total = models.PositiveIntegerField(default=0)
+    params = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="unique_step_seq")]
+
+    def __str__(self) -> str:
+        where = f" on {self.node.name}" if self.node_id else ""
+        arm = f" [{self.arm}]" if self.arm else ""
+        return f"{self.seq}. {self.name}{arm}{where} ({self.status})"
+
+
+class OutputChunk(models.Model):
+    """Output as it arrives, numbered per job without gaps so a live page can back-fill."""
+
+    class Stream(models.TextChoices):
+        STDOUT = "stdout", "stdout"
+        STDERR = "stderr", "stderr"
+        SYSTEM = "system", "system"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="chunks")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    stream = models.CharField(max_length=8, choices=Stream.choices)
+    text = models.TextField()
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="unique_chunk_seq")]
+
+
+class Artifact(models.Model):
+    """A raw file kept as evidence, content-addressed by SHA-256 under DATA_DIR/artifacts."""
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts")
+    name = models.CharField(max_length=200, help_text="e.g. node1/probe/amd-smi.json")
+    kind = models.CharField(max_length=32, help_text="probe, records, server-log, config, manifest, ...")
+    sha256 = models.CharField(max_length=64, db_index=True)
+    size = models.BigIntegerField()
+    simulated = models.BooleanField(default=False)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "name"]
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="unique_artifact_name_per_job")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.sha256[:12]})"
+
+    @property
+    def path(self) -> Path:
+        return artifact_path(self.sha256)
+
+
+def artifact_path(sha256: str) -> Path:
+    return Path(settings.DATA_DIR) / "artifacts" / sha256[:2] / sha256

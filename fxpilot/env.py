@@ -99,6 +99,8 @@ def database_from_url(name: str, url: str, base_dir: Path) -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(db_path),
+            # A file, not memory: Celery workers started by the tests must see the test database.
+            "TEST": {"NAME": str(db_path.with_name(f"test_{db_path.name}"))},
             "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
                         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }

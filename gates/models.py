@@ -67,7 +67,7 @@ class Membership(models.Model):
 
 
 class PilotQuerySet(models.QuerySet):
-    def for_user(self, user) -> "PilotQuerySet":
+    def for_user(self, user) -> PilotQuerySet:
         """The only way a request reaches pilots: those of an organisation the person belongs to."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
@@ -115,14 +115,14 @@ class Pilot(models.Model):
         )
 
     @property
-    def signed_plan(self) -> "PlanVersion | None":
+    def signed_plan(self) -> PlanVersion | None:
         return self.plan_versions.filter(state=PlanVersion.State.SIGNED).order_by("-number").first()
 
     @property
-    def latest_plan(self) -> "PlanVersion | None":
+    def latest_plan(self) -> PlanVersion | None:
         return self.plan_versions.order_by("-number").first()
 
-    def gate(self, number: int) -> "Gate":
+    def gate(self, number: int) -> Gate:
         return self.gates.get(number=number)
 
     def week_start_date(self, week: int) -> date:
@@ -253,7 +253,7 @@ class Gate(models.Model):
         )
 
     @property
-    def latest_evaluation(self) -> "Evaluation | None":
+    def latest_evaluation(self) -> Evaluation | None:
         return self.evaluations.order_by("-created", "-id").first()
 
 

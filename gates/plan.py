@@ -211,7 +211,7 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
     if missing:
         raise PlanError(source, "gates", f"missing {', '.join(missing)}; a plan has exactly the gates G1–G4")
     ordered = [gates[n] for n in GATE_NUMBERS]
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in zip(ordered, ordered[1:], strict=False):
         if after.weeks[0] <= before.weeks[1]:
             raise PlanError(source, f"G{after.number} › weeks", f"starts in week {after.weeks[0]}, before G{before.number} ends (week {before.weeks[1]})")
     for section in ("expect", "workloads"):

@@ -1,0 +1,394 @@
+"""The one module that changes the state of pilots, plan versions and gates.
+
+Views, tasks and commands call these functions; nothing else writes a state field. Every change
+writes an append-only audit event (who, what, when, from → to). An illegal transition raises
+TransitionRefused naming the rule that refused it.
+
+    draft ──(both parties sign the plan)──▶ active, G1 open
+    gate: pending ─▶ open ─(verdict)─▶ awaiting_signoff ─(both approve)─▶ signed_off ─▶ next gate open
+                              │  └─▶ review (marginal) ─(extend)─▶ open    (both approve)─▶ signed_off
+                              └─▶ failed ⇒ pilot halted (final)
+    after G4 is signed off: pilot completed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from gates.models import (
+    AuditEvent,
+    Criterion,
+    Evaluation,
+    Gate,
+    Membership,
+    Organisation,
+    Party,
+    Pilot,
+    PlanVersion,
+    Role,
+    SignOff,
+)
+from gates.plan import Plan, document_without_criteria, load_plan
+
+
+class TransitionRefused(Exception):
+    def __init__(self, rule: str, message: str):
+        self.rule, self.message = rule, message
+        super().__init__(f"{message} (rule: {rule})")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a person, or a named system component (worker, judge, command)."""
+
+    user: object | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.user is not None:
+            return self.user.get_full_name() or self.user.get_username()
+        return self.label or "system"
+
+
+def as_actor(who) -> Actor:
+    if isinstance(who, Actor):
+        return who
+    if who is None or isinstance(who, str):
+        return Actor(label=who or "system")
+    return Actor(user=who)
+
+
+SIGNING_ROLE = {Party.VENDOR: Role.VENDOR_LEAD, Party.CUSTOMER: Role.CUSTOMER_APPROVER}
+PLAN_EDITORS = {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_APPROVER}
+
+
+def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_state: str = "", **detail) -> AuditEvent:
+    actor = as_actor(who)
+    return AuditEvent.objects.create(
+        actor=actor.user, actor_label=actor.name, pilot=pilot, action=action,
+        object_type=obj._meta.model_name, object_id=str(obj.pk),
+        from_state=from_state, to_state=to_state, detail=detail,
+    )
+
+
+def _set_state(obj, new_state: str, who, action: str, pilot: Pilot, **detail) -> None:
+    old = obj.state
+    obj.state = new_state
+    audit(pilot, who, action, obj, old, new_state, **detail)
+
+
+# ── Pilots and plans ──────────────────────────────────────────────────────────────────────────
+
+
+@transaction.atomic
+def create_pilot(*, name: str, customer: Organisation, vendor: Organisation, who, plan: Plan | None = None,
+                 **fields) -> Pilot:
+    if customer.kind != Organisation.Kind.CUSTOMER:
+        raise TransitionRefused("pilot-parties", f"{customer} is not a customer organisation")
+    if vendor.kind != Organisation.Kind.VENDOR:
+        raise TransitionRefused("pilot-parties", f"{vendor} is not a vendor organisation")
+    plan = plan or load_plan("default")
+    pilot = Pilot.objects.create(name=name, customer=customer, vendor=vendor, **fields)
+    audit(pilot, who, "pilot.created", pilot, "", pilot.state, plan=plan.source)
+    _create_plan_version(pilot, plan, number=1, who=who)
+    for gate in plan.gates:
+        Gate.objects.create(pilot=pilot, number=gate.number, name=gate.name, name_zh=gate.name_zh,
+                            week_start=gate.weeks[0], week_end=gate.weeks[1])
+    return pilot
+
+
+def _create_plan_version(pilot: Pilot, plan: Plan, *, number: int, who) -> PlanVersion:
+    actor = as_actor(who)
+    version = PlanVersion.objects.create(pilot=pilot, number=number, source=plan.source,
+                                         document=document_without_criteria(plan), created_by=actor.user)
+    rows = []
+    for gate in plan.gates:
+        for position, spec in enumerate(gate.criteria):
+            rows.append(Criterion(
+                plan_version=version, gate_number=gate.number, key=spec.key, description=spec.description,
+                description_zh=spec.description_zh, metric=spec.metric, statistic=spec.statistic,
+                comparison=spec.comparison, candidate=spec.candidate, baseline=spec.baseline, phase=spec.phase,
+                concurrency=list(spec.concurrency), op=spec.op, threshold=spec.threshold, unit=spec.unit,
+                confidence=spec.confidence if spec.confidence is not None else plan.confidence, position=position,
+            ))
+    Criterion.objects.bulk_create(rows)
+    audit(pilot, who, "plan.version_created", version, "", version.state, number=number)
+    return version
+
+
+def _require_editable(version: PlanVersion) -> None:
+    if version.is_frozen:
+        raise TransitionRefused("plan-frozen", f"plan v{version.number} is signed and frozen; amend the plan to change it")
+    if version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists():
+        raise TransitionRefused(
+            "plan-frozen", f"plan v{version.number} has already been approved by one party; amend the plan to change it")
+
+
+@transaction.atomic
+def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
+    """Change a criterion of a draft plan (threshold, op, concurrency, confidence); audited field by field."""
+    criterion = Criterion.objects.select_for_update().select_related("plan_version__pilot").get(pk=criterion.pk)
+    version = criterion.plan_version
+    pilot = version.pilot
+    actor = as_actor(who)
+    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
+        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
+    _require_editable(version)
+    allowed = {"threshold", "op", "concurrency", "confidence", "description", "description_zh"}
+    unknown = set(changes) - allowed
+    if unknown:
+        raise TransitionRefused("plan-editable-fields", f"these fields cannot be edited: {', '.join(sorted(unknown))}")
+    before = {name: getattr(criterion, name) for name in changes}
+    for name, value in changes.items():
+        setattr(criterion, name, value)
+    criterion.full_clean()
+    criterion.save()
+    # The edited plan must still be a valid plan.
+    version.to_plan()
+    audit(pilot, who, "criterion.edited", criterion, detail_key=criterion.key,
+          before=_jsonable(before), after=_jsonable(changes))
+    return criterion
+
+
+def _jsonable(values: dict) -> dict:
+    return json.loads(json.dumps(values, default=str))
+
+
+@transaction.atomic
+def amend_plan(pilot: Pilot, who) -> PlanVersion:
+    """A change to a signed plan makes a new version that both parties must sign again."""
+    pilot = Pilot.objects.select_for_update().get(pk=pilot.pk)
+    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
+        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
+    latest = pilot.latest_plan
+    if latest.state == PlanVersion.State.DRAFT:
+        return latest
+    return _create_plan_version(pilot, latest.to_plan(), number=latest.number + 1, who=who)
+
+
+def party_of(pilot: Pilot, user, role: str) -> str:
+    return Party.VENDOR if role in (Role.VENDOR_ENGINEER, Role.VENDOR_LEAD) else Party.CUSTOMER
+
+
+def _signing_party(pilot: Pilot, user, party: str | None) -> tuple[str, str]:
+    roles = pilot.roles_for(user)
+    candidates = [(p, r) for p, r in SIGNING_ROLE.items() if r in roles and (party is None or p == party)]
+    if not candidates:
+        wanted = f"the {party} party's " if party else ""
+        raise TransitionRefused(
+            "signing-role", f"{user.get_username()} holds none of {wanted}signing roles (vendor lead for the vendor, "
+            "customer approver for the customer)")
+    return candidates[0]
+
+
+@transaction.atomic
+def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.APPROVE, comment: str = "",
+              party: str | None = None) -> SignOff:
+    version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
+    pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
+    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
+        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; nothing more can be signed")
+    if version.state != PlanVersion.State.DRAFT:
+        raise TransitionRefused("plan-frozen", f"plan v{version.number} is {version.state}; it cannot be signed again")
+    if pilot.latest_plan.pk != version.pk:
+        raise TransitionRefused("plan-latest", f"plan v{version.number} is not the latest version")
+    party, role = _signing_party(pilot, user, party)
+    if version.signoffs.filter(party=party, decision=SignOff.Decision.APPROVE).exists():
+        raise TransitionRefused("one-signoff-per-party", f"the {party} party has already approved plan v{version.number}")
+    plan_sha = version.to_plan().sha256
+    signoff = SignOff.objects.create(pilot=pilot, plan_version=version, party=party, person=user, role=role,
+                                     decision=decision, comment=comment, evidence_sha256=plan_sha)
+    audit(pilot, user, f"plan.{decision}", version, version.state, version.state, party=party,
+          comment=comment, plan_sha256=plan_sha)
+    approvals = version.signoffs.filter(decision=SignOff.Decision.APPROVE)
+    if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
+        if len({s.evidence_sha256 for s in approvals}) != 1:
+            raise TransitionRefused("plan-same-evidence", "the two parties approved different plan contents")
+        previous = pilot.plan_versions.filter(state=PlanVersion.State.SIGNED).exclude(pk=version.pk)
+        for old in previous:
+            _set_state(old, PlanVersion.State.SUPERSEDED, user, "plan.superseded", pilot)
+            old.save(update_fields=["state"])
+        version.sha256 = plan_sha
+        version.signed_at = timezone.now()
+        _set_state(version, PlanVersion.State.SIGNED, user, "plan.signed", pilot, plan_sha256=plan_sha)
+        version.save(update_fields=["state", "sha256", "signed_at"])
+        if pilot.state == Pilot.State.DRAFT:
+            _set_state(pilot, Pilot.State.ACTIVE, user, "pilot.activated", pilot)
+            pilot.save(update_fields=["state"])
+            _open_gate(pilot, 1, user)
+    return signoff
+
+
+# ── Gates ─────────────────────────────────────────────────────────────────────────────────────
+
+
+def _open_gate(pilot: Pilot, number: int, who) -> Gate:
+    gate = Gate.objects.select_for_update().get(pilot=pilot, number=number)
+    if gate.state != Gate.State.PENDING:
+        raise TransitionRefused("gate-open-once", f"{gate.label} is {gate.state}, not pending")
+    if number > 1:
+        before = Gate.objects.get(pilot=pilot, number=number - 1)
+        if before.state != Gate.State.SIGNED_OFF:
+            raise TransitionRefused(
+                "gate-order", f"{gate.label} cannot open before G{number - 1} is signed off by both parties")
+    gate.opened_at = timezone.now()
+    gate.verdict = ""
+    _set_state(gate, Gate.State.OPEN, who, "gate.opened", pilot)
+    gate.save(update_fields=["state", "opened_at", "verdict"])
+    pilot.current_gate = number
+    pilot.save(update_fields=["current_gate"])
+    return gate
+
+
+@transaction.atomic
+def open_gate(gate: Gate, who) -> Gate:
+    pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
+    if pilot.state != Pilot.State.ACTIVE:
+        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; gates open only while it is active")
+    return _open_gate(pilot, gate.number, who)
+
+
+def require_runnable(gate: Gate) -> None:
+    """A run may start only on the open gate of an active pilot with a signed plan."""
+    pilot = gate.pilot
+    if pilot.state != Pilot.State.ACTIVE:
+        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; runs start only while it is active")
+    if gate.state != Gate.State.OPEN:
+        raise TransitionRefused("gate-open", f"{gate.label} is {gate.get_state_display().lower()}; runs start only on an open gate")
+    if pilot.signed_plan is None:
+        raise TransitionRefused("plan-signed", "the plan is not signed by both parties")
+
+
+@transaction.atomic
+def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
+    gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
+    pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
+    if evaluation.gate_id != gate.pk:
+        raise TransitionRefused("verdict-gate", "the evaluation belongs to another gate")
+    if gate.state not in (Gate.State.OPEN, Gate.State.REVIEW):
+        raise TransitionRefused("verdict-open-gate", f"{gate.label} is {gate.state}; verdicts are recorded on an open gate")
+    if pilot.state != Pilot.State.ACTIVE:
+        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}")
+    gate.verdict = evaluation.verdict
+    target = {
+        Gate.Verdict.PASS: Gate.State.AWAITING_SIGNOFF,
+        Gate.Verdict.MARGINAL: Gate.State.REVIEW,
+        Gate.Verdict.FAIL: Gate.State.FAILED,
+        Gate.Verdict.INVALID: Gate.State.OPEN,
+    }[evaluation.verdict]
+    if target == gate.state:
+        audit(pilot, who, "gate.verdict", gate, gate.state, gate.state, verdict=evaluation.verdict, evaluation=evaluation.pk)
+    else:
+        _set_state(gate, target, who, "gate.verdict", pilot, verdict=evaluation.verdict, evaluation=evaluation.pk)
+    if target == Gate.State.FAILED:
+        gate.closed_at = timezone.now()
+        failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
+        pilot.halted_reason = f"{gate.label} failed: {', '.join(failed) or 'a criterion missed its bar'}"
+        _set_state(pilot, Pilot.State.HALTED, who, "pilot.halted", pilot, gate=gate.number, failed=failed)
+        pilot.save(update_fields=["state", "halted_reason"])
+    gate.save(update_fields=["state", "verdict", "closed_at"])
+    return gate
+
+
+@transaction.atomic
+def extend_marginal(gate: Gate, who) -> Gate:
+    """A marginal gate under review goes back to open so a run with more repetitions can decide it."""
+    gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
+    if gate.state != Gate.State.REVIEW:
+        raise TransitionRefused("extend-marginal", f"{gate.label} is {gate.state}; only a gate under review can be extended")
+    _set_state(gate, Gate.State.OPEN, who, "gate.extended", gate.pilot)
+    gate.save(update_fields=["state"])
+    return gate
+
+
+def evidence_sha256(evaluation: Evaluation) -> str:
+    canonical = json.dumps(evaluation.result, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@transaction.atomic
+def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: str | None = None) -> SignOff:
+    gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
+    pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
+    if pilot.state != Pilot.State.ACTIVE:
+        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; gates are signed off only while it is active")
+    if gate.state not in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
+        raise TransitionRefused(
+            "signoff-needs-verdict", f"{gate.label} is {gate.get_state_display().lower()}; it can be signed off only after "
+            "a pass verdict or during a joint review")
+    if decision not in SignOff.Decision.values:
+        raise TransitionRefused("signoff-decision", f"{decision!r} is not approve or reject")
+    if decision == SignOff.Decision.REJECT and not comment.strip():
+        raise TransitionRefused("reject-needs-comment", "a rejection must say why")
+    party, role = _signing_party(pilot, user, party)
+    evaluation = gate.latest_evaluation
+    if evaluation is None:
+        raise TransitionRefused("signoff-needs-verdict", f"{gate.label} has no evaluation to sign off")
+    if gate.signoffs.filter(evaluation=evaluation, party=party).exists():
+        raise TransitionRefused("one-signoff-per-party", f"the {party} party has already decided on this {gate.label} evidence")
+    signoff = SignOff.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, party=party, person=user, role=role,
+                                     decision=decision, comment=comment, evidence_sha256=evidence_sha256(evaluation))
+    audit(pilot, user, f"gate.{decision}", gate, gate.state, gate.state, party=party, comment=comment,
+          evidence_sha256=signoff.evidence_sha256)
+    if decision == SignOff.Decision.REJECT:
+        # Evidence not accepted: the gate needs a new run; only a failed verdict halts a pilot.
+        _set_state(gate, Gate.State.OPEN, user, "gate.reopened", pilot, reason=comment)
+        gate.verdict = ""
+        gate.save(update_fields=["state", "verdict"])
+        return signoff
+    approvals = gate.signoffs.filter(evaluation=evaluation, decision=SignOff.Decision.APPROVE)
+    if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
+        gate.closed_at = timezone.now()
+        _set_state(gate, Gate.State.SIGNED_OFF, user, "gate.signed_off", pilot)
+        gate.save(update_fields=["state", "closed_at"])
+        if gate.number < 4:
+            _open_gate(pilot, gate.number + 1, user)
+        else:
+            _set_state(pilot, Pilot.State.COMPLETED, user, "pilot.completed", pilot)
+            pilot.save(update_fields=["state"])
+    return signoff
+
+
+@transaction.atomic
+def reopen_pilot(pilot: Pilot, who) -> Pilot:
+    """Halted and completed pilots are final: a new pilot (with a new plan) is the way forward."""
+    pilot = Pilot.objects.select_for_update().get(pk=pilot.pk)
+    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
+        raise TransitionRefused("pilot-final", f"a {pilot.state} pilot cannot be reopened; start a new pilot")
+    raise TransitionRefused("pilot-not-halted", f"the pilot is {pilot.state}, not halted")
+
+
+def pending_actions(pilot: Pilot) -> list[dict]:
+    """Who must act next, for the overview and notifications: [{'role': ..., 'action': ..., 'subject': ...}]."""
+    actions: list[dict] = []
+    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
+        return actions
+    latest = pilot.latest_plan
+    if latest is not None and latest.state == PlanVersion.State.DRAFT:
+        signed = set(latest.signoffs.filter(decision=SignOff.Decision.APPROVE).values_list("party", flat=True))
+        for party, role in SIGNING_ROLE.items():
+            if party not in signed:
+                actions.append({"role": role, "action": "sign_plan", "subject": latest})
+    gate = pilot.gates.filter(number=pilot.current_gate).first() if pilot.current_gate else None
+    if gate is not None:
+        if gate.state == Gate.State.OPEN:
+            actions.append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
+        elif gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
+            evaluation = gate.latest_evaluation
+            decided = set(gate.signoffs.filter(evaluation=evaluation).values_list("party", flat=True))
+            for party, role in SIGNING_ROLE.items():
+                if party not in decided:
+                    actions.append({"role": role, "action": "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate",
+                                    "subject": gate})
+    return actions
+
+
+def add_member(user, organisation: Organisation, role: str) -> Membership:
+    membership, _ = Membership.objects.get_or_create(user=user, organisation=organisation, role=role)
+    membership.full_clean()
+    return membership

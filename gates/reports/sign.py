@@ -1,0 +1,226 @@
+"""PAdES signatures with pyHanko, and the embedded default's small certificate authority.
+
+RSA only: an ECDSA key makes pyHanko declare PDF 2.0 (ISO/TS 32002), which breaks PDF/A-3b.
+The vendor's signature certifies the document allowing only further signatures (DocMDP level 2), so
+the customer approver's countersignature is a second incremental revision and nothing else can be.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+from pyhanko.pdf_utils.reader import PdfFileReader
+from pyhanko.sign import fields, signers, timestamps
+
+RSA_BITS = 3072
+VENDOR_FIELD = "VendorSignature"
+APPROVER_FIELD_PREFIX = "CustomerApproval"
+
+
+class SigningError(Exception):
+    """The signing material is missing or unusable; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class SigningPaths:
+    key: Path
+    cert: Path
+    root: Path
+    passphrase: str | None = None
+    tsa_url: str | None = None
+
+
+# --- the embedded default's certificate authority -------------------------------------------------
+
+def _name(common_name: str, organisation: str) -> x509.Name:
+    return x509.Name([
+        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, organisation),
+    ])
+
+
+def new_rsa_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
+
+
+def make_root(common_name: str, organisation: str, *, days: int = 3650) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+    key = new_rsa_key()
+    now = dt.datetime.now(dt.timezone.utc)
+    name = _name(common_name, organisation)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def issue_signing_certificate(root_key: rsa.RSAPrivateKey, root_cert: x509.Certificate, common_name: str,
+                              organisation: str, *, days: int = 1095) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+    """A document-signing certificate: digital signature + non-repudiation, as validators require."""
+    key = new_rsa_key()
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(_name(common_name, organisation)).issuer_name(root_cert.subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=True, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(root_key.public_key()), critical=False)
+        .sign(root_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def key_pem(key: rsa.RSAPrivateKey, passphrase: str | None = None) -> bytes:
+    encryption = (serialization.BestAvailableEncryption(passphrase.encode()) if passphrase
+                  else serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create a file that must not exist yet: signing material is never overwritten."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _load_key(path: Path, passphrase: str | None) -> rsa.RSAPrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), passphrase.encode() if passphrase else None)
+    except FileNotFoundError:
+        raise SigningError(f"{path}: no such key file; run `python manage.py signing_setup`") from None
+    except (TypeError, ValueError) as error:
+        raise SigningError(f"{path}: cannot read the private key ({error}); check FXPILOT_SIGNING_KEY_PASSPHRASE") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise SigningError(f"{path}: the signing key must be RSA (an ECDSA key turns the PDF into 2.0 and breaks PDF/A-3b)")
+    return key
+
+
+def load_cert(path: Path) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise SigningError(f"{path}: no such certificate file; run `python manage.py signing_setup`") from None
+    except ValueError as error:
+        raise SigningError(f"{path}: not a PEM certificate ({error})") from None
+
+
+def setup_authority(directory: Path, *, organisation: str = "fxpilot", passphrase: str | None = None) -> list[str]:
+    """Create root-key/cert and signer-key/cert under `directory` where missing; returns what was created."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    root_key_path, root_cert_path = directory / "root-key.pem", directory / "root-cert.pem"
+    created: list[str] = []
+    if root_cert_path.exists() != root_key_path.exists():
+        raise SigningError(f"{directory}: one of root-key.pem / root-cert.pem exists without the other; "
+                           "restore the missing file or move both away")
+    if not root_cert_path.exists():
+        root_key, root_cert = make_root(f"{organisation} evidence root", organisation)
+        _write_new(root_key_path, key_pem(root_key, passphrase), 0o600)
+        _write_new(root_cert_path, cert_pem(root_cert), 0o644)
+        created += [str(root_key_path), str(root_cert_path)]
+    root_key, root_cert = _load_key(root_key_path, passphrase), load_cert(root_cert_path)
+    signer_key_path, signer_cert_path = directory / "signer-key.pem", directory / "signer-cert.pem"
+    if signer_cert_path.exists() != signer_key_path.exists():
+        raise SigningError(f"{directory}: one of signer-key.pem / signer-cert.pem exists without the other")
+    if not signer_cert_path.exists():
+        key, cert = issue_signing_certificate(root_key, root_cert, f"{organisation} evidence signer", organisation)
+        _write_new(signer_key_path, key_pem(key, passphrase), 0o600)
+        _write_new(signer_cert_path, cert_pem(cert), 0o644)
+        created += [str(signer_key_path), str(signer_cert_path)]
+    return created
+
+
+_SAFE_USERNAME = re.compile(r"[A-Za-z0-9_.@+-]{1,150}")
+
+
+def approver_paths(directory: Path, username: str) -> tuple[Path, Path]:
+    if not _SAFE_USERNAME.fullmatch(username) or username.startswith("."):
+        raise SigningError(f"{username!r}: a user name for a certificate file may use letters, digits and _.@+- only")
+    folder = directory / "approvers"
+    return folder / f"{username}-key.pem", folder / f"{username}-cert.pem"
+
+
+def setup_approver(directory: Path, username: str, display_name: str, organisation: str, *,
+                   passphrase: str | None = None) -> tuple[Path, Path, bool]:
+    """An approver's certificate issued by the embedded root; returns (key, cert, created). Never overwrites."""
+    key_path, cert_path = approver_paths(directory, username)
+    if cert_path.exists() and key_path.exists():
+        return key_path, cert_path, False
+    if cert_path.exists() or key_path.exists():
+        raise SigningError(f"{key_path.parent}: only one of {key_path.name} / {cert_path.name} exists")
+    root_key_path = directory / "root-key.pem"
+    if not root_key_path.exists():
+        raise SigningError(f"{root_key_path}: the root key is not here, so fxpilot cannot issue approver certificates; "
+                           "issue one with your own CA and place it at " + str(cert_path))
+    root_key, root_cert = _load_key(root_key_path, passphrase), load_cert(directory / "root-cert.pem")
+    key, cert = issue_signing_certificate(root_key, root_cert, display_name or username, organisation)
+    _write_new(key_path, key_pem(key), 0o600)
+    _write_new(cert_path, cert_pem(cert), 0o644)
+    return key_path, cert_path, True
+
+
+# --- signing ---------------------------------------------------------------------------------------
+
+def load_signer(key_path: Path, cert_path: Path, chain: list[Path] = (), passphrase: str | None = None) -> signers.SimpleSigner:
+    key = _load_key(Path(key_path), passphrase)
+    cert = load_cert(Path(cert_path))
+    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+        raise SigningError(f"{cert_path}: this certificate does not belong to the key {key_path}")
+    signer = signers.SimpleSigner.load(str(key_path), str(cert_path), ca_chain_files=tuple(str(p) for p in chain),
+                                       key_passphrase=passphrase.encode() if passphrase else None)
+    if signer is None:
+        raise SigningError(f"{key_path}: pyHanko could not load the key and certificate")
+    return signer
+
+
+def signer_name(signer: signers.SimpleSigner) -> str:
+    return signer.signing_cert.subject.human_friendly
+
+
+def sign_pdf(pdf: bytes, signer: signers.SimpleSigner, *, field_name: str, reason: str, location: str = "",
+             certify: bool = False, tsa_url: str | None = None) -> bytes:
+    """Append one PAdES signature as an incremental update; the input bytes are kept as they are."""
+    writer = IncrementalPdfFileWriter(BytesIO(pdf), strict=False)
+    meta = signers.PdfSignatureMetadata(
+        field_name=field_name, md_algorithm="sha256", subfilter=fields.SigSeedSubFilter.PADES,
+        reason=reason, location=location or None, certify=certify,
+        docmdp_permissions=fields.MDPPerm.FILL_FORMS,
+    )
+    timestamper = timestamps.HTTPTimeStamper(tsa_url, timeout=20) if tsa_url else None
+    out = signers.PdfSigner(meta, signer=signer, timestamper=timestamper).sign_pdf(writer)
+    return out.getvalue()
+
+
+def next_approver_field(pdf: bytes) -> str:
+    """A fresh field name for one more countersignature."""
+    reader = PdfFileReader(BytesIO(pdf), strict=False)
+    taken = {sig.field_name for sig in reader.embedded_signatures}
+    number = 1
+    while f"{APPROVER_FIELD_PREFIX}{number}" in taken:
+        number += 1
+    return f"{APPROVER_FIELD_PREFIX}{number}"

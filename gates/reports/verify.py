@@ -1,0 +1,255 @@
+"""Verify a signed evidence report: every signature, the file's coverage, and each attachment's hash.
+
+Pure: bytes and trust roots in, a VerificationResult out. `ok` holds only when every signature is
+intact, valid and chains to a given root, the last one covers the file to its last byte (bytes
+appended after it fail, although some validators still say VALID), earlier ones were followed only
+by further signatures, and every attachment re-hashes to what manifest.json says.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from asn1crypto import pem
+from asn1crypto import x509 as asn1_x509
+from pyhanko.pdf_utils import generic, misc
+from pyhanko.pdf_utils.reader import PdfFileReader
+from pyhanko.sign.diff_analysis import ModificationLevel
+from pyhanko.sign.validation import validate_pdf_signature
+from pyhanko.sign.validation.status import SignatureCoverageLevel
+from pyhanko_certvalidator import ValidationContext
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_SCHEMA = "fxpilot.report-manifest/1"
+
+
+@dataclass
+class SignatureCheck:
+    field: str
+    signer: str
+    issuer: str
+    signing_time: str | None
+    timestamped: bool
+    intact: bool
+    valid: bool
+    trusted: bool
+    covers_whole_file: bool
+    modification: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AttachmentCheck:
+    file: str
+    name: str
+    expected_sha256: str | None
+    actual_sha256: str
+    size: int
+    ok: bool
+    problem: str = ""
+
+
+@dataclass
+class VerificationResult:
+    ok: bool
+    reasons: list[str]
+    signatures: list[SignatureCheck]
+    attachments: list[AttachmentCheck]
+    report: dict[str, Any]
+    metadata: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_trust_roots(sources: Sequence[Path | str | bytes]) -> list[asn1_x509.Certificate]:
+    """Certificates from PEM/DER files or bytes."""
+    roots = []
+    for source in sources:
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        if pem.detect(data):
+            roots += [asn1_x509.Certificate.load(der) for _, _, der in pem.unarmor(data, multiple=True)]
+        else:
+            roots.append(asn1_x509.Certificate.load(data))
+    return roots
+
+
+def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509.Certificate]) -> VerificationResult:
+    reasons: list[str] = []
+    roots = [r for r in trust_roots if isinstance(r, asn1_x509.Certificate)]
+    roots += load_trust_roots([r for r in trust_roots if not isinstance(r, asn1_x509.Certificate)])
+    result = VerificationResult(ok=False, reasons=reasons, signatures=[], attachments=[], report={}, metadata={})
+    if not roots:
+        reasons.append("no trust root given: a signature can only be trusted against the vendor's root certificate")
+    try:
+        reader = PdfFileReader(BytesIO(data), strict=False)
+        embedded = list(reader.embedded_signatures)
+    except (misc.PdfError, ValueError, KeyError, IndexError) as error:
+        reasons.append(f"not a readable PDF: {error}")
+        return result
+    result.metadata = _metadata(reader)
+    if not embedded:
+        reasons.append("the PDF carries no signature")
+    context = ValidationContext(trust_roots=roots, allow_fetching=False)
+    for position, sig in enumerate(embedded):
+        check = _check_signature(sig, context, data, last=position == len(embedded) - 1)
+        result.signatures.append(check)
+        reasons += [f"signature {check.field!r} ({check.signer}): {problem}" for problem in check.problems]
+    files = _embedded_files(reader, reasons)
+    _check_attachments(files, result, reasons)
+    result.ok = not reasons
+    return result
+
+
+def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool) -> SignatureCheck:
+    problems: list[str] = []
+    signer = issuer = ""
+    try:
+        cert = sig.signer_cert
+        signer, issuer = cert.subject.human_friendly, cert.issuer.human_friendly
+    except Exception as error:  # noqa: BLE001 — a mangled CMS blob is a verdict, not a crash
+        problems.append(f"the signer certificate cannot be read ({error})")
+    byte_range = [int(x) for x in sig.byte_range]
+    covers_whole_file = len(byte_range) == 4 and byte_range[2] + byte_range[3] == len(data)
+    try:
+        # pyHanko logs the details of a broken signature itself; the result below carries them.
+        logging.getLogger("pyhanko").disabled = True
+        status = validate_pdf_signature(sig, context)
+    except Exception as error:  # noqa: BLE001 — pyHanko raises many kinds on broken input
+        problems.append(f"cannot be validated ({type(error).__name__}: {error})")
+        return SignatureCheck(field=str(sig.field_name), signer=signer, issuer=issuer, signing_time=None,
+                              timestamped=False, intact=False, valid=False, trusted=False,
+                              covers_whole_file=covers_whole_file, modification="unknown", ok=False, problems=problems)
+    finally:
+        logging.getLogger("pyhanko").disabled = False
+    level = status.modification_level
+    if not status.intact:
+        problems.append("the signed bytes were changed (digest mismatch)")
+    elif not status.valid:
+        problems.append("the signature value does not match the signer's certificate")
+    if status.intact and status.valid and not status.trusted:
+        problems.append("the signer's certificate does not chain to a trusted root"
+                        + (f" ({status.trust_problem_indic})" if status.trust_problem_indic else ""))
+    if last:
+        if not covers_whole_file or status.coverage != SignatureCoverageLevel.ENTIRE_FILE:
+            problems.append(f"not total document signed: {len(data) - sum(byte_range[2:4])} bytes after the signed range")
+    elif status.coverage != SignatureCoverageLevel.ENTIRE_REVISION or level is None or level > ModificationLevel.FORM_FILLING:
+        problems.append(f"the document was changed after this signature by more than further signatures ({level})")
+    if status.docmdp_ok is False:
+        problems.append("a change after this signature is not permitted by its certification (DocMDP)")
+    when = status.timestamp_validity.timestamp if status.timestamp_validity else status.signer_reported_dt
+    return SignatureCheck(
+        field=str(sig.field_name), signer=signer, issuer=issuer,
+        signing_time=when.isoformat() if when else None, timestamped=status.timestamp_validity is not None,
+        intact=bool(status.intact), valid=bool(status.valid), trusted=bool(status.trusted),
+        covers_whole_file=covers_whole_file, modification=level.name if level is not None else "unknown",
+        ok=not problems, problems=problems,
+    )
+
+
+def _metadata(reader: PdfFileReader) -> dict[str, str]:
+    try:
+        info = reader.trailer_view.get("/Info")
+        if info is None:
+            return {}
+        info = info.get_object()
+        return {str(key).lstrip("/"): str(value) for key, value in info.items()
+                if isinstance(value, (generic.TextStringObject, generic.ByteStringObject, str))}
+    except (misc.PdfError, AttributeError, KeyError):
+        return {}
+
+
+def _name_tree(node, seen: set[int]) -> list[tuple[str, Any]]:
+    """Leaves of a PDF name tree (/Names pairs, /Kids recursively)."""
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    pairs = []
+    names = node.get("/Names")
+    if names is not None:
+        names = names.get_object()
+        for index in range(0, len(names) - 1, 2):
+            pairs.append((str(names[index]), names[index + 1].get_object()))
+    for kid in node.get("/Kids", []) or []:
+        pairs += _name_tree(kid.get_object(), seen)
+    return pairs
+
+
+def _embedded_files(reader: PdfFileReader, reasons: list[str]) -> dict[str, bytes]:
+    try:
+        names = reader.root.get("/Names")
+        tree = names.get_object().get("/EmbeddedFiles") if names is not None else None
+        if tree is None:
+            reasons.append("the PDF has no attached files; an evidence report carries its raw artifacts and manifest.json")
+            return {}
+        files: dict[str, bytes] = {}
+        for name, spec in _name_tree(tree.get_object(), set()):
+            stream = spec["/EF"].get_object()
+            stream = (stream.get("/UF") or stream["/F"]).get_object()
+            files[name] = stream.data
+        return files
+    except (misc.PdfError, KeyError, AttributeError, TypeError) as error:
+        reasons.append(f"the attached files cannot be read: {error}")
+        return {}
+
+
+def _check_attachments(files: dict[str, bytes], result: VerificationResult, reasons: list[str]) -> None:
+    raw = files.pop(MANIFEST_NAME, None)
+    if raw is None:
+        if files or not reasons:
+            reasons.append(f"no {MANIFEST_NAME} attached: the attachments cannot be checked")
+        return
+    try:
+        manifest = json.loads(raw)
+        if manifest.get("schema") != MANIFEST_SCHEMA:
+            raise ValueError(f"schema is {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA!r}")
+        listed = {item["file"]: item for item in manifest["artifacts"]}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        reasons.append(f"{MANIFEST_NAME} is not a valid report manifest: {error}")
+        return
+    result.report = dict(manifest.get("report") or {})
+    for file_name, item in listed.items():
+        data = files.pop(file_name, None)
+        if data is None:
+            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), "", 0, False,
+                                    "listed in the manifest but not attached")
+        else:
+            actual = hashlib.sha256(data).hexdigest()
+            matches = actual == item.get("sha256") and len(data) == item.get("size", len(data))
+            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), actual, len(data), matches,
+                                    "" if matches else f"hashes to {actual}, the manifest says {item.get('sha256')}")
+        result.attachments.append(check)
+        if not check.ok:
+            reasons.append(f"attachment {file_name!r}: {check.problem}")
+    for file_name, data in files.items():
+        result.attachments.append(AttachmentCheck(file_name, "", None, hashlib.sha256(data).hexdigest(), len(data), False,
+                                                  "attached but not listed in the manifest"))
+        reasons.append(f"attachment {file_name!r}: attached but not listed in the manifest")
+
+
+def describe(result: VerificationResult) -> str:
+    """A few lines for a person: which report, each signature, the attachments, the verdict."""
+    report = result.report
+    lines = []
+    if report:
+        gate = f" G{report['gate']}" if report.get("gate") else ""
+        lines.append(f"Report: {report.get('kind', '?')}{gate} of pilot {report.get('pilot_name', '?')} "
+                     f"({report.get('pilot_code', '?')}), language {report.get('language', '?')}, "
+                     f"code {report.get('code', '?')}" + (" — SIMULATION, not evidence" if report.get("simulated") else ""))
+    for sig in result.signatures:
+        lines.append(f"Signature {sig.field}: {sig.signer} at {sig.signing_time or 'unknown time'} "
+                     f"({'time-stamped' if sig.timestamped else 'no time-stamp authority'}) — "
+                     f"intact={sig.intact} trusted={sig.trusted} whole-file={sig.covers_whole_file} "
+                     f"after={sig.modification}: {'OK' if sig.ok else 'FAILED'}")
+    good = sum(1 for a in result.attachments if a.ok)
+    lines.append(f"Attachments: {good} of {len(result.attachments)} re-hash to the manifest")
+    lines += [f"FAILED: {reason}" for reason in result.reasons]
+    lines.append("VERIFIED" if result.ok else "NOT VERIFIED")
+    return "\n".join(lines)

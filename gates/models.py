@@ -373,3 +373,35 @@ class Report(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.gate or ''} ({self.language})"
+
+
+class Profile(models.Model):
+    """A person's portal preferences: the language they chose (kept across sessions and devices)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="fxpilot_profile")
+    language = models.CharField(max_length=16, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.language or 'default'})"
+
+
+class Notification(models.Model):
+    """Something a person must do or should know; shown on their home page and sent once by email."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="fxpilot_notifications")
+    pilot = models.ForeignKey(Pilot, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications")
+    # Deduplication key, e.g. "sign_plan:12" or "run_finished:<job code>": one notification per person and event.
+    key = models.CharField(max_length=120)
+    kind = models.CharField(max_length=32)
+    subject = models.CharField(max_length=300)
+    url = models.CharField(max_length=300, blank=True)
+    emailed = models.BooleanField(default=False)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="unique_notification_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.subject}"

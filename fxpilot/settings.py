@@ -195,3 +195,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
     "loggers": {"paramiko": {"level": "WARNING"}},
 }
+
+if FXPILOT_ENV == "test":
+    # Fast hashing for the test suite only.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -405,3 +405,30 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.subject}"
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its SHA-256 is stored; the token is shown once, when created."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to tell tokens apart")
+    key_sha256 = models.CharField(max_length=64, unique=True, editable=False)
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) of {self.user}"
+
+    @classmethod
+    def issue(cls, user, name: str) -> tuple["ApiToken", str]:
+        import hashlib
+        import secrets
+
+        key = "fxp_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, prefix=key[:12], key_sha256=hashlib.sha256(key.encode()).hexdigest())
+        return token, key

@@ -1,0 +1,367 @@
+"""The deployment settings of a pilot (Pilot.deployment): schema, defaults and a strict validator.
+
+Every value here ends up on a node's command line or in a file a remote shell reads, so each is
+checked against a narrow pattern before anything is sent; an error names the field that was wrong.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
+from runners.validators import validate_host, validate_nqn, validate_port
+
+ARMS = ("recompute", "local_nvme", "fx")
+# Default port offset of each arm from ports.base, so three servers of a run never collide.
+ARM_PORT_OFFSETS = {"recompute": 0, "local_nvme": 1, "fx": 2}
+
+_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+# Absolute or ~/-relative; letters, digits and . _ - + / only (no spaces, no shell metacharacters).
+_PATH = re.compile(r"^(/|~/)[A-Za-z0-9._+/-]*$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]{0,63}(=[A-Za-z0-9._:/,+@%-]{1,200})?$")
+_FLAG_VALUE = re.compile(r"^[A-Za-z0-9._:/,+@%][A-Za-z0-9._:/,+@%-]{0,199}$")
+# Flags the deploy step sets itself; letting the settings override them would break the arms.
+_RESERVED_FLAGS = {"--port", "--host", "--tensor-parallel-size", "--kv-transfer-config", "--model"}
+_FSTYPES = ("xfs", "ext4")
+
+
+class DeploymentSettingsError(ValueError):
+    """A deployment setting that cannot be used; `field` is its dotted path (e.g. fx_target.address)."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"deployment.{field_name}: {message}")
+
+
+@dataclass(frozen=True)
+class Ports:
+    base: int = 8000
+    arms: dict[str, int] = field(default_factory=dict)
+
+    def for_arm(self, arm: str) -> int:
+        """The port of an arm's server; 0 means a free port the node picks (simulated nodes share a loopback)."""
+        if arm in self.arms:
+            return self.arms[arm]
+        if self.base == 0:
+            return 0
+        return self.base + ARM_PORT_OFFSETS.get(arm, 0)
+
+
+@dataclass(frozen=True)
+class Paths:
+    fx_mount: str = "/mnt/fx"
+    local_nvme_path: str = "/mnt/nvme0/fxpilot"
+    shared_pool: str = "/mnt/fx/fxpilot-shared"
+    run_root: str = "~/fxpilot-runs"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    chunk_size: int = 256
+    max_local_cpu_size: float = 5.0
+    max_local_disk_size: float = 200.0
+
+
+@dataclass(frozen=True)
+class FxTarget:
+    address: str
+    nqn: str
+    transport: str = "rdma"
+    service_id: int = 4420
+    host_nqn: str | None = None
+    fstype: str = "xfs"
+
+
+@dataclass(frozen=True)
+class DeploymentSettings:
+    model: str
+    fx_target: FxTarget
+    tensor_parallel_size: int = 8
+    ports: Ports = field(default_factory=Ports)
+    paths: Paths = field(default_factory=Paths)
+    sizes: Sizes = field(default_factory=Sizes)
+    use_odirect: bool = True
+    drop_page_cache: bool = False
+    mkfs_if_empty: bool = False
+    roce_interface: str | None = None
+    extra_vllm_flags: tuple[str, ...] = ()
+    health_timeout_s: int = 1800
+
+    @property
+    def page_cache_method(self) -> str:
+        """How a disk hit is kept from being a DRAM hit, as the manifest states it."""
+        return "+".join(name for name, on in (("odirect", self.use_odirect), ("drop_caches", self.drop_page_cache)) if on)
+
+    def with_home(self, home: str) -> DeploymentSettings:
+        """These settings with every `~/` path made absolute under the SSH user's home on the node."""
+        if not home.startswith("/") or not _PATH.match(home):
+            raise DeploymentSettingsError("paths", _("the node reported an unusable home directory %(home)r") % {"home": home})
+
+        def expand(value: str) -> str:
+            return home.rstrip("/") + value[1:] if value.startswith("~/") else value
+
+        paths = Paths(**{name: expand(getattr(self.paths, name)) for name in ("fx_mount", "local_nvme_path", "shared_pool",
+                                                                                 "run_root")})
+        return replace(self, paths=paths, model=expand(self.model))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "ports": {"base": self.ports.base, "arms": dict(self.ports.arms)},
+            "paths": {"fx_mount": self.paths.fx_mount, "local_nvme_path": self.paths.local_nvme_path,
+                      "shared_pool": self.paths.shared_pool, "run_root": self.paths.run_root},
+            "sizes": {"chunk_size": self.sizes.chunk_size, "max_local_cpu_size": self.sizes.max_local_cpu_size,
+                      "max_local_disk_size": self.sizes.max_local_disk_size},
+            "use_odirect": self.use_odirect,
+            "drop_page_cache": self.drop_page_cache,
+            "fx_target": {"transport": self.fx_target.transport, "address": self.fx_target.address,
+                          "service_id": self.fx_target.service_id, "nqn": self.fx_target.nqn,
+                          "host_nqn": self.fx_target.host_nqn, "fstype": self.fx_target.fstype},
+            "mkfs_if_empty": self.mkfs_if_empty,
+            "roce_interface": self.roce_interface,
+            "extra_vllm_flags": list(self.extra_vllm_flags),
+            "health_timeout_s": self.health_timeout_s,
+        }
+
+
+# Settings for a simulated site: paths inside each node's sandbox, any free port (the nodes share a loopback).
+DEFAULT_SIMULATED: dict[str, Any] = {
+    "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",
+    "tensor_parallel_size": 8,
+    "ports": {"base": 0},
+    "paths": {"fx_mount": "~/mnt/fx", "local_nvme_path": "~/mnt/nvme0/fxpilot", "shared_pool": "~/mnt/fx/fxpilot-shared",
+              "run_root": "~/fxpilot-runs"},
+    "sizes": {"chunk_size": 256, "max_local_cpu_size": 5.0, "max_local_disk_size": 200.0},
+    "use_odirect": True,
+    "drop_page_cache": False,
+    "fx_target": {"transport": "rdma", "address": "192.168.100.10", "service_id": 4420,
+                  "nqn": "nqn.2026-01.com.fxstorage:fx100.pool0"},
+    "mkfs_if_empty": False,
+    "roce_interface": "ens1f0np0",
+    "extra_vllm_flags": [],
+    "health_timeout_s": 120,
+}
+
+_TOP_KEYS = {"model", "tensor_parallel_size", "ports", "paths", "sizes", "use_odirect", "drop_page_cache", "fx_target",
+             "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s"}
+
+
+def default_simulated() -> dict[str, Any]:
+    return copy.deepcopy(DEFAULT_SIMULATED)
+
+
+def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
+    """Check every value of a pilot's deployment settings; raise DeploymentSettingsError naming the first bad field."""
+    if not isinstance(data, dict) or not data:
+        raise DeploymentSettingsError("", _("the pilot has no deployment settings; fill them in before deploying"))
+    _no_unknown(data, _TOP_KEYS, "")
+    model = _model(_required(data, "model", ""))
+    tp = _int(data.get("tensor_parallel_size", 8), "tensor_parallel_size", 1, 64)
+    ports = _ports(_mapping(data.get("ports", {}), "ports"))
+    paths = _paths(_mapping(data.get("paths", {}), "paths"))
+    sizes = _sizes(_mapping(data.get("sizes", {}), "sizes"))
+    use_odirect = _bool(data.get("use_odirect", True), "use_odirect")
+    drop_page_cache = _bool(data.get("drop_page_cache", False), "drop_page_cache")
+    if not (use_odirect or drop_page_cache):
+        raise DeploymentSettingsError("use_odirect", _("turn on use_odirect or drop_page_cache, or a disk hit may be "
+                                                       "served from the page cache and measure DRAM instead of disk"))
+    fx_target = _fx_target(_mapping(_required(data, "fx_target", ""), "fx_target"))
+    roce = data.get("roce_interface")
+    if roce is not None and (not isinstance(roce, str) or not _IFNAME.match(roce)):
+        raise DeploymentSettingsError("roce_interface", _("%(value)r is not a network interface name") % {"value": roce})
+    return DeploymentSettings(
+        model=model, fx_target=fx_target, tensor_parallel_size=tp, ports=ports, paths=paths, sizes=sizes,
+        use_odirect=use_odirect, drop_page_cache=drop_page_cache,
+        mkfs_if_empty=_bool(data.get("mkfs_if_empty", False), "mkfs_if_empty"),
+        roce_interface=roce, extra_vllm_flags=_flags(data.get("extra_vllm_flags", [])),
+        health_timeout_s=_int(data.get("health_timeout_s", 1800), "health_timeout_s", 1, 24 * 3600),
+    )
+
+
+def _required(data: dict, key: str, prefix: str) -> Any:
+    if data.get(key) in (None, ""):
+        raise DeploymentSettingsError(prefix + key, _("is required"))
+    return data[key]
+
+
+def _mapping(value: Any, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise DeploymentSettingsError(name, _("must be a mapping of settings, not %(type)s") % {"type": type(value).__name__})
+    return value
+
+
+def _no_unknown(data: dict, known: set[str], prefix: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DeploymentSettingsError(prefix + unknown[0], _("is not a known setting (known: %(known)s)")
+                                      % {"known": ", ".join(sorted(known))})
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DeploymentSettingsError(name, _("%(value)r is not a whole number") % {"value": value})
+    if not low <= value <= high:
+        raise DeploymentSettingsError(name, _("%(value)s is outside %(low)s–%(high)s") % {"value": value, "low": low, "high": high})
+    return value
+
+
+def _number(value: Any, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise DeploymentSettingsError(name, _("%(value)r is not a number") % {"value": value})
+    if not low < value <= high:
+        raise DeploymentSettingsError(name, _("%(value)s is outside (%(low)s, %(high)s]") % {"value": value, "low": low, "high": high})
+    return float(value)
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise DeploymentSettingsError(name, _("%(value)r is not true or false") % {"value": value})
+    return value
+
+
+def _path(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not _PATH.match(value) or len(value) > 1024:
+        raise DeploymentSettingsError(name, _("%(value)r is not an absolute or ~/ path of letters, digits and . _ - + /")
+                                      % {"value": value})
+    if any(part == ".." for part in value.split("/")):
+        raise DeploymentSettingsError(name, _("%(value)r holds a .. component") % {"value": value})
+    if value in ("/", "~/"):
+        raise DeploymentSettingsError(name, _("%(value)r is a root directory, not a place for the pilot's files") % {"value": value})
+    return value.rstrip("/")
+
+
+def _model(value: Any) -> str:
+    if isinstance(value, str) and _HF_ID.match(value) and ".." not in value:
+        return value
+    if isinstance(value, str) and value.startswith(("/", "~/")):
+        return _path(value, "model")
+    raise DeploymentSettingsError("model", _("%(value)r is neither a Hugging Face id (org/name) nor an absolute or ~/ path")
+                                  % {"value": value})
+
+
+def _ports(data: dict) -> Ports:
+    _no_unknown(data, {"base", "arms"}, "ports.")
+    base = data.get("base", 8000)
+    if base != 0:
+        base = _port(base, "ports.base")
+        if base + max(ARM_PORT_OFFSETS.values()) > 65535:
+            raise DeploymentSettingsError("ports.base", _("%(value)s leaves no room for the three arms' ports") % {"value": base})
+    arms = _mapping(data.get("arms", {}), "ports.arms")
+    for arm, port in arms.items():
+        if arm not in ARMS:
+            raise DeploymentSettingsError(f"ports.arms.{arm}", _("is not an arm (arms: %(arms)s)") % {"arms": ", ".join(ARMS)})
+        _port(port, f"ports.arms.{arm}")
+    return Ports(base=base, arms=dict(arms))
+
+
+def _port(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DeploymentSettingsError(name, _("%(value)r is not a port number") % {"value": value})
+    try:
+        validate_port(value)
+    except ValidationError as exc:
+        raise DeploymentSettingsError(name, " ".join(exc.messages)) from None
+    if value < 1024:
+        raise DeploymentSettingsError(name, _("%(value)s is a privileged port; use 1024–65535") % {"value": value})
+    return value
+
+
+def _paths(data: dict) -> Paths:
+    _no_unknown(data, {"fx_mount", "local_nvme_path", "shared_pool", "run_root"}, "paths.")
+    defaults = Paths()
+    values = {name: _path(data.get(name, getattr(defaults, name)), f"paths.{name}")
+              for name in ("fx_mount", "local_nvme_path", "shared_pool", "run_root")}
+    if not values["shared_pool"].startswith(values["fx_mount"] + "/"):
+        raise DeploymentSettingsError("paths.shared_pool", _("%(pool)s is not on the FX mount %(mount)s; every instance must "
+                                                             "see the shared pool") % {"pool": values["shared_pool"],
+                                                                                       "mount": values["fx_mount"]})
+    if _under(values["local_nvme_path"], values["fx_mount"]) or _under(values["fx_mount"], values["local_nvme_path"]):
+        raise DeploymentSettingsError("paths.local_nvme_path", _("%(local)s and the FX mount %(mount)s overlap; the two cache "
+                                                                 "arms must differ in where the files live")
+                                      % {"local": values["local_nvme_path"], "mount": values["fx_mount"]})
+    return Paths(**values)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def _sizes(data: dict) -> Sizes:
+    _no_unknown(data, {"chunk_size", "max_local_cpu_size", "max_local_disk_size"}, "sizes.")
+    chunk = _int(data.get("chunk_size", 256), "sizes.chunk_size", 16, 8192)
+    cpu = _number(data.get("max_local_cpu_size", 5.0), "sizes.max_local_cpu_size", 0.0, 4096.0)
+    disk = _number(data.get("max_local_disk_size", 200.0), "sizes.max_local_disk_size", 0.0, 1_000_000.0)
+    if cpu >= disk:
+        raise DeploymentSettingsError("sizes.max_local_cpu_size", _("%(cpu)s GB is not smaller than the disk tier (%(disk)s GB): "
+                                                                    "recovery would be served from DRAM and never read the disk")
+                                      % {"cpu": cpu, "disk": disk})
+    return Sizes(chunk_size=chunk, max_local_cpu_size=cpu, max_local_disk_size=disk)
+
+
+def _fx_target(data: dict) -> FxTarget:
+    _no_unknown(data, {"transport", "address", "service_id", "nqn", "host_nqn", "fstype"}, "fx_target.")
+    transport = data.get("transport", "rdma")
+    if transport != "rdma":
+        raise DeploymentSettingsError("fx_target.transport", _("%(value)r is not supported; the FX array is attached over "
+                                                               "NVMe-oF RDMA (RoCEv2)") % {"value": transport})
+    address = _required(data, "address", "fx_target.")
+    try:
+        address = validate_host(address if isinstance(address, str) else "")
+    except ValidationError as exc:
+        raise DeploymentSettingsError("fx_target.address", " ".join(exc.messages)) from None
+    service_id = data.get("service_id", 4420)
+    if isinstance(service_id, bool) or not isinstance(service_id, int):
+        raise DeploymentSettingsError("fx_target.service_id", _("%(value)r is not a port number") % {"value": service_id})
+    try:
+        validate_port(service_id)
+    except ValidationError as exc:
+        raise DeploymentSettingsError("fx_target.service_id", " ".join(exc.messages)) from None
+    nqn = _nqn(_required(data, "nqn", "fx_target."), "fx_target.nqn")
+    host_nqn = data.get("host_nqn")
+    if host_nqn is not None:
+        host_nqn = _nqn(host_nqn, "fx_target.host_nqn")
+    fstype = data.get("fstype", "xfs")
+    if fstype not in _FSTYPES:
+        raise DeploymentSettingsError("fx_target.fstype", _("%(value)r is not one of %(known)s") % {"value": fstype,
+                                                                                                  "known": ", ".join(_FSTYPES)})
+    return FxTarget(address=address, nqn=nqn, service_id=service_id, host_nqn=host_nqn, fstype=fstype)
+
+
+def _nqn(value: Any, name: str) -> str:
+    # The NQN grammar allows any printable character after the colon; the shell-safe subset is all a target needs.
+    if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9.:_-]+$", value):
+        raise DeploymentSettingsError(name, _("%(value)r is not an NVMe qualified name of letters, digits and . : _ -")
+                                      % {"value": value})
+    try:
+        return validate_nqn(value)
+    except ValidationError as exc:
+        raise DeploymentSettingsError(name, " ".join(exc.messages)) from None
+
+
+def _flags(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise DeploymentSettingsError("extra_vllm_flags", _("must be a list of strings"))
+    previous_was_flag = False
+    for index, item in enumerate(value):
+        name = f"extra_vllm_flags[{index}]"
+        if not isinstance(item, str):
+            raise DeploymentSettingsError(name, _("%(value)r is not a string") % {"value": item})
+        if item.startswith("--"):
+            if not _FLAG.match(item):
+                raise DeploymentSettingsError(name, _("%(value)r is not an allowed flag (--name or --name=value of letters, "
+                                                      "digits and . _ : / , + @ %% -)") % {"value": item})
+            if item.split("=", 1)[0] in _RESERVED_FLAGS:
+                raise DeploymentSettingsError(name, _("%(value)s is set by the deploy step itself") % {"value": item})
+            previous_was_flag = "=" not in item
+        elif previous_was_flag and _FLAG_VALUE.match(item):
+            previous_was_flag = False
+        else:
+            raise DeploymentSettingsError(name, _("%(value)r is neither a --flag nor a plain value following one")
+                                          % {"value": item})
+    return tuple(value)

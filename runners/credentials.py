@@ -1,0 +1,90 @@
+"""Credentials: an uploaded SSH private key, checked, fingerprinted and stored encrypted.
+
+The key is never logged, printed or returned to a browser; only the SSH layer decrypts it, in memory.
+"""
+from __future__ import annotations
+
+import io
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext_lazy as _
+
+from runners.crypto import decrypt_field, encrypt_field
+from runners.models import Credential, Site
+
+PRIVATE_KEY_FIELD = "runners.Credential.private_key"
+PASSPHRASE_FIELD = "runners.Credential.passphrase"
+MAX_KEY_BYTES = 64 * 1024
+
+
+def _load(data: bytes, passphrase: str | None):
+    password = passphrase.encode() if passphrase else None
+    try:
+        return serialization.load_ssh_private_key(data, password=password)
+    except ValueError as exc:
+        if b"OPENSSH PRIVATE KEY" in data:
+            raise _bad_passphrase_or_corrupt(exc, passphrase) from None
+    try:
+        return serialization.load_pem_private_key(data, password=password)
+    except ValueError as exc:
+        raise _bad_passphrase_or_corrupt(exc, passphrase) from None
+
+
+def _bad_passphrase_or_corrupt(exc: Exception, passphrase: str | None) -> ValidationError:
+    text = str(exc).lower()
+    if passphrase and ("decrypt" in text or "password" in text or "checksum" in text):
+        return ValidationError(_("The passphrase does not open this private key."), code="passphrase")
+    return ValidationError(_("This file is not a private key in OpenSSH or PEM format."), code="not_a_key")
+
+
+def load_private_key(text: str | bytes, passphrase: str = "") -> paramiko.PKey:
+    """Parse an RSA, ECDSA or Ed25519 private key (OpenSSH or PEM) into a paramiko key, or explain why not."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    if len(data) > MAX_KEY_BYTES:
+        raise ValidationError(_("This file is too large to be an SSH private key."), code="too_large")
+    if b"PRIVATE KEY" not in data:
+        hint = _(" It looks like a public key; upload the private half.") if data.lstrip().startswith((b"ssh-", b"ecdsa-")) else ""
+        raise ValidationError(_("This file is not a private key in OpenSSH or PEM format.") + hint, code="not_a_key")
+    if b"BEGIN DSA PRIVATE KEY" in data:
+        raise ValidationError(_("DSA keys are not supported; use Ed25519, ECDSA or RSA."), code="key_type")
+    try:
+        loaded = _load(data, passphrase or None)
+    except TypeError:
+        # cryptography's signal that the key is encrypted and no passphrase was given
+        raise ValidationError(_("This private key is encrypted; enter its passphrase."), code="passphrase_required") from None
+    if isinstance(loaded, rsa.RSAPrivateKey):
+        key_class = paramiko.RSAKey
+    elif isinstance(loaded, ed25519.Ed25519PrivateKey):
+        key_class = paramiko.Ed25519Key
+    elif isinstance(loaded, ec.EllipticCurvePrivateKey):
+        key_class = paramiko.ECDSAKey
+    else:
+        raise ValidationError(_("Unsupported key type %(type)s; use Ed25519, ECDSA or RSA."), code="key_type",
+                              params={"type": type(loaded).__name__})
+    try:
+        return key_class.from_private_key(io.StringIO(data.decode()), password=passphrase or None)
+    except (paramiko.SSHException, ValueError, UnicodeDecodeError):
+        raise ValidationError(_("This file is not a private key in OpenSSH or PEM format."), code="not_a_key") from None
+
+
+def create_credential(site: Site, name: str, private_key: str | bytes, passphrase: str = "", *, created_by=None) -> Credential:
+    """Validate the key, then store it encrypted; nothing is saved if the key is refused."""
+    pkey = load_private_key(private_key, passphrase)
+    text = private_key.decode() if isinstance(private_key, bytes) else private_key
+    with transaction.atomic():
+        return Credential.objects.create(
+            site=site, name=name, created_by=created_by,
+            private_key_encrypted=encrypt_field(text, PRIVATE_KEY_FIELD),
+            passphrase_encrypted=encrypt_field(passphrase or "", PASSPHRASE_FIELD),
+            public_fingerprint=pkey.fingerprint, key_type=pkey.get_name(),
+        )
+
+
+def credential_pkey(credential: Credential) -> paramiko.PKey:
+    """The decrypted key, in memory only, for the SSH layer."""
+    return load_private_key(decrypt_field(credential.private_key_encrypted, PRIVATE_KEY_FIELD),
+                            decrypt_field(credential.passphrase_encrypted, PASSPHRASE_FIELD))

@@ -8,3 +8,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
 app = Celery("fxpilot")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect
+def schedule_reconcile(sender: Celery, **kwargs) -> None:
+    """Beat sends the reconcile sweep to the control queue: it resumes steps whose worker died."""
+    from django.conf import settings
+
+    sender.add_periodic_task(settings.FXPILOT_RECONCILE_SECONDS,
+                             sender.signature("runners.tasks.reconcile", queue=settings.CELERY_TASK_DEFAULT_QUEUE),
+                             name="reconcile stale steps")

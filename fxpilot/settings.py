@@ -68,12 +68,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "fxpilot.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "fxpilot.middleware.PersonLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -176,6 +178,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 FXPILOT_RECONCILE_SECONDS = envfloat("FXPILOT_RECONCILE_SECONDS", 15.0, minimum=1.0)
+# Gate runs (runners.orchestration): how often a detached step is polled, when a step's heartbeat
+# is stale (its worker died), and how often a step may be claimed before it errors.
+FXPILOT_POLL_SECONDS = envfloat("FXPILOT_POLL_SECONDS", 5.0, minimum=0.05)
+FXPILOT_STALE_SECONDS = envfloat("FXPILOT_STALE_SECONDS", 90.0, minimum=1.0)
+FXPILOT_STEP_MAX_ATTEMPTS = envint("FXPILOT_STEP_MAX_ATTEMPTS", 4, minimum=1)
 
 # Evidence signing (see docs/reports.md); the embedded default uses `manage.py signing_setup`.
 FXPILOT_SIGNING_KEY = envstr("FXPILOT_SIGNING_KEY", str(DATA_DIR / "signing" / "signer-key.pem"))

@@ -1,0 +1,39 @@
+"""`python manage.py worker`: one Celery worker on the control queue and every site's queue (embedded default)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from runners.queues import CONTROL_QUEUE, all_queues
+
+
+class Command(BaseCommand):
+    help = ("Start a Celery worker. By default it serves the control queue and the queue of every site known now "
+            "(restart it after adding a site); --queues names them instead (a jump-host worker: --queues SITE). "
+            "--beat also runs the reconcile schedule in the same process.")
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--queues", help=f"comma-separated queues (default: {CONTROL_QUEUE} and every site's)")
+        parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
+        parser.add_argument("--beat", action="store_true", help="embed the beat scheduler (one per installation)")
+        parser.add_argument("--hostname", help="worker node name (default fxpilot@<host>)")
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args, queues: str | None, concurrency: int, beat: bool, hostname: str | None, loglevel: str,
+               **options) -> None:
+        names = [q.strip() for q in queues.split(",") if q.strip()] if queues else all_queues()
+        if not names:
+            raise CommandError("no queue to serve")
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        argv = [sys.executable, "-m", "celery", "-A", "fxpilot", "worker", "-Q", ",".join(names),
+                "-c", str(concurrency), "-l", loglevel, "--without-gossip", "--without-mingle",
+                "-n", hostname or "fxpilot@%h"]
+        if beat:
+            argv += ["-B", "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME]
+        self.stdout.write(f"worker on {', '.join(names)}{' with beat' if beat else ''}")
+        self.stdout.flush()
+        os.execv(sys.executable, argv)

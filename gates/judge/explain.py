@@ -1,0 +1,150 @@
+"""Words for verdicts, in English and Simplified Chinese: every verdict says its value, bar, interval,
+n, what was compared and the rule that decided."""
+from __future__ import annotations
+
+from gates.plan import INVENTORY_METRICS
+
+OPS_ZH = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
+OPS_EN = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
+VERDICT_ZH = {"pass": "通过", "marginal": "临界", "fail": "未通过", "invalid": "无效"}
+METRIC_EN = {"ttft": "TTFT", "throughput": "throughput", "error_rate": "failed-request rate", "hit_ratio": "hit ratio",
+             "read_bw": "cold-read bandwidth per GPU", "output_match": "share of sessions with identical outputs",
+             "gpu_count": "GPU count", "gpu_model_match": "GPU model match", "rocm_version": "ROCm version",
+             "versions_recorded": "versions recorded", "link_speed_gbps": "slowest RDMA link speed",
+             "fx_mounted_writable": "FX mounted writable", "fio_read_gbps": "fio sequential read"}
+METRIC_ZH = {"ttft": "TTFT", "throughput": "吞吐量", "error_rate": "失败请求率", "hit_ratio": "命中率",
+             "read_bw": "每 GPU 冷读带宽", "output_match": "输出一致的会话比例", "gpu_count": "GPU 数量",
+             "gpu_model_match": "GPU 型号匹配", "rocm_version": "ROCm 版本", "versions_recorded": "版本已记录",
+             "link_speed_gbps": "最慢 RDMA 链路速率", "fx_mounted_writable": "FX 已可写挂载",
+             "fio_read_gbps": "fio 顺序读"}
+STAT_EN = {"p50": "p50", "p90": "p90", "p99": "p99", "mean": "mean", "value": "", "min": "minimum", "max": "maximum",
+           "cv": "coefficient of variation across repetitions"}
+STAT_ZH = {"p50": "p50", "p90": "p90", "p99": "p99", "mean": "均值", "value": "", "min": "最小值", "max": "最大值",
+           "cv": "各次重复间的变异系数"}
+COMPARISON_EN = {"speedup": "speed-up", "reduction": "reduction", "gain": "gain", "drift": "drift", "absolute": ""}
+COMPARISON_ZH = {"speedup": "加速比", "reduction": "降低", "gain": "提升", "drift": "漂移", "absolute": ""}
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "fraction":
+        percent = value * 100
+        return f"{percent:.1f} %" if percent == 0 or abs(percent) >= 1 else f"{percent:.2g} %"
+    if unit == "×":
+        return f"{value:.2f}×"
+    if unit == "version":
+        return f"{value:g}"
+    return f"{value:.4g} {unit}".strip()
+
+
+def number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def rule(verdict: str, op: str, threshold: float, ci: list | None, confidence: float) -> tuple[str, str]:
+    """The sentence of the rule that decided, (English, Chinese)."""
+    level = f"{confidence * 100:g} %"
+    bar = f"{OPS_EN[op]} {number(threshold)}"
+    span = f"[{number(ci[0])}, {number(ci[1])}]" if ci and None not in ci else "[n/a]"
+    if verdict == "pass":
+        return (f"pass: the whole {level} interval {span} clears {bar}",
+                f"通过：{level} 置信区间 {span} 整体满足 {bar}")
+    if verdict == "fail":
+        return (f"fail: no part of the {level} interval {span} clears {bar}",
+                f"未通过：{level} 置信区间 {span} 没有任何部分满足 {bar}")
+    if verdict == "marginal":
+        return (f"marginal: the {level} interval {span} straddles {bar}; more repetitions or a joint review decide",
+                f"临界：{level} 置信区间 {span} 跨越门槛 {bar}；需增加重复次数或由双方联合评审决定")
+    return ("invalid: the run did not pass its validity checks, so no bar is judged",
+            "无效：本次运行未通过有效性检查，不判定任何门槛")
+
+
+def subject(spec, language: str) -> str:
+    metric = (METRIC_EN if language == "en" else METRIC_ZH)[spec.metric]
+    stat = (STAT_EN if language == "en" else STAT_ZH)[spec.statistic]
+    return f"{metric} {stat}".strip()
+
+
+def where(cell: dict, spec, language: str) -> str:
+    level = cell.get("concurrency")
+    if language == "en":
+        phase = "all phases" if spec.phase == "any" else f"phase {spec.phase}"
+        return f"At concurrency {level}, {phase}" if level is not None else f"In {phase}"
+    phase = "所有阶段" if spec.phase == "any" else f"{spec.phase} 阶段"
+    return f"在并发 {level}、{phase}" if level is not None else f"在{phase}"
+
+
+def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float, metric_unit: str,
+            invalid_reasons: list[str]) -> tuple[str, str]:
+    """The criterion's explanation (English, Chinese), built around its worst cell."""
+    unit = spec.unit or metric_unit
+    level = f"{confidence * 100:g} %"
+    ci = cell.get("ci") or [None, None]
+    span_en = f"{level} interval {fmt(ci[0], unit)} – {fmt(ci[1], unit)}"
+    span_zh = f"{level} 置信区间 {fmt(ci[0], unit)} – {fmt(ci[1], unit)}"
+    bar_en = f"bar {OPS_EN[spec.op]} {fmt(spec.threshold, unit)}"
+    bar_zh = f"门槛 {OPS_ZH[spec.op]} {fmt(spec.threshold, unit)}"
+    value = fmt(cell.get("value"), unit)
+    if spec.metric in INVENTORY_METRICS:
+        nodes = ", ".join(f"{c['node']} {fmt(c['value'], unit)}" for c in cells)
+        en = (f"Across {len(cells)} node(s) ({nodes}): {subject(spec, 'en')} = {value}; {bar_en}.")
+        zh = (f"共 {len(cells)} 个节点（{nodes}）：{subject(spec, 'zh')} = {value}；{bar_zh}。")
+    elif spec.comparison == "drift":
+        en = (f"{where(cell, spec, 'en')}: {spec.candidate} {subject(spec, 'en')} went from "
+              f"{fmt(cell.get('first_value'), metric_unit)} in the first window to {fmt(cell.get('last_value'), metric_unit)} "
+              f"in window {cell.get('windows')}: drift {value} ({span_en}; n = {cell.get('n_first')} + {cell.get('n_last')} "
+              f"requests); {bar_en}.")
+        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 的 {subject(spec, 'zh')} 从首个窗口的 "
+              f"{fmt(cell.get('first_value'), metric_unit)} 变为第 {cell.get('windows')} 个窗口的 "
+              f"{fmt(cell.get('last_value'), metric_unit)}：漂移 {value}（{span_zh}；n = {cell.get('n_first')} + "
+              f"{cell.get('n_last')} 个请求）；{bar_zh}。")
+    elif spec.baseline and spec.comparison != "absolute":
+        what_en, what_zh = COMPARISON_EN[spec.comparison], COMPARISON_ZH[spec.comparison]
+        count = "repetitions" if spec.metric == "throughput" else "requests"
+        en = (f"{where(cell, spec, 'en')}: {spec.candidate} {subject(spec, 'en')} "
+              f"{fmt(cell.get('candidate_value'), metric_unit)} vs {spec.baseline} {fmt(cell.get('baseline_value'), metric_unit)}"
+              f": {what_en} {value} ({span_en}; n = {cell.get('n_candidate')} + {cell.get('n_baseline')} {count}); {bar_en}.")
+        count_zh = "次重复" if spec.metric == "throughput" else "个请求"
+        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 的 {subject(spec, 'zh')} 为 "
+              f"{fmt(cell.get('candidate_value'), metric_unit)}，{spec.baseline} 为 {fmt(cell.get('baseline_value'), metric_unit)}"
+              f"：{what_zh} {value}（{span_zh}；n = {cell.get('n_candidate')} + {cell.get('n_baseline')} {count_zh}）；{bar_zh}。")
+    else:
+        against_en = f" (sessions compared with {spec.baseline})" if spec.baseline else ""
+        against_zh = f"（与 {spec.baseline} 逐会话比较）" if spec.baseline else ""
+        arm = spec.candidate or "all arms"
+        count = {"output_match": "sessions", "read_bw": "retrievals", "throughput": "repetitions"}.get(spec.metric, "requests")
+        count_zh = {"output_match": "个会话", "read_bw": "次读取", "throughput": "次重复"}.get(spec.metric, "个请求")
+        en = (f"{where(cell, spec, 'en')}: {arm} {subject(spec, 'en')}{against_en} = {value} ({span_en}; "
+              f"n = {cell.get('n_candidate')} {count}); {bar_en}.")
+        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate or '所有配置'} 的 {subject(spec, 'zh')}{against_zh} = {value}"
+              f"（{span_zh}；n = {cell.get('n_candidate')} {count_zh}）；{bar_zh}。")
+    rule_en, rule_zh = rule(verdict, spec.op, spec.threshold, cell.get("ci"), confidence)
+    en, zh = f"{en} {rule_en[0].upper()}{rule_en[1:]}.", f"{zh}{rule_zh}。"
+    levels = [c.get("concurrency") for c in cells if c.get("concurrency") is not None]
+    if len(levels) > 1:
+        tally = ", ".join(f"{c['concurrency']}: {c['verdict']}" for c in cells)
+        tally_zh = "，".join(f"{c['concurrency']}：{VERDICT_ZH.get(c['verdict'], c['verdict'])}" for c in cells)
+        en += f" Each of {len(levels)} concurrency levels must pass ({tally}); the worst is shown."
+        zh += f"{len(levels)} 个并发级别均须通过（{tally_zh}）；此处显示最差者。"
+    if verdict == "invalid" and invalid_reasons:
+        en += " Not judged because the run is invalid: " + "; ".join(invalid_reasons) + "."
+        zh += " 因运行无效而未判定：" + "；".join(invalid_reasons) + "。"
+    return en, zh
+
+
+def gate_explanation(label: str, verdict: str, criteria: list[dict], failed_checks: list[dict]) -> tuple[str, str]:
+    if verdict == "invalid":
+        reasons = "; ".join(f"{c['name']}: {c['detail']}" for c in failed_checks)
+        return (f"{label} invalid — the run cannot be judged until it is valid: {reasons}.",
+                f"{label} 无效 — 运行有效之前无法判定：{reasons}。")
+    counts = {v: [c["key"] for c in criteria if c["verdict"] == v] for v in ("pass", "marginal", "fail")}
+    en = f"{label} {verdict}: {len(counts['pass'])} of {len(criteria)} criteria pass"
+    zh = f"{label} {VERDICT_ZH[verdict]}：{len(criteria)} 项标准中 {len(counts['pass'])} 项通过"
+    if counts["fail"]:
+        en += f"; failed: {', '.join(counts['fail'])}"
+        zh += f"；未通过：{', '.join(counts['fail'])}"
+    if counts["marginal"]:
+        en += f"; marginal: {', '.join(counts['marginal'])}"
+        zh += f"；临界：{', '.join(counts['marginal'])}"
+    return en + ".", zh + "。"

@@ -1,0 +1,114 @@
+"""Metrics: per request, per cell (arm × phase × concurrency × repetition), per node (inventory)."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from gates.plan import INVENTORY_METRICS
+
+CELL = ["arm", "phase", "concurrency", "repetition"]
+# metrics measured per request (a cell's statistic is taken over its requests) or per repetition
+REQUEST_METRICS = {"ttft", "hit_ratio", "error_rate"}
+REPETITION_METRICS = {"throughput"}
+INVENTORY_ONLY = INVENTORY_METRICS
+METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction",
+                "read_bw": "GB/s", "output_match": "fraction", "gpu_count": "GPUs", "gpu_model_match": "fraction",
+                "rocm_version": "version", "versions_recorded": "fraction", "link_speed_gbps": "Gb/s",
+                "fx_mounted_writable": "fraction", "fio_read_gbps": "GB/s"}
+
+
+def derive(requests: pd.DataFrame) -> pd.DataFrame:
+    """Add per-request columns: ok, ttft (ok requests with a first token), hit (cached ÷ prompt), failed."""
+    frame = requests
+    ok = (frame["status"] == "ok").to_numpy()
+    ttft = (frame["t_first_token"] - frame["t_send"]).to_numpy()
+    frame = frame.assign(
+        ok=ok,
+        failed=(~ok).astype(np.float64),
+        ttft=np.where(ok, ttft, np.nan),
+    )
+    prompt = frame["prompt_tokens"].to_numpy(dtype=np.float64)
+    cached = frame["cached_tokens"].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hit = np.where(ok & (prompt > 0), cached / prompt, np.nan)
+    return frame.assign(hit=hit)
+
+
+def request_values(frame: pd.DataFrame, metric: str) -> np.ndarray:
+    """The per-request values of a metric, sorted ascending (missing values left out)."""
+    column = {"ttft": "ttft", "hit_ratio": "hit", "error_rate": "failed"}[metric]
+    values = frame[column].to_numpy(dtype=np.float64)
+    return np.sort(values[~np.isnan(values)], kind="stable")
+
+
+def throughput(frame: pd.DataFrame) -> float:
+    """Output tokens ÷ (last t_end − first t_send) of one cell's requests (design §5a)."""
+    if len(frame) == 0:
+        return math.nan
+    span = float(frame["t_end"].max() - frame["t_send"].min())
+    return float(frame["output_tokens"].sum()) / span if span > 0 else math.nan
+
+
+def cell_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm × phase × concurrency × repetition, sorted."""
+    if len(frame) == 0:
+        return pd.DataFrame(columns=CELL + ["n", "n_ok", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_mean",
+                                            "throughput", "error_rate", "hit_ratio", "duration_s"])
+    groups = frame.groupby(CELL, sort=True, observed=True)
+    table = groups.agg(n=("ok", "size"), n_ok=("ok", "sum"), ttft_mean=("ttft", "mean"), error_rate=("failed", "mean"),
+                       hit_ratio=("hit", "mean"), tokens=("output_tokens", "sum"), first=("t_send", "min"),
+                       last=("t_end", "max"))
+    quantiles = groups["ttft"].quantile([0.5, 0.9, 0.99]).unstack()
+    table["ttft_p50"], table["ttft_p90"], table["ttft_p99"] = quantiles[0.5], quantiles[0.9], quantiles[0.99]
+    table["duration_s"] = table["last"] - table["first"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["throughput"] = np.where(table["duration_s"] > 0, table["tokens"] / table["duration_s"], np.nan)
+    return table.drop(columns=["tokens", "first", "last"]).reset_index()
+
+
+def ttft_distribution(values: np.ndarray) -> list[float]:
+    """21 quantiles q0, q5, …, q100 of a TTFT sample (the report's distribution chart)."""
+    return [float(v) for v in np.quantile(values, np.linspace(0, 1, 21))] if len(values) else []
+
+
+# ---- inventories (G1), docs/contracts.md §3 ----
+
+def _version_number(text: str | None) -> float:
+    """'7.2.1' → 7.2 (major.minor as a number; minors above 9 are not expected in ROCm's numbering)."""
+    match = re.match(r"\s*(\d+)(?:\.(\d+))?", str(text or ""))
+    if not match:
+        return math.nan
+    return float(f"{match[1]}.{match[2] or 0}")
+
+
+def inventory_metric(inventory: dict, metric: str, *, candidate: str = "", expect: dict | None = None) -> float:
+    """One node's value of a G1 metric; what was not recorded counts as 0 (it cannot pass a '> 0' bar)."""
+    expect = expect or {}
+    gpus = inventory.get("gpus") or {}
+    if metric == "gpu_count":
+        return float(gpus.get("count") or 0)
+    if metric == "gpu_model_match":
+        wanted = str(expect.get("gpu_model", "")).lower()
+        return 1.0 if wanted and wanted in str(gpus.get("model", "")).lower() else 0.0
+    if metric == "rocm_version":
+        value = _version_number(inventory.get("rocm"))
+        return 0.0 if math.isnan(value) else value
+    if metric == "versions_recorded":
+        lmcache = inventory.get("lmcache") or {}
+        lmcache_version = lmcache.get("version") or lmcache.get("commit") if isinstance(lmcache, dict) else lmcache
+        return 1.0 if inventory.get("vllm") and lmcache_version and inventory.get("rocm") else 0.0
+    if metric == "link_speed_gbps":
+        speeds = [float(nic.get("speed_gbps") or 0) for nic in inventory.get("nics") or []
+                  if nic.get("rdma_device") and nic.get("state") == "up"]
+        return min(speeds) if speeds else 0.0
+    if metric == "fx_mounted_writable":
+        fx = inventory.get("fx") or {}
+        return 1.0 if fx.get("transport") == "rdma" and fx.get("mounted") and fx.get("writable") else 0.0
+    if metric == "fio_read_gbps":
+        fio = (inventory.get("fio") or {}).get(candidate or "fx") or {}
+        value = fio.get("read_gbps")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    raise ValueError(f"{metric!r} is not an inventory metric")

@@ -1,0 +1,238 @@
+"""Validity before performance (the MLPerf rule): a run that is not valid cannot pass.
+
+Each check returns {"name", "ok", "detail"}; `detail` says what was seen, in English, so a person can
+fix the run. Missing kinds of input altogether (an arm with no records, no inventory for G1) are not
+checks but RecordErrors: there is nothing to judge.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from gates.judge.metrics import INVENTORY_ONLY, REPETITION_METRICS, REQUEST_METRICS
+from gates.judge.records import Inputs, RecordError
+from gates.plan import CriterionSpec, GatePlan
+
+RECOMPUTE_ARM = "recompute"
+RECOMPUTE_MAX_HIT = 0.05      # a recompute arm that serves more than 5 % of its prompt from cache is not recompute
+CACHE_MIN_HIT = 0.5           # a cache arm that recovers less than half its prompt did not exercise the tier
+GPU_COLD_MAX_HIT = 0.05       # after eviction the GPU prefix cache must be cold, or HBM was measured, not the tier
+HIT_PHASES = ("measure",)     # phases that come right after an eviction
+
+
+def select(frame: pd.DataFrame, arm: str, phase: str) -> pd.DataFrame:
+    rows = frame["arm"] == arm
+    if phase != "any":
+        rows &= frame["phase"] == phase
+    return frame[rows]
+
+
+def levels(spec: CriterionSpec, frame: pd.DataFrame) -> list[int]:
+    """The concurrency levels a criterion judges: its own list, or every level its candidate ran at."""
+    if spec.concurrency:
+        return sorted(spec.concurrency)
+    return sorted(int(c) for c in select(frame, spec.candidate, spec.phase)["concurrency"].unique())
+
+
+def uses_requests(spec: CriterionSpec) -> bool:
+    return spec.metric in REQUEST_METRICS | REPETITION_METRICS | {"output_match"}
+
+
+def require_inputs(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> None:
+    """Raise RecordError when a kind of input the gate needs is missing altogether."""
+    request_files = ", ".join(inputs.sources("requests")) or "the files given"
+    arms: list[str] = []
+    for spec in gate.criteria:
+        if uses_requests(spec):
+            arms += [a for a in (spec.candidate, spec.baseline) if a and a not in arms]
+    if arms:
+        if len(frame) == 0:
+            raise RecordError(request_files, f"{gate.label} needs request records (fxpilot.request/1) and none were given")
+        if not frame["ok"].any():
+            raise RecordError(request_files, "zero successful requests (every record has status 'error')", field="status")
+        present = set(frame["arm"].unique())
+        for arm in arms:
+            if arm not in present:
+                raise RecordError(request_files, f"{gate.label} needs arm {arm!r} but no record has it "
+                                  f"(arms present: {', '.join(sorted(present))})", field="arm")
+            if not frame.loc[frame["arm"] == arm, "ok"].any():
+                raise RecordError(request_files, f"arm {arm!r}: zero successful requests", field="status")
+    for spec in gate.criteria:
+        if spec.metric == "read_bw":
+            retrieves = inputs.retrieves
+            if spec.candidate:
+                retrieves = retrieves[retrieves["arm"] == spec.candidate]
+            if len(retrieves) == 0:
+                what = f" for arm {spec.candidate!r}" if spec.candidate else ""
+                raise RecordError(", ".join(inputs.sources("retrieve")) or "the files given",
+                                  f"{spec.key} needs LMCache retrieval records (fxpilot.retrieve/1){what}; none were given",
+                                  field="arm" if spec.candidate else None)
+        if spec.metric in INVENTORY_ONLY and not inputs.inventories:
+            raise RecordError("the files given", f"{spec.key} needs node inventories (fxpilot.inventory/1); none were given")
+
+
+def _check(name: str, problems: list[str], ok_detail: str) -> dict:
+    return {"name": name, "ok": not problems, "detail": "; ".join(problems) if problems else ok_detail}
+
+
+def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict) -> list[dict]:
+    checks = [_simulated(inputs), _versions(inputs)]
+    checks += _coverage(gate, frame, judging)
+    checks.append(_hit_behaviour(gate, inputs, frame))
+    checks.append(_client(inputs))
+    if any(spec.metric == "output_match" for spec in gate.criteria):
+        checks.append(_hashes(gate, frame))
+    return checks
+
+
+def _simulated(inputs: Inputs) -> dict:
+    flags = set(inputs.requests["simulated"].unique().tolist()) if len(inputs.requests) else set()
+    if len(inputs.retrieves):
+        flags |= set(inputs.retrieves["simulated"].astype(bool).unique().tolist())
+    flags |= {bool(s["simulated"]) for s in inputs.summaries} | {bool(i["simulated"]) for i in inputs.inventories}
+    problems = ["simulated and real inputs are mixed: a verdict rests on one or the other"] if len(flags) > 1 else []
+    kind = "simulated" if flags == {True} else "real"
+    return _check("no-simulated-mixed-with-real", problems, f"all inputs are {kind}")
+
+
+def _versions(inputs: Inputs) -> dict:
+    for inventory in inputs.inventories:
+        lmcache = inventory.get("lmcache") or {}
+        if inventory.get("vllm") and (lmcache.get("version") or lmcache.get("commit")):
+            return _check("versions-recorded", [], f"vLLM {inventory['vllm']}, LMCache "
+                          f"{lmcache.get('version') or ''} {lmcache.get('commit') or ''}".strip() + f" (node {inventory['node']})")
+    for summary in inputs.summaries:
+        versions = summary.get("versions") or {}
+        if versions.get("vllm") and versions.get("lmcache"):
+            return _check("versions-recorded", [], f"vLLM {versions['vllm']}, LMCache {versions['lmcache']} (phase summary)")
+    return _check("versions-recorded", ["no inventory or phase summary records the vLLM and LMCache versions"], "")
+
+
+def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
+    missing, thin, short, few_reps = [], [], [], []
+    min_requests = int(judging["min_requests_per_cell"])
+    min_seconds = float(judging["min_cell_seconds"])
+    seen: set[tuple] = set()
+    for spec in gate.criteria:
+        if not uses_requests(spec):
+            continue
+        arms = [a for a in (spec.candidate, spec.baseline) if a]
+        concurrency = levels(spec, frame)
+        if not concurrency:
+            missing.append(f"{spec.key}: arm {spec.candidate!r} has no records in phase {spec.phase!r}")
+        for arm in arms:
+            rows = select(frame, arm, spec.phase)
+            for level in concurrency if spec.metric != "output_match" else [None]:
+                cell = rows if level is None else rows[rows["concurrency"] == level]
+                at = f" at concurrency {level}" if level is not None else ""
+                if not cell["ok"].any():
+                    missing.append(f"{spec.key}: arm {arm!r} has no successful request in phase {spec.phase!r}{at}")
+                    continue
+                reps = sorted(cell["repetition"].unique())
+                if spec.statistic == "cv" or spec.comparison == "drift":
+                    if arm == spec.candidate and len(reps) < 2:
+                        few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} repetition; {spec.statistic if spec.statistic == 'cv' else 'drift'} needs at least 2")
+                if spec.phase == "any" or spec.metric == "output_match":
+                    continue
+                for (phase, conc, rep), sub in cell.groupby(["phase", "concurrency", "repetition"], sort=True):
+                    key = (arm, phase, conc, rep)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    n_ok = int(sub["ok"].sum())
+                    if n_ok < min_requests:
+                        thin.append(f"{arm}/{phase}@{conc} rep {rep}: {n_ok} successful requests < {min_requests}")
+                    span = float(sub["t_end"].max() - sub["t_send"].min())
+                    if span < min_seconds:
+                        short.append(f"{arm}/{phase}@{conc} rep {rep}: {span:.1f} s < {min_seconds:g} s")
+    return [
+        _check("arms-and-levels-present", missing, "every arm, phase and concurrency level the criteria compare is present"),
+        _check("min-requests-per-cell", thin, f"every cell has at least {min_requests} successful requests"),
+        _check("min-cell-seconds", short, f"every cell lasted at least {min_seconds:g} s"),
+        _check("repetitions", few_reps, "enough repetitions for every spread and drift criterion"),
+    ]
+
+
+def _delta(summary: dict, name: str) -> float | None:
+    before, after = summary.get("metrics_before") or {}, summary.get("metrics_after") or {}
+    if name in before and name in after:
+        return float(after[name]) - float(before[name])
+    return None
+
+
+def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
+    """≈0 cache hits for recompute and ≈all for cache arms after eviction; a hit-ratio criterion of the
+    gate judges its own arm and phase, so the validity bar does not pre-empt it."""
+    judged = {(s.candidate, s.phase) for s in gate.criteria if s.metric == "hit_ratio"}
+    arms = sorted({a for s in gate.criteria if uses_requests(s) for a in (s.candidate, s.baseline) if a})
+    problems, seen = [], []
+    for arm in arms:
+        for phase in HIT_PHASES:
+            rows = frame[(frame["arm"] == arm) & (frame["phase"] == phase) & frame["ok"]]
+            summaries = [s for s in inputs.summaries if s["arm"] == arm and s["phase"] == phase]
+            if len(rows) == 0 and not summaries:
+                continue
+            evidence = False
+            reported = rows[rows["cached_tokens"].notna()]
+            if len(reported):
+                evidence = True
+                ratio = float(reported["cached_tokens"].sum()) / max(float(reported["prompt_tokens"].sum()), 1.0)
+                seen.append(f"{arm}/{phase} {ratio:.1%} of prompt tokens cached")
+                problems += _hit_problem(arm, phase, ratio, judged, "the records' cached_tokens")
+            external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
+            gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
+            prompt = [d for d in (_delta(s, "vllm:prompt_tokens_total") for s in summaries) if d is not None]
+            if prompt and (external or gpu):
+                evidence = True
+                total = max(sum(prompt), 1.0)
+                ratio = (sum(external) + (sum(gpu) if arm == RECOMPUTE_ARM else 0.0)) / total
+                seen.append(f"{arm}/{phase} /metrics: {ratio:.1%} external hits")
+                problems += _hit_problem(arm, phase, ratio, judged, "the /metrics deltas")
+                if gpu and sum(gpu) / total > GPU_COLD_MAX_HIT:
+                    problems.append(f"{arm}/{phase}: the GPU prefix cache served {sum(gpu) / total:.1%} of the prompt "
+                                    "tokens; the eviction did not make it cold")
+            if not evidence:
+                problems.append(f"{arm}/{phase}: no cached_tokens in the records and no /metrics deltas in a phase "
+                                "summary, so the arm's cache behaviour cannot be verified")
+    return _check("hit-behaviour-matches-arm", problems, "; ".join(seen) or "no measure phase to check")
+
+
+def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[str]:
+    if arm == RECOMPUTE_ARM and ratio > RECOMPUTE_MAX_HIT:
+        return [f"{arm}/{phase}: {ratio:.1%} of prompt tokens came from cache per {source}; recompute must be "
+                f"≤ {RECOMPUTE_MAX_HIT:.0%}"]
+    if arm != RECOMPUTE_ARM and (arm, phase) not in judged and ratio < CACHE_MIN_HIT:
+        return [f"{arm}/{phase}: only {ratio:.1%} of prompt tokens came from cache per {source}; a cache arm "
+                f"must recover ≥ {CACHE_MIN_HIT:.0%} after eviction"]
+    return []
+
+
+def _client(inputs: Inputs) -> dict:
+    problems, checked = [], 0
+    for summary in inputs.summaries:
+        in_flight = summary.get("max_in_flight")
+        if in_flight is None:
+            continue
+        checked += 1
+        wanted = summary["concurrency"]
+        if summary.get("requests") is not None:
+            wanted = min(wanted, summary["requests"])
+        if in_flight < wanted:
+            problems.append(f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}: "
+                            f"at most {in_flight} requests in flight, not {wanted}: the client was the bottleneck")
+    detail = (f"the client kept the planned concurrency in flight ({checked} phase summaries)" if checked
+              else "not checked: no phase summary reports max_in_flight")
+    return _check("client-not-bottleneck", problems, detail)
+
+
+def _hashes(gate: GatePlan, frame: pd.DataFrame) -> dict:
+    problems = []
+    for spec in gate.criteria:
+        if spec.metric != "output_match":
+            continue
+        for arm in (spec.candidate, spec.baseline):
+            rows = select(frame, arm, spec.phase)
+            rows = rows[rows["ok"]]
+            if len(rows) and rows["output_sha256"].isna().all():
+                problems.append(f"{spec.key}: arm {arm!r} records carry no output_sha256 in phase {spec.phase!r}")
+    return _check("output-hashes-present", problems, "probe outputs carry output_sha256")
+

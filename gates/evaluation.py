@@ -1,0 +1,59 @@
+"""The judge meets the database: a job's artifacts and its pilot's signed plan in, an Evaluation out.
+
+Gate states are not touched here; gates.lifecycle.record_verdict does that with the Evaluation.
+"""
+from __future__ import annotations
+
+from gates import judge
+from gates.models import Evaluation
+from runners.artifacts import read_artifact
+from runners.models import Artifact, Job
+
+JUDGED_KINDS = ("records", "retrieve", "inventory", "phase-summary")
+
+
+class ReplayMismatch(Exception):
+    """The stored inputs are gone or changed: the evaluation cannot be replayed."""
+
+
+def _files(artifacts: list[Artifact]) -> list[tuple[str, bytes]]:
+    return [(artifact.name, read_artifact(artifact)) for artifact in artifacts]
+
+
+def evaluate_job(job: Job) -> Evaluation:
+    """Judge the job's gate on its artifacts with the signed plan; store and return the Evaluation.
+
+    Raises judge.RecordError on input the judge cannot use (nothing is stored then), and
+    runners.artifacts.ArtifactMismatch when a stored file no longer hashes to its name.
+    """
+    if job.gate_id is None:
+        raise ValueError(f"{job} judges no gate")
+    version = job.pilot.signed_plan
+    if version is None:
+        raise ValueError(f"{job.pilot} has no signed plan to judge against")
+    artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS).order_by("name"))
+    result = judge.evaluate(version.to_plan(), job.gate.number, _files(artifacts))
+    return Evaluation.objects.create(
+        gate=job.gate, job=job, plan_version=version, verdict=result["verdict"], result=result,
+        inputs={artifact.name: artifact.sha256 for artifact in artifacts}, simulated=result["simulated"],
+    )
+
+
+def replay_evaluation(evaluation: Evaluation) -> dict:
+    """Judge the stored inputs again with the stored plan version; the result equals evaluation.result."""
+    if evaluation.job_id is None:
+        raise ReplayMismatch(f"evaluation {evaluation.pk} has no job, so its artifacts cannot be found")
+    names = sorted(evaluation.inputs)
+    artifacts = {a.name: a for a in evaluation.job.artifacts.filter(name__in=names)}
+    for name in names:
+        artifact = artifacts.get(name)
+        if artifact is None:
+            raise ReplayMismatch(f"input {name} is no longer among the job's artifacts")
+        if artifact.sha256 != evaluation.inputs[name]:
+            raise ReplayMismatch(f"input {name} is now {artifact.sha256}, the evaluation used {evaluation.inputs[name]}")
+    plan = evaluation.plan_version.to_plan()
+    return judge.evaluate(plan, evaluation.gate.number, _files([artifacts[name] for name in names]))
+
+
+def replays_identically(evaluation: Evaluation) -> bool:
+    return judge.canonical_json(replay_evaluation(evaluation)) == judge.canonical_json(evaluation.result)

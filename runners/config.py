@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -130,6 +131,22 @@ class DeploymentSettings:
         }
 
 
+def shell_env_file(values: dict[str, Any]) -> str:
+    """A file bash sources: every value shell-quoted, lists as bash arrays."""
+    lines = []
+    for key, value in values.items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
+            raise ValueError(f"bad variable name {key!r}")
+        if isinstance(value, (list, tuple)):
+            lines.append(f"{key}=(" + " ".join(shlex.quote(str(item)) for item in value) + ")")
+        else:
+            text = "1" if value is True else "0" if value is False else "" if value is None else str(value)
+            if any(ch in text for ch in "\x00\n\r"):
+                raise ValueError(f"{key}: a line break or NUL cannot reach the node")
+            lines.append(f"{key}={shlex.quote(text)}")
+    return "\n".join(lines) + "\n"
+
+
 # Settings for a simulated site: paths inside each node's sandbox, any free port (the nodes share a loopback).
 DEFAULT_SIMULATED: dict[str, Any] = {
     "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",
@@ -141,7 +158,7 @@ DEFAULT_SIMULATED: dict[str, Any] = {
     "use_odirect": True,
     "drop_page_cache": False,
     "fx_target": {"transport": "rdma", "address": "192.168.100.10", "service_id": 4420,
-                  "nqn": "nqn.2026-01.com.fxstorage:fx100.pool0"},
+                  "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"},
     "mkfs_if_empty": False,
     "roce_interface": "ens1f0np0",
     "extra_vllm_flags": [],

@@ -54,7 +54,7 @@ def new_rsa_key() -> rsa.RSAPrivateKey:
 
 def make_root(common_name: str, organisation: str, *, days: int = 3650) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
     key = new_rsa_key()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     name = _name(common_name, organisation)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -74,7 +74,7 @@ def issue_signing_certificate(root_key: rsa.RSAPrivateKey, root_cert: x509.Certi
                               organisation: str, *, days: int = 1095) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
     """A document-signing certificate: digital signature + non-repudiation, as validators require."""
     key = new_rsa_key()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(_name(common_name, organisation)).issuer_name(root_cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())

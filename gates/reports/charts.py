@@ -1,0 +1,271 @@
+"""SVG charts of a verdict (fxpilot.verdict/1), shared by the PDF reports and the portal.
+
+`line_chart` and `cdf_chart` are pure (numbers and labels in, SVG text out). `verdict_charts` picks
+the standard set for one verdict and takes its labels from the active language (gettext).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from django.utils.translation import gettext as _
+
+FONT_STACK = "'DejaVu Sans', 'Noto Sans CJK SC', sans-serif"
+ARM_COLOURS = {"fx": "#0f766e", "local_nvme": "#c2410c", "recompute": "#6b7280", "dram": "#7c3aed", "hbm": "#2563eb"}
+EXTRA_COLOURS = ["#b91c1c", "#ca8a04", "#0369a1", "#be185d", "#4d7c0f"]
+WIDTH, HEIGHT = 640, 300
+LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 46
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str
+    title: str
+    svg: str
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+    low: float | None = None
+    high: float | None = None
+
+
+def arm_colour(arm: str, arms: list[str]) -> str:
+    if arm in ARM_COLOURS:
+        return ARM_COLOURS[arm]
+    others = [a for a in arms if a not in ARM_COLOURS]
+    return EXTRA_COLOURS[others.index(arm) % len(EXTRA_COLOURS)] if arm in others else EXTRA_COLOURS[0]
+
+
+def _fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.0f}"
+    if magnitude >= 1:
+        return f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{value:.2g}"
+
+
+def _linear_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    span = max(high - low, 1e-12)
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first = math.floor(low / step) * step
+    return [round(first + i * step, 10) for i in range(int(math.ceil((high - first) / step)) + 1)]
+
+
+def _log_ticks(low: float, high: float) -> list[float]:
+    ticks = []
+    for exponent in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10 ** exponent
+            if low <= value <= high:
+                ticks.append(value)
+    return ticks or [low, high]
+
+
+class _Axis:
+    """Maps data to pixels; logarithmic when the data span more than a factor of 20."""
+
+    def __init__(self, values: list[float], start: float, end: float, *, from_zero: bool, allow_log: bool = True):
+        positive = [v for v in values if v > 0]
+        self.log = allow_log and len(positive) == len(values) and positive and max(positive) / min(positive) > 20
+        if self.log:
+            self.low = 10 ** math.floor(math.log10(min(positive)))
+            self.high = 10 ** math.ceil(math.log10(max(positive)))
+            self.ticks = _log_ticks(self.low, self.high)
+        else:
+            low = 0.0 if from_zero else min(values, default=0.0)
+            high = max(values, default=1.0)
+            if high <= low:
+                high = low + (abs(low) or 1.0)
+            self.ticks = _linear_ticks(low, high)
+            self.low, self.high = self.ticks[0], self.ticks[-1]
+        self.start, self.end = start, end
+
+    def __call__(self, value: float) -> float:
+        if self.log:
+            value = max(value, self.low)
+            share = (math.log10(value) - math.log10(self.low)) / (math.log10(self.high) - math.log10(self.low))
+        else:
+            share = (value - self.low) / ((self.high - self.low) or 1.0)
+        return self.start + share * (self.end - self.start)
+
+
+def _text(x: float, y: float, text: str, *, size: int = 11, anchor: str = "middle", weight: str = "normal",
+          rotate: bool = False, fill: str = "#111827") -> str:
+    transform = f' transform="rotate(-90 {x:.1f} {y:.1f})"' if rotate else ""
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" font-weight="{weight}" '
+            f'fill="{fill}"{transform}>{escape(text)}</text>')
+
+
+def _frame(title: str, x_label: str, y_label: str, log_note: str) -> list[str]:
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'font-family={quoteattr(FONT_STACK)} role="img" aria-label={quoteattr(title)}>',
+        _text(LEFT, 18, title, size=13, anchor="start", weight="bold"),
+        _text((LEFT + WIDTH - RIGHT) / 2, HEIGHT - 8, x_label),
+        _text(14, (TOP + HEIGHT - BOTTOM) / 2, y_label + log_note, rotate=True),
+    ]
+    return parts
+
+
+def _legend(names: list[tuple[str, str]]) -> list[str]:
+    parts = []
+    for index, (label, colour) in enumerate(names):
+        y = TOP + 8 + index * 18
+        x = WIDTH - RIGHT + 14
+        parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 18}" y2="{y}" stroke="{colour}" stroke-width="2.5"/>')
+        parts.append(_text(x + 24, y + 4, label, size=10, anchor="start"))
+    return parts
+
+
+def line_chart(series: dict[str, list[Point]], *, title: str, x_label: str, y_label: str,
+               categorical_x: bool = True, colours: dict[str, str] | None = None, log_note: str = " (log)") -> str:
+    """One line per series; x is categorical (concurrency levels evenly spaced) unless told otherwise."""
+    colours = colours or {}
+    names = list(series)
+    xs = sorted({p.x for points in series.values() for p in points})
+    ys = [v for points in series.values() for p in points for v in (p.y, p.low, p.high) if v is not None]
+    plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+    y_axis = _Axis(ys or [0.0, 1.0], plot_bottom, plot_top, from_zero=True)
+    if categorical_x:
+        slot = (plot_right - plot_left) / max(len(xs), 1)
+        positions = {x: plot_left + slot * (i + 0.5) for i, x in enumerate(xs)}
+
+        def x_pos(value: float) -> float:
+            return positions[value]
+        x_ticks = xs
+    else:
+        x_axis = _Axis(xs or [0.0, 1.0], plot_left, plot_right, from_zero=False)
+        x_pos, x_ticks = x_axis, x_axis.ticks
+    parts = _frame(title, x_label, y_label, log_note if y_axis.log else "")
+    for tick in y_axis.ticks:
+        y = y_axis(tick)
+        parts.append(f'<line x1="{plot_left}" y1="{y:.1f}" x2="{plot_right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
+        parts.append(_text(plot_left - 6, y + 4, _fmt(tick), size=10, anchor="end"))
+    for tick in x_ticks:
+        x = x_pos(tick)
+        parts.append(f'<line x1="{x:.1f}" y1="{plot_bottom}" x2="{x:.1f}" y2="{plot_bottom + 4}" stroke="#6b7280"/>')
+        parts.append(_text(x, plot_bottom + 16, _fmt(tick), size=10))
+    parts.append(f'<rect x="{plot_left}" y="{plot_top}" width="{plot_right - plot_left}" '
+                 f'height="{plot_bottom - plot_top}" fill="none" stroke="#6b7280"/>')
+    for name in names:
+        colour = colours.get(name, arm_colour(name, names))
+        points = sorted(series[name], key=lambda p: p.x)
+        path = " ".join(f"{x_pos(p.x):.1f},{y_axis(p.y):.1f}" for p in points)
+        if len(points) > 1:
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for p in points:
+            x, y = x_pos(p.x), y_axis(p.y)
+            if p.low is not None and p.high is not None:
+                parts.append(f'<line x1="{x:.1f}" y1="{y_axis(p.low):.1f}" x2="{x:.1f}" y2="{y_axis(p.high):.1f}" '
+                             f'stroke="{colour}" stroke-width="1"/>')
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
+    parts += _legend([(name, colours.get(name, arm_colour(name, names))) for name in names])
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def cdf_chart(quantiles: dict[str, list[float]], *, title: str, x_label: str, y_label: str,
+              colours: dict[str, str] | None = None, log_note: str = " (log)") -> str:
+    """Cumulative distributions from evenly spaced quantiles (q0, q5, …, q100) per series."""
+    series = {}
+    for name, values in quantiles.items():
+        steps = len(values) - 1
+        series[name] = [Point(x=v, y=100.0 * i / steps) for i, v in enumerate(values)] if steps > 0 else []
+    colours = colours or {}
+    names = list(series)
+    plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+    xs = [p.x for points in series.values() for p in points]
+    x_axis = _Axis(xs or [0.0, 1.0], plot_left, plot_right, from_zero=True)
+    y_axis = _Axis([0.0, 100.0], plot_bottom, plot_top, from_zero=True, allow_log=False)
+    parts = _frame(title, x_label + (log_note if x_axis.log else ""), y_label, "")
+    for tick in y_axis.ticks:
+        y = y_axis(tick)
+        parts.append(f'<line x1="{plot_left}" y1="{y:.1f}" x2="{plot_right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
+        parts.append(_text(plot_left - 6, y + 4, _fmt(tick), size=10, anchor="end"))
+    for tick in x_axis.ticks:
+        x = x_axis(tick)
+        parts.append(f'<line x1="{x:.1f}" y1="{plot_top}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#f3f4f6"/>')
+        parts.append(_text(x, plot_bottom + 16, _fmt(tick), size=10))
+    parts.append(f'<rect x="{plot_left}" y="{plot_top}" width="{plot_right - plot_left}" '
+                 f'height="{plot_bottom - plot_top}" fill="none" stroke="#6b7280"/>')
+    for name in names:
+        colour = colours.get(name, arm_colour(name, names))
+        path = " ".join(f"{x_axis(p.x):.1f},{y_axis(p.y):.1f}" for p in series[name])
+        if path:
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+    parts += _legend([(name, colours.get(name, arm_colour(name, names))) for name in names])
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def by_concurrency(metrics: list[dict[str, Any]], field: str, *, phase: str = "measure") -> dict[str, list[Point]]:
+    """Per arm and concurrency: the median over repetitions, with the min–max range as whiskers."""
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for row in metrics:
+        value = row.get(field)
+        if row.get("phase") != phase or value is None or row.get("concurrency") is None:
+            continue
+        cells[(str(row.get("arm")), int(row["concurrency"]))].append(float(value))
+    series: dict[str, list[Point]] = defaultdict(list)
+    for (arm, concurrency), values in sorted(cells.items()):
+        low, high = (min(values), max(values)) if len(values) > 1 else (None, None)
+        series[arm].append(Point(x=concurrency, y=statistics.median(values), low=low, high=high))
+    return dict(series)
+
+
+def parse_distribution_key(key: str) -> tuple[str, int | None, str]:
+    """'fx@8' → ('fx', 8, ''); 'fx@8@replay' or 'fx@replay' are accepted too."""
+    parts = key.split("@")
+    arm, concurrency, rest = parts[0], None, []
+    for part in parts[1:]:
+        if part.isdigit() and concurrency is None:
+            concurrency = int(part)
+        else:
+            rest.append(part)
+    return arm, concurrency, "@".join(rest)
+
+
+def verdict_charts(verdict: dict[str, Any]) -> list[Chart]:
+    """TTFT p50 and throughput per concurrency per arm, and the TTFT distribution at each concurrency."""
+    charts = []
+    metrics = verdict.get("metrics") or []
+    phases = sorted({row.get("phase") for row in metrics if row.get("phase")}, key=lambda p: (p != "measure", p))
+    concurrency_label = _("Concurrency (sessions in flight)")
+    for phase in phases:
+        suffix = "" if phase == "measure" else f" — {phase}"
+        ttft = by_concurrency(metrics, "ttft_p50", phase=phase)
+        if ttft:
+            charts.append(Chart(f"ttft-p50-{phase}", _("TTFT p50 by concurrency") + suffix, line_chart(
+                ttft, title=_("TTFT p50 by concurrency") + suffix, x_label=concurrency_label,
+                y_label=_("TTFT p50 (s)"), log_note=_(" (log scale)"))))
+        throughput = by_concurrency(metrics, "throughput", phase=phase)
+        if throughput:
+            charts.append(Chart(f"throughput-{phase}", _("Throughput by concurrency") + suffix, line_chart(
+                throughput, title=_("Throughput by concurrency") + suffix, x_label=concurrency_label,
+                y_label=_("Output tokens per second"), log_note=_(" (log scale)"))))
+    groups: dict[tuple[int | None, str], dict[str, list[float]]] = defaultdict(dict)
+    for key, values in (verdict.get("distributions") or {}).items():
+        arm, concurrency, extra = parse_distribution_key(key)
+        if values:
+            groups[(concurrency, extra)][arm] = [float(v) for v in values]
+    for (concurrency, extra), quantiles in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
+        title = _("TTFT distribution") + (" — " + _("concurrency %(n)s") % {"n": concurrency} if concurrency else "")
+        title += f" — {extra}" if extra else ""
+        charts.append(Chart(f"ttft-cdf-{concurrency or 0}{'-' + extra if extra else ''}", title, cdf_chart(
+            quantiles, title=title, x_label=_("TTFT (s)"), y_label=_("Requests at or below (%)"),
+            log_note=_(" (log scale)"))))
+    return charts

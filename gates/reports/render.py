@@ -1,0 +1,264 @@
+"""Report context + language → PDF/A-3b bytes (WeasyPrint), with the raw artifacts and manifest.json attached.
+
+No database access: everything comes from the context built by context.py. Every attached file is
+re-hashed here, so a file altered on disk after it was stored cannot slip into a report.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import urllib.parse
+from datetime import UTC, datetime
+from typing import Any
+from xml.sax.saxutils import escape
+
+from django.template.loader import render_to_string
+from django.utils import translation
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from weasyprint import HTML, Attachment
+
+from gates.reports.charts import verdict_charts
+from gates.reports.context import read_attachment
+from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
+
+# WeasyPrint logs every layout step at INFO; a report is one line in the audit log instead.
+logging.getLogger("weasyprint.progress").setLevel(logging.WARNING)
+
+VERDICT_LABELS = {
+    "pass": gettext_lazy("Pass"), "marginal": gettext_lazy("Marginal"), "fail": gettext_lazy("Fail"),
+    "invalid": gettext_lazy("Invalid"), "": gettext_lazy("Not evaluated"), None: gettext_lazy("Not evaluated"),
+}
+COMPARISON_LABELS = {
+    "absolute": gettext_lazy("absolute value"), "speedup": gettext_lazy("speed-up (baseline ÷ candidate)"),
+    "reduction": gettext_lazy("reduction (1 − candidate ÷ baseline)"), "gain": gettext_lazy("gain (candidate ÷ baseline − 1)"),
+    "drift": gettext_lazy("drift (last window ÷ first window − 1)"),
+}
+OPS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
+TEMPLATES = {"gate": "reports/gate.html", "procurement": "reports/procurement.html"}
+
+
+class ReportError(Exception):
+    """A report that cannot be made honestly (e.g. an artifact no longer matches its hash)."""
+
+
+def fmt_value(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if unit == "fraction":
+        return f"{value * 100:.1f} %"
+    if unit == "×":
+        return f"{value:.2f}×"
+    text = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "—"
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any]]:
+    rows = []
+    for criterion in verdict.get("criteria") or []:
+        unit = criterion.get("unit", "")
+        ci = criterion.get("ci") or [None, None]
+        cells = [{
+            "concurrency": cell.get("concurrency", "—"), "value": fmt_value(cell.get("value"), unit),
+            "ci": f"[{fmt_value((cell.get('ci') or [None])[0], unit)}, {fmt_value((cell.get('ci') or [None, None])[1], unit)}]",
+            "candidate_value": fmt_value(cell.get("candidate_value")), "baseline_value": fmt_value(cell.get("baseline_value")),
+            "n": f"{cell.get('n_candidate', '—')} / {cell.get('n_baseline', '—')}",
+            "verdict": cell.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(cell.get("verdict"), cell.get("verdict")),
+        } for cell in criterion.get("cells") or []]
+        description = (criterion.get("description_zh") if language.startswith("zh") else "") or criterion.get("description", "")
+        arms = criterion.get("candidate", "") + (f" vs {criterion['baseline']}" if criterion.get("baseline") else "")
+        rows.append({
+            "key": criterion.get("key", ""), "description": description, "metric": criterion.get("metric", ""),
+            "statistic": criterion.get("statistic", ""),
+            "comparison": COMPARISON_LABELS.get(criterion.get("comparison"), criterion.get("comparison", "")),
+            "arms": arms or "—", "phase": criterion.get("phase", ""),
+            "bar": f"{OPS.get(criterion.get('op'), criterion.get('op', ''))} {fmt_value(criterion.get('threshold'), unit)}",
+            "value": fmt_value(criterion.get("value"), unit),
+            "ci": f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]",
+            "confidence": f"{criterion.get('confidence', 0.95) * 100:.0f} %", "n": criterion.get("n", "—"),
+            "concurrency": ", ".join(str(c.get("concurrency")) for c in criterion.get("cells") or [] if c.get("concurrency")) or "—",
+            "verdict": criterion.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(criterion.get("verdict"), ""),
+            "rule": criterion.get("rule", ""), "explanation": criterion.get("explanation", ""), "cells": cells,
+        })
+    return rows
+
+
+def manifest(context: dict[str, Any], language: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+    pilot, gate = context["pilot"], context.get("gate") or {}
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "report": {
+            "code": context["code"], "kind": context["kind"], "language": language, "created": context["created"],
+            "pilot_code": pilot["code"], "pilot_name": pilot["name"], "customer": pilot["customer"],
+            "vendor": pilot["vendor"], "gate": gate.get("number"), "gate_name": gate.get("name"),
+            "verdict": (context.get("evaluation") or {}).get("verdict"),
+            "evaluation": (context.get("evaluation") or {}).get("id"),
+            "evidence_sha256": (context.get("evaluation") or {}).get("evidence_sha256"),
+            "plan_sha256": (context.get("verdict") or {}).get("plan_sha256") or context.get("plan_sha256", ""),
+            "simulated": bool(context["simulated"]), "generator": "fxpilot",
+        },
+        "artifacts": files,
+        "missing_inputs": context.get("missing_inputs", []),
+    }
+
+
+def _attachments(context: dict[str, Any]) -> tuple[list[Attachment], list[dict[str, Any]]]:
+    attachments, files = [], []
+    for item in context["attachments"]:
+        try:
+            data = read_attachment(item)
+        except OSError as error:
+            raise ReportError(f"artifact {item['name']}: cannot read {item.get('path')}: {error.strerror}") from None
+        sha256 = hashlib.sha256(data).hexdigest()
+        if item.get("sha256") and item["sha256"] != sha256:
+            raise ReportError(f"artifact {item['name']}: the stored file hashes to {sha256}, recorded as {item['sha256']}")
+        entry = {"file": item["file"], "name": item["name"], "kind": item.get("kind", ""), "sha256": sha256,
+                 "size": len(data), "simulated": bool(item.get("simulated")), "node": item.get("node", "")}
+        files.append(entry)
+        attachments.append(Attachment(string=data, name=item["file"], relationship="Data",
+                                      description=f"{item['name']} sha256:{sha256}"))
+    return attachments, files
+
+
+HOW_LABELS = {
+    "measured": gettext_lazy("measured at your concurrency"), "interpolated": gettext_lazy("interpolated (log2 scale)"),
+    "outside": gettext_lazy("outside the measured range: not projected"), "none": gettext_lazy("not measured"),
+    "own-traffic": gettext_lazy("your own replayed traffic"), "measured-overall": gettext_lazy("measured (all levels)"),
+}
+
+
+def _proves(gate: dict[str, Any], is_zh: bool) -> str:
+    return (gate.get("proves_zh") if is_zh else "") or gate.get("proves") or ""
+
+
+def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
+    """The plain-words first page: proven, not proven, what it means at the customer's concurrency."""
+    proven, not_proven = [], []
+    for item in context["gates"]:
+        gate, evaluation = item["gate"], item["evaluation"]
+        name = (gate.get("name_zh") if is_zh else "") or gate["name"]
+        verdict = evaluation["verdict"] if evaluation else ""
+        entry = {"label": gate["label"], "name": name, "proves": _proves(gate, is_zh),
+                 "signed_off": gate["state"] == "signed_off"}
+        if verdict == "pass":
+            proven.append(entry)
+        else:
+            reason = {
+                "": _("not evaluated, so its claim (%(proves)s) is not established."),
+                "marginal": _("the result was too close to the bar to decide (marginal): %(proves)s is not established."),
+                "fail": _("failed: %(proves)s does not hold on this cluster."),
+                "invalid": _("the measurement was not valid, so nothing was decided: %(proves)s is not established."),
+            }.get(verdict, _("not established."))
+            not_proven.append(dict(entry, reason=reason % {"proves": entry["proves"] or gate["label"]}))
+    concurrency = context["pilot"]["customer_concurrency"]
+    traffic = []
+    for row in context["projections"]:
+        if row["value"] is None:
+            continue
+        description = (row.get("description_zh") if is_zh else "") or row["description"]
+        value = fmt_value(row["value"], row["unit"])
+        if row["how"] == "own-traffic":
+            traffic.append(_("On a replay of your own sessions: %(what)s — measured %(value)s.")
+                           % {"what": description, "value": value})
+        else:
+            traffic.append(_("At %(n)s conversations in flight: %(what)s — %(value)s (%(how)s).")
+                           % {"n": concurrency, "what": description, "value": value, "how": HOW_LABELS[row["how"]]})
+    caveats = [_("The gain comes from stored conversations being reused. Short chats at low concurrency are rarely "
+                 "reused and gain little; long contexts, multi-turn chat, agents and coding assistants gain most.")]
+    levels = sorted({level for row in context["projections"] for level in row["levels"]})
+    if levels and not levels[0] <= concurrency <= levels[-1]:
+        caveats.append(_("Your concurrency (%(n)s) lies outside the measured levels (%(levels)s): the gain there was not "
+                         "measured.") % {"n": concurrency, "levels": ", ".join(map(str, levels))})
+    if context["simulated"]:
+        caveats.insert(0, _("Everything in this report comes from simulated nodes: nothing about the real array is proven."))
+    return {"proven": proven, "not_proven": not_proven, "traffic": traffic, "caveats": caveats,
+            "nodes": len(context.get("inventory") or []) or "—"}
+
+
+def _display_time(iso: str) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return iso
+
+
+def css_string(text: str) -> SafeString:
+    """A quoted CSS string for page margin boxes (inside <style>, where HTML escaping does not apply)."""
+    escaped = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\A ").replace("<", "\\3C ")
+    return mark_safe(f'"{escaped}"')
+
+
+def _watermark_url(text: str) -> str:
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="600" height="840" viewBox="0 0 600 840">'
+           '<text x="300" y="420" font-family="DejaVu Sans, Noto Sans CJK SC" font-size="64" font-weight="bold" '
+           f'fill="#dc2626" fill-opacity="0.10" text-anchor="middle" transform="rotate(-50 300 420)">{escape(text)}</text></svg>')
+    return "data:image/svg+xml," + urllib.parse.quote(svg)
+
+
+def render_html(context: dict[str, Any], language: str, files: list[dict[str, Any]] | None = None) -> str:
+    with translation.override(language):
+        kind = context["kind"]
+        extra: dict[str, Any] = {}
+        if kind == "gate":
+            extra["criteria"] = criterion_rows(context["verdict"], language)
+            extra["charts"] = verdict_charts(context["verdict"])
+        else:
+            extra["summary"] = procurement_summary(context, language.lower().startswith("zh"))
+            extra["gate_sections"] = [
+                dict(item, criteria=criterion_rows(item["verdict"], language),
+                     verdict_label=VERDICT_LABELS.get((item["evaluation"] or {}).get("verdict"), ""),
+                     charts=verdict_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
+                for item in context["gates"]]
+            extra["sizing_display"] = {
+                "per_token": fmt_bytes(context["sizing"]["kv_bytes_per_token"]),
+                "capacity": fmt_bytes(context["sizing"]["capacity_bytes"]),
+                "capacity_p90": fmt_bytes(context["sizing"]["capacity_bytes_p90"]),
+            }
+            extra["projection_rows"] = [dict(row, value_display=fmt_value(row["value"], row["unit"]),
+                                             how_label=HOW_LABELS.get(row["how"], row["how"]),
+                                             low_display=fmt_value(row["low"], row["unit"]))
+                                        for row in context["projections"]]
+        is_zh = language.lower().startswith("zh")
+        gate = context.get("gate") or {}
+        verdict = (context.get("evaluation") or {}).get("verdict")
+        css = {
+            "header": css_string(f"fxpilot · {context['pilot']['name']}"),
+            "banner": css_string(_("SIMULATION — not evidence")),
+            "verdict": css_string((f"G{gate['number']} · " if gate else "")
+                                  + (str(VERDICT_LABELS.get(verdict, verdict)) if gate else _("Procurement report"))),
+            "footer": css_string(_("Report %(code)s") % {"code": context["code"]}),
+            "page": css_string(_("Page")),
+        }
+        return render_to_string(TEMPLATES[kind], {
+            **context, **extra, "language": language, "is_zh": is_zh,
+            "html_lang": "zh-Hans" if is_zh else "en",
+            "manifest_files": files if files is not None else context["attachments"],
+            "watermark": _watermark_url(_("SIMULATION")) if context["simulated"] else "",
+            "created_display": _display_time(context["created"]), "verdict_labels": VERDICT_LABELS, "css": css, "verdict_label": VERDICT_LABELS.get(verdict, verdict),
+        })
+
+
+def render_pdf(context: dict[str, Any], language: str) -> bytes:
+    """The unsigned PDF/A-3b. `context` needs `code` and `created` (set by the service) besides context.py's keys."""
+    attachments, files = _attachments(context)
+    document = manifest(context, language, files)
+    attachments.append(Attachment(
+        string=json.dumps(document, indent=1, ensure_ascii=False).encode(), name=MANIFEST_NAME,
+        relationship="Supplement", description="fxpilot report manifest: every attached file with its SHA-256"))
+    html = render_html(context, language, files)
+    return HTML(string=html, base_url=".").write_pdf(pdf_variant="pdf/a-3b", attachments=attachments)

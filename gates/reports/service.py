@@ -1,0 +1,154 @@
+"""Make, store and countersign reports: the only part of gates.reports that writes files and rows.
+
+A stored report is never modified: a countersignature writes a new file and a new Report row.
+Files live under DATA_DIR/reports/<pilot code>/<report code>.pdf, read-only.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from gates.lifecycle import audit
+from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role
+from gates.reports import sign
+from gates.reports.context import gate_report_context, procurement_report_context
+from gates.reports.render import ReportError, render_pdf
+from gates.reports.verify import VerificationResult, verify_pdf
+
+__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "report_path",
+           "signing_directory", "trust_roots", "verify_report_bytes"]
+
+
+def signing_directory() -> Path:
+    return Path(settings.DATA_DIR) / "signing"
+
+
+def _uses_embedded_default() -> bool:
+    folder = signing_directory()
+    return (Path(settings.FXPILOT_SIGNING_KEY) == folder / "signer-key.pem"
+            and Path(settings.FXPILOT_SIGNING_CERT) == folder / "signer-cert.pem"
+            and Path(settings.FXPILOT_SIGNING_ROOT) == folder / "root-cert.pem")
+
+
+def vendor_signer():
+    """The vendor's signer; the embedded default creates its CA on first use (production never does)."""
+    if _uses_embedded_default() and not settings.PRODUCTION and not Path(settings.FXPILOT_SIGNING_CERT).exists():
+        sign.setup_authority(signing_directory(), passphrase=settings.FXPILOT_SIGNING_KEY_PASSPHRASE or None)
+    return sign.load_signer(Path(settings.FXPILOT_SIGNING_KEY), Path(settings.FXPILOT_SIGNING_CERT),
+                            [Path(settings.FXPILOT_SIGNING_ROOT)], settings.FXPILOT_SIGNING_KEY_PASSPHRASE or None)
+
+
+def trust_roots() -> list[Path]:
+    return [Path(settings.FXPILOT_SIGNING_ROOT)]
+
+
+def normalise_language(language: str) -> str:
+    code = (language or "en").strip().lower().replace("_", "-")
+    if code in ("zh", "zh-cn", "zh-sg"):
+        code = "zh-hans"
+    known = [c for c, _ in settings.LANGUAGES]
+    if code not in known:
+        raise ValueError(f"language {language!r} is not offered; use one of {', '.join(known)}")
+    return code
+
+
+def report_path(report: Report) -> Path:
+    return Path(settings.DATA_DIR) / report.path
+
+
+def _store(pilot: Pilot, code: uuid.UUID, data: bytes) -> tuple[str, str]:
+    relative = Path("reports") / str(pilot.code) / f"{code}.pdf"
+    target = Path(settings.DATA_DIR) / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o444)
+        # link() refuses an existing target: a stored report is never replaced.
+        os.link(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return str(relative), hashlib.sha256(data).hexdigest()
+
+
+def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluation | None, language: str,
+          who) -> Report:
+    language = normalise_language(language)
+    signer = vendor_signer()
+    code, created = uuid.uuid4(), timezone.now()
+    context.update(code=str(code), created=created.isoformat(timespec="seconds"), language=language)
+    context["signing"]["signer"] = sign.signer_name(signer)
+    pdf = render_pdf(context, language)
+    what = f"{gate.label} report" if gate else "procurement report"
+    signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
+                           reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
+    path, sha256 = _store(pilot, code, signed)
+    report = Report.objects.create(
+        code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
+        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1, created=created,
+    )
+    audit(pilot, who or "reports", "report.created", report, kind=report.kind, gate=gate.number if gate else None,
+          language=language, sha256=sha256, simulated=report.simulated)
+    return report
+
+
+def create_gate_report(gate: Gate, evaluation: Evaluation | None = None, *, language: str = "en", who=None) -> Report:
+    """Render, sign and store the report of one gate evaluation (the latest when none is given)."""
+    context = gate_report_context(gate, evaluation)
+    evaluation = evaluation or gate.latest_evaluation
+    return _make(context, pilot=gate.pilot, gate=gate, evaluation=evaluation, language=language, who=who)
+
+
+def create_procurement_report(pilot: Pilot, *, language: str = "en", who=None) -> Report:
+    context = procurement_report_context(pilot)
+    return _make(context, pilot=pilot, gate=None, evaluation=None, language=language, who=who)
+
+
+def verify_report_bytes(data: bytes) -> VerificationResult:
+    return verify_pdf(data, trust_roots())
+
+
+def _approver_signer(user, pilot: Pilot):
+    folder = signing_directory()
+    key_path, cert_path = sign.approver_paths(folder, user.get_username())
+    if not cert_path.exists():
+        if not _uses_embedded_default() or settings.PRODUCTION:
+            raise sign.SigningError(f"{cert_path}: no certificate for {user.get_username()}; issue one with your CA "
+                                    "(or `python manage.py signing_setup --approver USERNAME` with the embedded root)")
+        vendor_signer()  # the embedded root must exist before it issues an approver certificate
+        sign.setup_approver(folder, user.get_username(), user.get_full_name() or user.get_username(), pilot.customer.name,
+                            passphrase=settings.FXPILOT_SIGNING_KEY_PASSPHRASE or None)
+    return sign.load_signer(key_path, cert_path, [Path(settings.FXPILOT_SIGNING_ROOT)])
+
+
+def countersign(report: Report, user) -> Report:
+    """The customer approver's signature, added as a new incremental revision in a new file and row."""
+    pilot = report.pilot
+    if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
+        raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
+    data = report_path(report).read_bytes()
+    if hashlib.sha256(data).hexdigest() != report.sha256:
+        raise ReportError(f"{report.path}: the stored file no longer hashes to {report.sha256}")
+    check = verify_report_bytes(data)
+    if not check.ok:
+        raise ReportError(f"{report.path} does not verify, so it is not countersigned: {'; '.join(check.reasons)}")
+    signer = _approver_signer(user, pilot)
+    name = user.get_full_name() or user.get_username()
+    signed = sign.sign_pdf(data, signer, field_name=sign.next_approver_field(data), tsa_url=settings.FXPILOT_TSA_URL or None,
+                           reason=f"Approved by {name} for {pilot.customer.name}", location=pilot.customer.name)
+    code = uuid.uuid4()
+    path, sha256 = _store(pilot, code, signed)
+    new = Report.objects.create(
+        code=code, pilot=pilot, gate=report.gate, evaluation=report.evaluation, kind=report.kind, language=report.language,
+        path=path, sha256=sha256, size=len(signed), simulated=report.simulated, signatures=report.signatures + 1,
+    )
+    audit(pilot, user, "report.countersigned", new, source=str(report.code), sha256=sha256)
+    return new

@@ -99,7 +99,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "fxpilot.wsgi.application"
 ASGI_APPLICATION = "fxpilot.asgi.application"
 
-DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL", "sqlite:///var/fxpilot.sqlite3"), BASE_DIR)}
+DATABASES = {"default": database_from_url("DATABASE_URL", envstr("DATABASE_URL", f"sqlite:///{DATA_DIR / 'fxpilot.sqlite3'}"), BASE_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -120,6 +120,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 
 # Uploads: small by default; artifacts never travel through the web tier.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("FXPILOT_UPLOAD_MAX_BYTES", 25 * 1024 * 1024, minimum=1024)

@@ -1,0 +1,456 @@
+"""Deploy vLLM (+ LMCache, + the FX array) for one arm on a node, tear it down, and collect what comes back.
+
+The node-side work is plain bash in runners/remote/ (deploy.sh, attach_fx.sh); this module validates the
+pilot's deployment settings, renders the per-arm files, ships them by SFTP, starts the server detached,
+waits for /health from the node itself (the server listens on the node's loopback) and keeps the rendered
+config, the server log and the run manifest as artifacts.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runners import ssh
+from runners.artifacts import store_bytes
+from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
+from runners.models import Artifact, Job, Node, Step
+from runners.output import system_line
+
+REMOTE_DIR = Path(__file__).resolve().parent / "remote"
+SCRIPTS = ("deploy.sh", "attach_fx.sh")
+KV_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+HEALTH_POLL_S = 20          # one SSH command waits at most this long; the loop re-connects between looks
+LOG_TAIL_LINES = 40
+_METRICS_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\]):\d{1,5}(/[A-Za-z0-9_/.-]*)?$")
+
+
+class DeployError(Exception):
+    """A deploy, teardown or collection that could not be done; the message says why and where."""
+
+    def __init__(self, message: str, *, deployment: Deployment | None = None, log_tail: str = "") -> None:
+        self.deployment = deployment
+        self.log_tail = log_tail
+        super().__init__(message + (f"\n--- last lines of the server log ---\n{log_tail}" if log_tail else ""))
+
+
+@dataclass
+class Deployment:
+    """One server of one arm on one node; stored in step.result["deployment"] so any worker can tear it down."""
+
+    run_id: str
+    arm: str
+    node: str
+    deploy_id: str
+    run_dir: str
+    arm_dir: str
+    port: int = 0
+    config_path: str | None = None
+    server: dict = field(default_factory=dict)
+    fx_user: str | None = None
+    share_pool: bool = False
+    simulated: bool = False
+    healthy: bool = False
+    torn_down: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def instance(self) -> str:
+        return f"{self.node}:{self.port}"
+
+    @property
+    def name_prefix(self) -> str:
+        """Artifact names of this deployment: node/arm-id/..."""
+        return f"{self.node}/{self.arm}-{self.deploy_id}"
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.run_dir}/bin"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Deployment:
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+
+
+def settings_for(job: Job, node: Node) -> DeploymentSettings:
+    """The pilot's deployment settings, validated; a simulated node with none set gets DEFAULT_SIMULATED."""
+    data = job.pilot.deployment
+    if not data and node.simulated:
+        data = DEFAULT_SIMULATED
+    return validate_deployment(data)
+
+
+def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None) -> tuple[str | None, str | None]:
+    """(LMCache local_disk directory, shared fs pool directory) of an arm; the cache arms differ only in the root."""
+    suffix = f"/{run_id}" if run_id else ""
+    if arm == "local_nvme":
+        return f"{settings.paths.local_nvme_path}/kv{suffix}", None
+    if arm == "fx":
+        return f"{settings.paths.fx_mount}/fxpilot/kv{suffix}", f"{settings.paths.shared_pool}{suffix}"
+    return None, None
+
+
+def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str | None = None, share_pool: bool = False,
+                          simulated: bool = False) -> str:
+    """The LMCache YAML of an arm: the same backend type and sizes for both cache arms, only the disk path differs."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")
+    header = [f"# LMCache configuration rendered by fxpilot for arm {arm}" + (f", run {run_id}" if run_id else "")]
+    if simulated:
+        header.append("# simulated: true")
+    if arm == "recompute":
+        return "\n".join(header + ["# recompute: vLLM runs without a KV connector; LMCache is not loaded.", ""])
+    for path in (settings.paths.fx_mount, settings.paths.local_nvme_path):
+        if path.startswith("~/"):
+            raise ValueError(f"{path}: resolve ~/ paths with DeploymentSettings.with_home before rendering")
+    disk_dir, pool_dir = cache_dirs(settings, arm, run_id)
+    sizes = settings.sizes
+    lines = header + [
+        "# The CPU tier is kept smaller than the disk tier so that recovered sessions are read back from disk.",
+        f"chunk_size: {sizes.chunk_size}",
+        "local_cpu: true",
+        f"max_local_cpu_size: {sizes.max_local_cpu_size}",
+        f"local_disk: {json.dumps('file://' + disk_dir + '/')}",
+        f"max_local_disk_size: {sizes.max_local_disk_size}",
+    ]
+    if share_pool and pool_dir:
+        lines += ["# Cross-instance sharing: every instance reads and writes the same pool on the FX mount.",
+                  f"remote_url: {json.dumps('fs://localhost:0' + pool_dir)}",
+                  'remote_serde: "naive"']
+    lines += ["extra_config:",
+              f"  use_odirect: {'true' if settings.use_odirect else 'false'}", ""]
+    return "\n".join(lines)
+
+
+def _fx_params(settings: DeploymentSettings, run_dir: str) -> dict[str, Any]:
+    target = settings.fx_target
+    return {"FX_ADDRESS": target.address, "FX_SERVICE_ID": target.service_id, "FX_NQN": target.nqn,
+            "FX_HOST_NQN": target.host_nqn, "FX_FSTYPE": target.fstype, "FX_MOUNT": settings.paths.fx_mount,
+            "MKFS_IF_EMPTY": settings.mkfs_if_empty, "RUN_DIR": run_dir}
+
+
+def _save(step: Step | None, deployment: Deployment) -> None:
+    if step is None:
+        return
+    step.refresh_from_db(fields=["result"])
+    result = dict(step.result or {})
+    result["deployment"] = deployment.to_dict()
+    step.result = result
+    step.save(update_fields=["result"])
+
+
+def _say(job: Job, step: Step | None, node: Node, text: str) -> None:
+    system_line(job, f"[{node.name}] {text}", step=step)
+
+
+def _error_lines(exc: ssh.CommandFailed) -> str:
+    """The `fxpilot: error:` lines a remote script printed, else the tail of its stderr."""
+    lines = [line.split("fxpilot: error: ", 1)[1] for line in exc.stderr_tail.splitlines() if "fxpilot: error: " in line]
+    return "; ".join(lines) if lines else " | ".join(exc.stderr_tail.strip().splitlines()[-5:])
+
+
+def run_id_of(job: Job) -> str:
+    return job.code.hex[:12]
+
+
+def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale: float | None = None,
+               share_pool: bool = False) -> Deployment:
+    """Ship, attach FX when the arm needs it, start the server detached and wait for /health; tear down on failure."""
+    if arm not in ARMS:
+        raise DeployError(f"node {node.name}: unknown arm {arm!r}; arms are {', '.join(ARMS)}")
+    settings = settings_for(job, node)
+    run_id = run_id_of(job)
+    with ssh.connect(node) as conn:
+        home = conn.run('printf %s "$HOME"', echo=False, timeout=30).stdout.strip()
+        settings = settings.with_home(home)
+        run_dir = f"{settings.paths.run_root}/{run_id}"
+        deployment = Deployment(run_id=run_id, arm=arm, node=node.name, deploy_id=secrets.token_hex(3), run_dir=run_dir,
+                                arm_dir="", share_pool=share_pool and arm == "fx", simulated=node.simulated)
+        deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
+        try:
+            _deploy(job, step, node, conn, settings, deployment, time_scale)
+        except (ssh.SSHError, DeployError) as exc:
+            _say(job, step, node, f"deploy of {arm} failed; tearing down")
+            log_tail = exc.log_tail if isinstance(exc, DeployError) else ""
+            try:
+                teardown_arm(job, step, node, deployment)
+            except (ssh.SSHError, DeployError) as teardown_exc:
+                _say(job, step, node, f"teardown after the failed deploy also failed: {teardown_exc}")
+            message = str(exc).split("\n--- last lines", 1)[0]
+            raise DeployError(message, deployment=deployment, log_tail=log_tail) from exc
+    return deployment
+
+
+def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
+            deployment: Deployment, time_scale: float | None) -> None:
+    arm = deployment.arm
+    conn.mkdirs(deployment.bin_dir)
+    conn.mkdirs(deployment.arm_dir)
+    _save(step, deployment)
+    for script in SCRIPTS:
+        conn.upload((REMOTE_DIR / script).read_bytes(), f"{deployment.bin_dir}/{script}", mode=0o755)
+    conn.upload(shell_env_file(_fx_params(settings, deployment.run_dir)).encode(), f"{deployment.run_dir}/fx.env")
+
+    config = render_lmcache_config(settings, arm, run_id=deployment.run_id, share_pool=deployment.share_pool,
+                                   simulated=node.simulated)
+    store_bytes(job, f"{deployment.name_prefix}/lmcache.yaml", config.encode(), kind="config", step=step, node=node,
+                simulated=node.simulated)
+    if arm != "recompute":
+        deployment.config_path = f"{deployment.arm_dir}/lmcache.yaml"
+        conn.upload(config.encode(), deployment.config_path)
+
+    disk_dir, pool_dir = cache_dirs(settings, arm, deployment.run_id)
+    params = {
+        "RUN_ID": deployment.run_id, "ARM": arm, "NODE": node.name, "SIMULATED": node.simulated,
+        "MODEL": settings.model, "TP": settings.tensor_parallel_size, "PORT": settings.ports.for_arm(arm),
+        "CACHE_DIR": disk_dir, "SHARED_DIR": pool_dir if deployment.share_pool else None,
+        "LMCACHE_CONFIG": deployment.config_path, "USE_ODIRECT": settings.use_odirect,
+        "DROP_PAGE_CACHE": settings.drop_page_cache, "PAGE_CACHE_METHOD": settings.page_cache_method,
+        "MAX_LOCAL_DISK_SIZE": settings.sizes.max_local_disk_size, "EXTRA_VLLM_FLAGS": list(settings.extra_vllm_flags),
+        "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,
+    }
+    conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")
+
+    if arm == "fx":
+        deployment.fx_user = f"{arm}-{deployment.deploy_id}"
+        _save(step, deployment)
+        _script(conn, job, step, node, deployment, "attach_fx.sh", "attach", f"{deployment.run_dir}/fx.env",
+                deployment.fx_user, what="attaching the FX array")
+
+    out = _script(conn, job, step, node, deployment, "deploy.sh", "preflight", deployment.arm_dir, what="preflight")
+    match = re.search(r"^FXPILOT_PORT=(\d+)$", out, re.MULTILINE)
+    if not match:
+        raise DeployError(f"node {node.name}: preflight printed no port", deployment=deployment)
+    deployment.port = int(match.group(1))
+    _save(step, deployment)
+
+    command = f"exec bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} serve {ssh.shell_path(deployment.arm_dir)}"
+    from runners import detached  # TEMP until runners.detached lands
+    handle = detached.start(conn, command, job=job, step=step, name=f"server-{arm}-{deployment.deploy_id}")
+    deployment.server = _handle_dict(handle)
+    _save(step, deployment)
+    _say(job, step, node, f"{arm}: server starting on port {deployment.port} (pid {deployment.server.get('pid')})")
+    _wait_healthy(job, step, node, conn, settings, deployment)
+    deployment.healthy = True
+    _save(step, deployment)
+    _say(job, step, node, f"{arm}: healthy at {deployment.url}")
+
+
+def _handle_dict(handle: Any) -> dict:
+    if isinstance(handle, dict):
+        return dict(handle)
+    if hasattr(handle, "to_dict"):
+        return handle.to_dict()
+    return asdict(handle)
+
+
+def _script(conn: ssh.NodeConnection, job: Job, step: Step | None, node: Node, deployment: Deployment, script: str,
+            *args: str, what: str) -> str:
+    command = " ".join([f"bash {ssh.shell_path(deployment.bin_dir + '/' + script)}"] + [ssh.shell_path(a) if a.startswith(("/", "~/"))
+                                                                                          else shlex.quote(a) for a in args])
+    try:
+        return conn.run(command, job=job, step=step, timeout=600).stdout
+    except ssh.CommandFailed as exc:
+        raise DeployError(f"node {node.name}: {deployment.arm}: {what} failed: {_error_lines(exc)}",
+                          deployment=deployment) from None
+
+
+def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
+                  deployment: Deployment) -> None:
+    deadline = time.monotonic() + settings.health_timeout_s
+    health = f"bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} health {ssh.shell_path(deployment.arm_dir)}"
+    while True:
+        wait = max(1, min(HEALTH_POLL_S, int(deadline - time.monotonic())))
+        result = conn.run(f"{health} {wait}", job=job, step=step, timeout=wait + 60, check=False, echo=False)
+        if result.exit_code == 0:
+            return
+        from runners import detached  # TEMP
+        status = detached.poll(conn, deployment.server)
+        if _exited(status):
+            raise DeployError(f"node {node.name}: {deployment.arm}: the server exited before it was healthy "
+                              f"(exit code {_exit_code(status)})", deployment=deployment, log_tail=server_log_tail(conn, deployment))
+        if time.monotonic() >= deadline:
+            raise DeployError(f"node {node.name}: {deployment.arm}: /health on port {deployment.port} did not answer within "
+                              f"{settings.health_timeout_s} s (deployment.health_timeout_s)", deployment=deployment,
+                              log_tail=server_log_tail(conn, deployment))
+
+
+def _exited(status: Any) -> bool:
+    if isinstance(status, dict):
+        return not status.get("running", True)
+    return not getattr(status, "running", True)
+
+
+def _exit_code(status: Any) -> Any:
+    return status.get("exit_code") if isinstance(status, dict) else getattr(status, "exit_code", None)
+
+
+def server_log_paths(deployment: Deployment) -> list[str]:
+    """Where the detached server's output went (the detached runner's log files)."""
+    server = deployment.server or {}
+    paths = [server[key] for key in ("log", "stdout", "stderr") if server.get(key)]
+    if not paths and server.get("dir"):
+        paths = [f"{server['dir']}/{name}" for name in ("stdout", "stderr")]
+    return paths
+
+
+def server_log_tail(conn: ssh.NodeConnection, deployment: Deployment, lines: int = LOG_TAIL_LINES) -> str:
+    paths = server_log_paths(deployment)
+    if not paths:
+        return ""
+    quoted = " ".join(ssh.shell_path(path) for path in paths)
+    result = conn.run(f"tail -q -n {int(lines)} -- {quoted} 2>/dev/null", echo=False, check=False, timeout=60)
+    return result.stdout.strip()
+
+
+def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment | Mapping[str, Any], *,
+                 purge_cache: bool = False) -> Deployment:
+    """Stop the server's process group, keep its log, detach FX if this run attached it. Safe to call again."""
+    if isinstance(deployment, Mapping):
+        deployment = Deployment.from_dict(deployment)
+    problems: list[str] = []
+    with ssh.connect(node) as conn:
+        if deployment.server:
+            from runners import detached  # TEMP
+            try:
+                detached.cancel(conn, deployment.server)
+            except ssh.SSHError as exc:
+                problems.append(f"stopping the server: {exc}")
+            _keep_server_logs(job, step, node, conn, deployment, problems)
+        if deployment.fx_user:
+            try:
+                _script(conn, job, step, node, deployment, "attach_fx.sh", "detach", f"{deployment.run_dir}/fx.env",
+                        deployment.fx_user, what="detaching the FX array")
+            except DeployError as exc:
+                problems.append(str(exc))
+        if purge_cache and deployment.arm_dir:
+            try:
+                _script(conn, job, step, node, deployment, "deploy.sh", "cleanup", deployment.arm_dir, what="cache cleanup")
+            except DeployError as exc:
+                problems.append(str(exc))
+    deployment.torn_down = not problems
+    _save(step, deployment)
+    if problems:
+        raise DeployError(f"node {node.name}: {deployment.arm}: teardown incomplete: " + "; ".join(problems),
+                          deployment=deployment)
+    _say(job, step, node, f"{deployment.arm}: torn down")
+    return deployment
+
+
+def _keep_server_logs(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, deployment: Deployment,
+                      problems: list[str]) -> None:
+    for path in server_log_paths(deployment):
+        name = f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}"
+        if not name.endswith(".log"):
+            name = f"{deployment.name_prefix}/server.{path.rsplit('/', 1)[-1]}.log"
+        try:
+            if conn.run(f"test -f {ssh.shell_path(path)}", echo=False, check=False, timeout=30).exit_code != 0:
+                continue
+            conn.download(path, job=job, name=name, kind="server-log", step=step)
+        except ssh.SSHError as exc:
+            problems.append(f"keeping the server log {path}: {exc}")
+
+
+_KINDS = ((".summary.json", "phase-summary"), (".jsonl", "records"), ("manifest.json", "manifest"), (".log", "server-log"),
+          (".prom", "metrics"), (".yaml", "config"), ("fx-attach.json", "fx-attach"))
+
+
+def _kind(path: str) -> str:
+    return next((kind for suffix, kind in _KINDS if path.endswith(suffix)), "raw")
+
+
+def collect(job: Job, step: Step | None, node: Node, remote_paths: Iterable[str] | Mapping[str, str], *,
+            deployment: Deployment | None = None) -> list[Artifact]:
+    """Fetch files from a node as artifacts (SHA-256 on the node and here); missing files are named, not fatal first.
+
+    remote_paths is a list of node paths (named node/<file name>, or relative to the deployment's arm directory)
+    or a mapping of node path → artifact name. Idempotent: a file fetched again with the same bytes is the same artifact.
+    """
+    items = remote_paths.items() if isinstance(remote_paths, Mapping) else [(path, None) for path in remote_paths]
+    collected, missing, problems = [], [], []
+    with ssh.connect(node) as conn:
+        for path, name in items:
+            if name is None:
+                prefix = deployment.name_prefix if deployment else node.name
+                base = deployment.arm_dir + "/" if deployment else None
+                name = f"{prefix}/{path[len(base):] if base and path.startswith(base) else path.rsplit('/', 1)[-1]}"
+            if conn.run(f"test -f {ssh.shell_path(path)}", echo=False, check=False, timeout=30).exit_code != 0:
+                missing.append(path)
+                continue
+            try:
+                collected.append(conn.download(path, job=job, name=name, kind=_kind(path), step=step))
+            except ssh.SSHError as exc:
+                problems.append(f"{path}: {exc}")
+    if missing or problems:
+        detail = "; ".join(([f"missing: {', '.join(missing)}"] if missing else []) + problems)
+        raise DeployError(f"node {node.name}: collected {len(collected)} file(s), but {detail}",
+                          deployment=deployment) from None
+    return collected
+
+
+def collect_deployment(job: Job, step: Step | None, node: Node, deployment: Deployment,
+                       extra: Iterable[str] = ()) -> list[Artifact]:
+    """The manifest, the FX attach record and every file under the arm directory's records/ and metrics/."""
+    with ssh.connect(node) as conn:
+        listing = conn.run(f"cd {ssh.shell_path(deployment.arm_dir)} && find records metrics -type f 2>/dev/null; true",
+                           echo=False, timeout=60).stdout.split()
+        has_fx = conn.run(f"test -f {ssh.shell_path(deployment.run_dir + '/fx-attach.json')}", echo=False, check=False,
+                          timeout=30).exit_code == 0
+    mapping = {f"{deployment.arm_dir}/{rel}": f"{deployment.name_prefix}/{rel}" for rel in ["manifest.json", *sorted(listing)]}
+    mapping.update({path: f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}" for path in extra})
+    if has_fx:
+        mapping[f"{deployment.run_dir}/fx-attach.json"] = f"{deployment.node}/fx-attach.json"
+    return collect(job, step, node, mapping, deployment=deployment)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {sample name with labels: value}, plus each family's sum over labels under its bare name."""
+    values: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if not match:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        name, labels = match.group(1), match.group(2) or ""
+        values[name + labels] = value
+        if labels:
+            sums[name] = sums.get(name, 0.0) + value
+    for name, total in sums.items():
+        values.setdefault(name, total)
+    return values
+
+
+def metrics_snapshot(node: Node, url: str, *, job: Job | None = None, step: Step | None = None,
+                     name: str | None = None) -> dict[str, float]:
+    """GET /metrics from the node itself; parsed into numbers, and kept as an artifact when a job and name are given."""
+    if not _METRICS_URL.match(url):
+        raise DeployError(f"node {node.name}: {url!r} is not a loopback http URL of the node's server")
+    if not url.rstrip("/").endswith("/metrics"):
+        url = url.rstrip("/") + "/metrics"
+    script = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())"
+    try:
+        result = ssh.run(node, f"python3 -c {shlex.quote(script)} {shlex.quote(url)}", timeout=90)
+    except ssh.CommandFailed as exc:
+        raise DeployError(f"node {node.name}: cannot read {url}: {_error_lines(exc)}") from None
+    text = result.stdout
+    if job is not None and name:
+        store_bytes(job, name, text.encode(), kind="metrics", step=step, node=node, simulated=node.simulated)
+    return parse_metrics(text)

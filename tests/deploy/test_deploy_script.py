@@ -1,0 +1,114 @@
+"""deploy.sh on a simulated node's sandbox: preflight checks, the manifest, the exact launch of each arm."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from runners.config import default_simulated, validate_deployment
+from runners.deploy import cache_dirs, render_lmcache_config
+
+
+def arm_params(sandbox, arm: str, **overrides) -> str:
+    settings = validate_deployment(default_simulated()).with_home(str(sandbox.root))
+    arm_dir = sandbox.root / "runs" / "r1" / arm
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    disk_dir, pool_dir = cache_dirs(settings, arm, "r1")
+    config = None
+    if arm != "recompute":
+        config = str(arm_dir / "lmcache.yaml")
+        (arm_dir / "lmcache.yaml").write_text(render_lmcache_config(settings, arm, run_id="r1", simulated=True))
+    values = {
+        "RUN_ID": "r1", "ARM": arm, "NODE": "node1", "SIMULATED": True, "MODEL": settings.model, "TP": 8, "PORT": 0,
+        "CACHE_DIR": disk_dir, "SHARED_DIR": None, "LMCACHE_CONFIG": config, "USE_ODIRECT": True,
+        "DROP_PAGE_CACHE": False, "PAGE_CACHE_METHOD": "odirect", "MAX_LOCAL_DISK_SIZE": 200.0,
+        "EXTRA_VLLM_FLAGS": ["--max-model-len", "131072"], "SIM_TIME_SCALE": 0.001,
+    }
+    values.update(overrides)
+    sandbox.write_env(f"runs/r1/{arm}/params.env", values)
+    return str(arm_dir)
+
+
+@pytest.fixture
+def echo_vllm(tmp_path):
+    """A vllm that prints its command line and the environment deploy.sh gave it, then exits."""
+    shim = tmp_path / "echo-vllm"
+    shim.mkdir()
+    (shim / "vllm").write_text(
+        "#!/usr/bin/env bash\n"
+        "[[ $1 == --version ]] && { echo 0.20.1+rocm721; exit 0; }\n"
+        "python3 -c 'import json, os, sys; print(json.dumps({\"argv\": sys.argv[1:], \"env\": {k: os.environ.get(k) "
+        "for k in (\"LMCACHE_CONFIG_FILE\", \"VLLM_SERVER_DEV_MODE\", \"PROMETHEUS_MULTIPROC_DIR\", "
+        "\"FXPILOT_SIM_TIME_SCALE\")}}))' \"$@\"\n")
+    (shim / "vllm").chmod(0o755)
+    return shim
+
+
+def test_preflight_picks_a_port_and_writes_the_manifest_with_versions(sandbox):
+    arm_dir = arm_params(sandbox, "fx")
+    result = sandbox.run("deploy.sh", "preflight", arm_dir)
+    assert result.returncode == 0, result.stderr
+    port = int(result.stdout.split("FXPILOT_PORT=")[1].split()[0])
+    manifest = json.loads((sandbox.root / "runs" / "r1" / "fx" / "manifest.json").read_text())
+    assert manifest["port"] == port and manifest["simulated"] is True
+    assert manifest["versions"]["vllm"] == "0.20.1+rocm721"
+    assert manifest["versions"]["rocm"] == "7.2.1"
+    assert manifest["versions"]["lmcache"] == {"version": "0.3.15.dev12", "commit": "4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+                                               "hip": True}
+    assert manifest["page_cache"] == {"use_odirect": True, "drop_page_cache": False, "method": "odirect"}
+    assert manifest["kv_connector"] == "LMCacheConnectorV1"
+    assert manifest["command"][:4] == ["vllm", "serve", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tensor-parallel-size"]
+    assert (sandbox.root / "mnt" / "fx" / "fxpilot" / "kv" / "r1").is_dir()
+
+
+def test_a_port_in_use_fails_with_the_reason(sandbox):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        port = holder.getsockname()[1]
+        result = sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "local_nvme", PORT=port))
+    finally:
+        holder.close()
+    assert result.returncode != 0
+    assert f"port {port} is already in use" in result.stderr
+
+
+def test_a_missing_model_path_fails_with_the_reason(sandbox):
+    result = sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "recompute", MODEL=str(sandbox.root / "models" / "none")))
+    assert result.returncode != 0
+    assert "model path" in result.stderr and "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize("arm", ["recompute", "local_nvme", "fx"])
+def test_each_arm_launches_vllm_as_the_published_test_did(sandbox, echo_vllm, arm):
+    arm_dir = arm_params(sandbox, arm)
+    assert sandbox.run("deploy.sh", "preflight", arm_dir, extra_path=echo_vllm).returncode == 0
+    served = sandbox.run("deploy.sh", "serve", arm_dir, extra_path=echo_vllm)
+    assert served.returncode == 0, served.stderr
+    launch = json.loads(served.stdout.strip().splitlines()[-1])
+    port = (sandbox.root / "runs" / "r1" / arm / "port").read_text().strip()
+    assert launch["argv"][:8] == ["serve", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tensor-parallel-size", "8",
+                                  "--host", "127.0.0.1", "--port", port]
+    assert launch["argv"][-2:] == ["--max-model-len", "131072"]
+    assert launch["env"]["VLLM_SERVER_DEV_MODE"] == "1"
+    assert launch["env"]["PROMETHEUS_MULTIPROC_DIR"] == f"{arm_dir}/prometheus"
+    assert launch["env"]["FXPILOT_SIM_TIME_SCALE"] == "0.001"
+    if arm == "recompute":
+        assert "--kv-transfer-config" not in launch["argv"]
+        assert launch["env"]["LMCACHE_CONFIG_FILE"] is None
+    else:
+        index = launch["argv"].index("--kv-transfer-config")
+        assert json.loads(launch["argv"][index + 1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        assert launch["env"]["LMCACHE_CONFIG_FILE"] == f"{arm_dir}/lmcache.yaml"
+
+
+def test_cleanup_removes_only_this_runs_cache(sandbox):
+    arm_dir = arm_params(sandbox, "local_nvme")
+    assert sandbox.run("deploy.sh", "preflight", arm_dir).returncode == 0
+    kept = sandbox.root / "mnt" / "nvme0" / "fxpilot" / "kv" / "older-run"
+    kept.mkdir(parents=True)
+    assert sandbox.run("deploy.sh", "cleanup", arm_dir).returncode == 0
+    assert not (sandbox.root / "mnt" / "nvme0" / "fxpilot" / "kv" / "r1").exists()
+    assert kept.is_dir()

@@ -1,0 +1,65 @@
+"""The rendered LMCache YAML: keys and types LMCache's config loader takes; the two cache arms differ only in the path."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from runners.config import default_simulated, validate_deployment
+from runners.deploy import render_lmcache_config
+
+# Keys and types from LMCache's lmcache/v1/config.py (_CONFIG_DEFINITIONS) that fxpilot writes.
+LMCACHE_TYPES = {"chunk_size": int, "local_cpu": bool, "max_local_cpu_size": float, "local_disk": str,
+                 "max_local_disk_size": float, "remote_url": str, "remote_serde": str, "extra_config": dict}
+
+
+@pytest.fixture
+def settings():
+    return validate_deployment(default_simulated()).with_home("/home/fxpilot")
+
+
+def rendered(settings, arm, **kwargs) -> dict:
+    return yaml.safe_load(render_lmcache_config(settings, arm, run_id="abc123", **kwargs))
+
+
+@pytest.mark.parametrize("arm", ["local_nvme", "fx"])
+def test_each_key_is_one_lmcache_knows_with_its_type(settings, arm):
+    config = rendered(settings, arm, share_pool=True)
+    assert set(config) <= set(LMCACHE_TYPES)
+    for key, value in config.items():
+        assert isinstance(value, LMCACHE_TYPES[key]), key
+
+
+def test_the_cache_arms_differ_only_in_where_the_files_live(settings):
+    local, fx = rendered(settings, "local_nvme"), rendered(settings, "fx")
+    assert local.pop("local_disk") == "file:///home/fxpilot/mnt/nvme0/fxpilot/kv/abc123/"
+    assert fx.pop("local_disk") == "file:///home/fxpilot/mnt/fx/fxpilot/kv/abc123/"
+    assert local == fx == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0, "max_local_disk_size": 200.0,
+                           "extra_config": {"use_odirect": True}}
+
+
+def test_the_shared_pool_is_the_fs_remote_backend_on_the_fx_mount(settings):
+    config = rendered(settings, "fx", share_pool=True)
+    assert config["remote_url"] == "fs://localhost:0/home/fxpilot/mnt/fx/fxpilot-shared/abc123"
+    assert config["remote_serde"] == "naive"
+    assert "remote_url" not in rendered(settings, "local_nvme", share_pool=True)
+
+
+def test_recompute_renders_no_lmcache_settings(settings):
+    assert rendered(settings, "recompute") is None
+    assert "without a KV connector" in render_lmcache_config(settings, "recompute")
+
+
+def test_a_page_cache_drop_instead_of_odirect_is_written_as_such():
+    data = default_simulated() | {"use_odirect": False, "drop_page_cache": True}
+    settings = validate_deployment(data).with_home("/home/fxpilot")
+    assert rendered(settings, "fx")["extra_config"] == {"use_odirect": False}
+    assert settings.page_cache_method == "drop_caches"
+
+
+def test_a_simulated_deployment_says_so(settings):
+    assert "# simulated: true" in render_lmcache_config(settings, "fx", simulated=True)
+
+
+def test_home_paths_must_be_resolved_before_rendering():
+    with pytest.raises(ValueError, match="with_home"):
+        render_lmcache_config(validate_deployment(default_simulated()), "fx")

@@ -5,4 +5,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("gates.api_urls")),
     path("", include("gates.urls")),
+    path("", include("runners.urls")),
 ]

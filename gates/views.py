@@ -1,11 +1,492 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""The portal's pages about pilots, plans, gates, reports and the audit log.
 
-from gates.models import Pilot
+Every object is reached through gates.access (404 outside the pilot, 403 for a role that may not);
+every state change goes through gates.lifecycle; what a role may not do is not offered.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import F
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from fxpilot.middleware import LANGUAGE_SESSION_KEY
+from gates import access, lifecycle, notifications
+from gates.access import EDIT_PLAN, EXTEND, OPERATE, RAW_DATA, SIGN, can, get_gate_for_user, get_pilot_for_user
+from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
+from gates.models import (
+    AuditEvent,
+    Criterion,
+    Gate,
+    Membership,
+    Notification,
+    Pilot,
+    PlanVersion,
+    Profile,
+    Report,
+    Role,
+    SignOff,
+)
+
+PAGE_SIZE = 50
+LOGIN_FAILURES_ALLOWED = 5
+LOGIN_LOCKOUT_SECONDS = 15 * 60
+
+
+# ── Signing in ────────────────────────────────────────────────────────────────────────────────
+
+
+def _throttle_keys(request: HttpRequest) -> list[str]:
+    username = (request.POST.get("username") or "").strip().lower()[:150]
+    address = request.META.get("REMOTE_ADDR", "")
+    return [f"login-fail:user:{username}", f"login-fail:addr:{address}"]
+
+
+class ThrottledLoginView(auth_views.LoginView):
+    """Django's login, refusing for a while after too many failures for one user name or one address."""
+
+    template_name = "registration/login.html"
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        keys = _throttle_keys(request)
+        if max(cache.get(key, 0) for key in keys) >= LOGIN_FAILURES_ALLOWED:
+            form = self.get_form()
+            form.errors.clear()
+            response = self.render_to_response(self.get_context_data(
+                form=form, throttled=_("Too many failed attempts. Wait %(minutes)s minutes and try again.") % {
+                    "minutes": LOGIN_LOCKOUT_SECONDS // 60}))
+            response.status_code = 429
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form) -> HttpResponse:
+        for key in _throttle_keys(self.request):
+            cache.add(key, 0, LOGIN_LOCKOUT_SECONDS)
+            try:
+                cache.incr(key)
+            except ValueError:
+                cache.set(key, 1, LOGIN_LOCKOUT_SECONDS)
+        return super().form_invalid(form)
+
+    def form_valid(self, form) -> HttpResponse:
+        cache.delete_many(_throttle_keys(self.request))
+        response = super().form_valid(form)
+        language = Profile.objects.filter(user=form.get_user()).values_list("language", flat=True).first()
+        if language:
+            self.request.session[LANGUAGE_SESSION_KEY] = language
+            response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax",
+                                secure=settings.SESSION_COOKIE_SECURE)
+        return response
+
+
+@require_POST
+def set_language(request: HttpRequest) -> HttpResponse:
+    """The person's language: remembered on their profile (all devices), in the session and a cookie."""
+    language = request.POST.get("language", "")
+    target = request.POST.get("next") or reverse("home")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        target = reverse("home")
+    if language not in dict(settings.LANGUAGES):
+        messages.error(request, _("Unknown language."))
+        return redirect(target)
+    if request.user.is_authenticated:
+        Profile.objects.update_or_create(user=request.user, defaults={"language": language})
+        request.session[LANGUAGE_SESSION_KEY] = language
+    translation.activate(language)
+    response = redirect(target)
+    response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax", secure=settings.SESSION_COOKIE_SECURE)
+    return response
+
+
+# ── Home: pilots and what to do ───────────────────────────────────────────────────────────────
+
+
+def _my_roles_by_pilot(user, pilots) -> dict[int, set[str]]:
+    by_org: dict[int, set[str]] = defaultdict(set)
+    for org_id, role in Membership.objects.filter(user=user).values_list("organisation_id", "role"):
+        by_org[org_id].add(role)
+    return {p.pk: by_org[p.customer_id] | by_org[p.vendor_id] for p in pilots}
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    pilots = Pilot.objects.for_user(request.user).select_related("customer", "vendor")
-    return render(request, "gates/home.html", {"pilots": pilots})
+    page = Paginator(access.pilots_for(request), PAGE_SIZE).get_page(request.GET.get("page"))
+    pilots = list(page.object_list)
+    mine = _my_roles_by_pilot(request.user, pilots)
+    pending = notifications.pending_actions_bulk(pilots)
+    gates = {g.pilot_id: g for g in Gate.objects.filter(pilot__in=pilots, number=F("pilot__current_gate"))}
+    todo = []
+    for pilot in pilots:
+        gate = gates.get(pilot.pk)
+        if gate is not None:
+            gate.pilot = pilot
+        pilot.current = gate
+        pilot.my_roles = mine[pilot.pk]
+        pilot.actions = [{**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
+                         for a in pending.get(pilot.pk, [])]
+        todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
+    from runners.models import Node
+
+    host_keys = list(Node.objects.filter(
+        host_key_state=Node.HostKeyState.PENDING,
+        site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]).select_related("site"))
+    notes = list(Notification.objects.filter(user=request.user, read_at__isnull=True)[:20])
+    return render(request, "gates/home.html", {
+        "page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes})
+
+
+@login_required
+@require_POST
+def notifications_read(request: HttpRequest) -> HttpResponse:
+    Notification.objects.filter(user=request.user, read_at__isnull=True).update(read_at=timezone.now())
+    return redirect("home")
+
+
+# ── A pilot: overview and timeline ────────────────────────────────────────────────────────────
+
+
+def _who(pilot: Pilot) -> dict[str, list[str]]:
+    """Role → names of the people holding it in this pilot's two organisations."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for membership in Membership.objects.filter(
+            organisation_id__in=[pilot.customer_id, pilot.vendor_id]).select_related("user").order_by("user__username"):
+        names[membership.role].append(membership.user.get_full_name() or membership.user.get_username())
+    return names
+
+
+def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
+    who = _who(pilot) if actions else {}
+    roles = dict(Membership._meta.get_field("role").choices)
+    return [{**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": roles.get(a["role"], a["role"]),
+             "people": who.get(a["role"], [])} for a in actions]
+
+
+def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
+    today = timezone.localdate()
+    current_week = (today - pilot.start_date).days // 7 + 1
+    rows = []
+    for gate in gates:
+        opened = timezone.localdate(gate.opened_at) if gate.opened_at else None
+        closed = timezone.localdate(gate.closed_at) if gate.closed_at else None
+        actual_start = actual_end = None
+        if opened:
+            actual_start = max(1, min(weeks, (opened - pilot.start_date).days // 7 + 1))
+            end_day = closed or today
+            actual_end = max(actual_start, min(weeks, (end_day - pilot.start_date).days // 7 + 1))
+        rows.append({"gate": gate, "opened": opened, "closed": closed, "actual_start": actual_start,
+                     "actual_end_col": actual_end + 1 if actual_end else None, "planned_end_col": gate.week_end + 1})
+    return {"weeks": range(1, weeks + 1), "rows": rows,
+            "current_week": current_week if 1 <= current_week <= weeks else None}
+
+
+@login_required
+def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    gates = list(pilot.gates.all())
+    for gate in gates:
+        gate.pilot = pilot
+    plan = pilot.latest_plan
+    weeks = int((plan.document or {}).get("calendar_weeks", 10)) if plan else 10
+    weeks = max(weeks, max((g.week_end for g in gates), default=weeks))
+    from runners.models import Job
+
+    runs = list(Job.objects.filter(pilot=pilot).select_related("gate", "created_by")[:10])
+    return render(request, "gates/pilot.html", {
+        "pilot": pilot, "gates": gates, "plan": plan, "timeline": _timeline(pilot, gates, weeks),
+        "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot)), "runs": runs,
+        "roles": access.roles_of(pilot, request.user), "can_operate": can(pilot, request.user, OPERATE)})
+
+
+# ── The plan: review, edit while draft, sign, amend ───────────────────────────────────────────
+
+
+def _plan_editable(version: PlanVersion) -> bool:
+    return version.state == PlanVersion.State.DRAFT and not version.signoffs.filter(
+        decision=SignOff.Decision.APPROVE).exists()
+
+
+def _parties_of(roles) -> list[str]:
+    return [party for party, role in lifecycle.SIGNING_ROLE.items() if role in roles]
+
+
+@login_required
+def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    versions = list(pilot.plan_versions.order_by("-number"))
+    if not versions:
+        raise Http404("This pilot has no plan")
+    number = request.GET.get("v")
+    version = next((v for v in versions if str(v.number) == number), versions[0])
+    roles = access.roles_of(pilot, request.user)
+    editable = version.pk == versions[0].pk and _plan_editable(version) and bool(roles & EDIT_PLAN) \
+        and pilot.state not in notifications.FINAL
+    signoffs = list(version.signoffs.select_related("person"))
+    approved = {s.party for s in signoffs if s.decision == SignOff.Decision.APPROVE}
+    may_sign = [p for p in _parties_of(roles) if p not in approved]
+    can_sign = version.state == PlanVersion.State.DRAFT and version.pk == versions[0].pk and bool(may_sign) \
+        and pilot.state not in notifications.FINAL
+    criteria = list(version.criteria.all())
+    gate_names = {g.number: g for g in pilot.gates.all()}
+    groups = []
+    for criterion in criteria:
+        if not groups or groups[-1]["number"] != criterion.gate_number:
+            groups.append({"number": criterion.gate_number, "gate": gate_names.get(criterion.gate_number), "criteria": []})
+        criterion.form = CriterionForm.for_criterion(criterion) if editable else None
+        groups[-1]["criteria"].append(criterion)
+    edits = AuditEvent.objects.filter(pilot=pilot, action="criterion.edited", object_id__in=[str(c.pk) for c in criteria]
+                                      ).select_related("actor")[:30]
+    can_amend = versions[0].state != PlanVersion.State.DRAFT and bool(roles & EDIT_PLAN) \
+        and pilot.state not in notifications.FINAL
+    return render(request, "gates/plan.html", {
+        "pilot": pilot, "version": version, "versions": versions, "groups": groups, "editable": editable,
+        "signoffs": signoffs, "can_sign": can_sign, "sign_form": PlanSignForm(), "edits": edits, "can_amend": can_amend,
+        "plan_sha256": version.sha256 or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else "")})
+
+
+@login_required
+@require_POST
+def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    version = pilot.latest_plan
+    criterion = get_object_or_404(Criterion, plan_version=version, key=key)
+    form = CriterionForm.for_criterion(criterion, data=request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{criterion.key} · {form.fields[field].label if field in form.fields else field}: "
+                                    f"{' '.join(errors)}")
+        return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
+    changes = form.changes(criterion)
+    if changes:
+        try:
+            lifecycle.edit_criterion(criterion, request.user, **changes)
+        except lifecycle.TransitionRefused as refused:
+            messages.error(request, refused.message)
+        except ValidationError as error:
+            messages.error(request, f"{criterion.key}: {'; '.join(error.messages)}")
+        except ValueError as error:  # the edited plan no longer validates (gates.plan.PlanError)
+            messages.error(request, f"{criterion.key}: {error}")
+        else:
+            messages.success(request, _("%(key)s updated.") % {"key": criterion.key})
+    return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
+
+
+@login_required
+@require_POST
+def plan_sign(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, SIGN)
+    form = PlanSignForm(request.POST)
+    if form.is_valid():
+        try:
+            lifecycle.sign_plan(pilot.latest_plan, request.user, comment=form.cleaned_data["comment"])
+        except lifecycle.TransitionRefused as refused:
+            messages.error(request, refused.message)
+        else:
+            messages.success(request, _("You signed the plan."))
+            notifications.sweep([Pilot.objects.get(pk=pilot.pk)])
+    return redirect("plan", pilot.code)
+
+
+@login_required
+@require_POST
+def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    try:
+        version = lifecycle.amend_plan(pilot, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("Plan v%(number)s is a draft: change it, then both parties sign it again.") % {
+            "number": version.number})
+        notifications.sweep([pilot])
+    return redirect("plan", pilot.code)
+
+
+# ── A gate: verdicts, runs, sign-off, reports ─────────────────────────────────────────────────
+
+
+def _charts(result: dict) -> list:
+    """SVG charts from the report engineer's module, when it exists; nothing otherwise."""
+    try:
+        from gates.reports import charts
+    except ImportError:
+        return []
+    render_charts = getattr(charts, "gate_charts", None)
+    if render_charts is None or not result:
+        return []
+    try:
+        return list(render_charts(result))
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
+    chinese = language.startswith("zh")
+    if result.get("criteria"):
+        rows = []
+        for item in result["criteria"]:
+            description = (item.get("description_zh") if chinese else "") or item.get("description", "")
+            rows.append({**item, "text": description})
+        return rows
+    version = gate.pilot.signed_plan or gate.pilot.latest_plan
+    criteria = version.criteria.filter(gate_number=gate.number) if version else []
+    return [{"key": c.key, "text": (c.description_zh if chinese else "") or c.description, "metric": c.metric,
+             "statistic": c.statistic, "comparison": c.comparison, "op": c.get_op_display(), "threshold": c.threshold,
+             "unit": c.unit, "verdict": ""} for c in criteria]
+
+
+def start_run_available() -> tuple[bool, str]:
+    try:
+        from runners.orchestration import start_gate_run  # noqa: F401
+    except ImportError:
+        return False, _("Runs cannot be started from the portal yet: the orchestration module is not installed.")
+    return True, ""
+
+
+@login_required
+def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    pilot = gate.pilot
+    roles = access.roles_of(pilot, request.user)
+    evaluation = gate.latest_evaluation
+    result = evaluation.result if evaluation else {}
+    from runners.models import Job
+
+    runs = list(Job.objects.filter(gate=gate).select_related("created_by")[:20])
+    signoffs = list(gate.signoffs.select_related("person", "evaluation"))
+    decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
+    may_sign = [p for p in _parties_of(roles) if p not in decided]
+    can_sign_off = bool(may_sign) and evaluation is not None and pilot.state == Pilot.State.ACTIVE \
+        and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
+    run_ok, run_why = start_run_available()
+    can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
+    return render(request, "gates/gate.html", {
+        "pilot": pilot, "gate": gate, "evaluation": evaluation, "result": result,
+        "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
+        "validity": result.get("validity") or {}, "charts": _charts(result), "runs": runs, "signoffs": signoffs,
+        "can_sign_off": can_sign_off, "signoff_form": GateSignOffForm(), "sign_party": may_sign[0] if may_sign else "",
+        "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
+        "can_start": can_start, "run_available": run_ok, "run_unavailable_reason": run_why,
+        "reports": list(gate.reports.all()), "can_download_raw": bool(roles & RAW_DATA)})
+
+
+@login_required
+@require_POST
+def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, SIGN)
+    form = GateSignOffForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect("gate", gate.pilot.code, gate.number)
+    try:
+        lifecycle.sign_off_gate(gate, request.user, decision=form.cleaned_data["decision"],
+                                comment=form.cleaned_data["comment"])
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("Your decision is recorded."))
+        notifications.sweep([Pilot.objects.get(pk=gate.pilot_id)])
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+@login_required
+@require_POST
+def gate_extend(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, EXTEND)
+    try:
+        lifecycle.extend_marginal(gate, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("The gate is open again for a run with more repetitions."))
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+# ── Reports ───────────────────────────────────────────────────────────────────────────────────
+
+
+def _data_file(relative: str) -> Path:
+    """A file under DATA_DIR named by a stored relative path; anything escaping it is refused."""
+    root = Path(settings.DATA_DIR).resolve()
+    path = (root / relative).resolve()
+    if root not in path.parents or not path.is_file():
+        raise Http404("The file is missing")
+    return path
+
+
+@login_required
+def report_download(request: HttpRequest, code: UUID) -> HttpResponse:
+    report = access.get_report_for_user(request, code)
+    path = _data_file(report.path)
+    name = f"fxpilot-{report.kind}-{report.gate.label if report.gate_id else 'pilot'}-{report.language}.pdf"
+    response = FileResponse(path.open("rb"), as_attachment=True, filename=name, content_type="application/pdf")
+    response["X-Content-SHA256"] = report.sha256
+    return response
+
+
+@login_required
+def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    reports = list(Report.objects.filter(pilot=pilot).select_related("gate"))
+    return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports})
+
+
+def _trust_roots() -> list[str]:
+    root = Path(settings.FXPILOT_SIGNING_ROOT)
+    return [str(root)] if root.is_file() else []
+
+
+@login_required
+def report_verify(request: HttpRequest) -> HttpResponse:
+    result = error = None
+    form = PdfUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        roots = _trust_roots()
+        try:
+            from gates.reports.verify import verify_pdf
+        except ImportError:
+            verify_pdf = None
+        if verify_pdf is None:
+            error = _("Report verification is not installed.")
+        elif not roots:
+            error = _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+        else:
+            try:
+                result = verify_pdf(form.cleaned_data["file"].read(), roots)
+            except Exception as exc:  # a damaged upload must give a message, not a server error
+                error = _("The file could not be read as a signed PDF: %(error)s") % {"error": type(exc).__name__}
+    return render(request, "gates/verify.html", {"form": form, "result": result, "error": error,
+                                                  "max_mb": MAX_REPORT_BYTES // 2**20})
+
+
+# ── The audit log ─────────────────────────────────────────────────────────────────────────────
+
+
+@login_required
+def audit_log(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    page = Paginator(AuditEvent.objects.filter(pilot=pilot).select_related("actor"), PAGE_SIZE).get_page(
+        request.GET.get("page"))
+    return render(request, "gates/audit.html", {"pilot": pilot, "page": page})
+

@@ -1,0 +1,164 @@
+"""Who must act next, for many pilots at once, and telling them: a row on their home page and one email.
+
+`sweep()` is idempotent (one notification per person and event, by key): the portal calls it after
+each action, and a periodic task or `manage.py notify` may call it to catch what workers changed
+(a host key seen on first contact, a run that ended, a verdict that awaits sign-off).
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from gates.lifecycle import SIGNING_ROLE
+from gates.models import Evaluation, Gate, Membership, Notification, Pilot, PlanVersion, Profile, Role, SignOff
+
+log = logging.getLogger(__name__)
+
+ACTION_LABELS = {
+    "sign_plan": gettext_lazy("Sign the plan"),
+    "run_gate": gettext_lazy("Run the gate"),
+    "sign_off_gate": gettext_lazy("Sign off the gate"),
+    "review_gate": gettext_lazy("Review the marginal gate"),
+    "accept_host_key": gettext_lazy("Accept a host key"),
+}
+FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
+RUN_NOTICE_WINDOW = timedelta(days=7)
+
+
+def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
+    """lifecycle.pending_actions for many pilots in a fixed number of queries: pilot id → actions."""
+    pilots = [p for p in pilots if p.state not in FINAL]
+    ids = [p.pk for p in pilots]
+    actions: dict[int, list[dict]] = defaultdict(list)
+    if not ids:
+        return actions
+    latest: dict[int, PlanVersion] = {}
+    for version in PlanVersion.objects.filter(pilot_id__in=ids).only("id", "pilot_id", "number", "state").order_by("number"):
+        latest[version.pilot_id] = version
+    drafts = [v.pk for v in latest.values() if v.state == PlanVersion.State.DRAFT]
+    approved = set(SignOff.objects.filter(plan_version_id__in=drafts, decision=SignOff.Decision.APPROVE)
+                   .values_list("plan_version_id", "party"))
+    for pilot_id, version in latest.items():
+        if version.state == PlanVersion.State.DRAFT:
+            for party, role in SIGNING_ROLE.items():
+                if (version.pk, party) not in approved:
+                    actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
+    gates = list(Gate.objects.filter(pilot_id__in=ids, number=F("pilot__current_gate")))
+    waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
+    latest_eval: dict[int, int] = {}
+    for gate_id, eval_id in (Evaluation.objects.filter(gate_id__in=[g.pk for g in waiting])
+                             .order_by("created", "id").values_list("gate_id", "id")):
+        latest_eval[gate_id] = eval_id
+    decided = set(SignOff.objects.filter(evaluation_id__in=list(latest_eval.values())).values_list("evaluation_id", "party"))
+    for gate in gates:
+        if gate.state == Gate.State.OPEN:
+            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
+        elif gate in waiting:
+            action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
+            for party, role in SIGNING_ROLE.items():
+                if (latest_eval.get(gate.pk), party) not in decided:
+                    actions[gate.pilot_id].append({"role": role, "action": action, "subject": gate,
+                                                   "evaluation_id": latest_eval.get(gate.pk)})
+    return actions
+
+
+def _members(pilot: Pilot, roles: Iterable[str] | None = None) -> list:
+    memberships = Membership.objects.filter(organisation_id__in=[pilot.customer_id, pilot.vendor_id], user__is_active=True)
+    if roles is not None:
+        memberships = memberships.filter(role__in=list(roles))
+    User = get_user_model()
+    return list(User.objects.filter(pk__in=memberships.values("user_id")))
+
+
+def notify(users: Iterable, *, pilot: Pilot | None, key: str, kind: str, subject: Callable[[], str], url: str = "") -> list[Notification]:
+    """One notification per person and key; the first time only, with an email, both in the person's language."""
+    key = key[:120]
+    users = list(users)
+    already = set(Notification.objects.filter(key=key, user__in=users).values_list("user_id", flat=True))
+    languages = dict(Profile.objects.filter(user__in=users).values_list("user_id", "language"))
+    created = []
+    for user in users:
+        if user.pk in already:
+            continue
+        with translation.override(languages.get(user.pk) or settings.LANGUAGE_CODE):
+            text = str(subject())[:300]
+            try:
+                with transaction.atomic():
+                    note = Notification.objects.create(user=user, pilot=pilot, key=key, kind=kind, subject=text, url=url)
+            except IntegrityError:
+                continue
+            created.append(note)
+            if user.email:
+                _email(user, note)
+    return created
+
+
+def _email(user, note: Notification) -> None:
+    link = settings.SITE_URL.rstrip("/") + note.url if note.url else ""
+    body = "\n\n".join(part for part in (note.subject, _("Open it in the portal:"), link) if part)
+    try:
+        send_mail(f"[fxpilot] {note.subject}", body, None, [user.email])
+    except OSError as error:
+        # The portal keeps working when mail is down; the home page still shows the notification.
+        log.warning("could not email notification %s to user %s: %s", note.key, user.pk, error)
+        return
+    Notification.objects.filter(pk=note.pk).update(emailed=True)
+
+
+def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[], str], str]:
+    """(key, subject line, url) for a pending action."""
+    if action == "sign_plan":
+        return (f"sign_plan:{subject.pk}",
+                lambda: _("%(pilot)s: sign plan v%(number)s") % {"pilot": pilot.name, "number": subject.number},
+                reverse("plan", args=[pilot.code]))
+    return (f"{action}:{subject.pk}", lambda: f"{pilot.name}: {ACTION_LABELS[action]} — {subject.label}",
+            reverse("gate", args=[pilot.code, subject.number]))
+
+
+def sweep(pilots: Iterable[Pilot] | None = None) -> int:
+    """Notify everyone who must act now, and everyone concerned by a run that ended. Returns how many were created."""
+    from runners.models import FINISHED, Job, Node
+
+    pilots = list(pilots) if pilots is not None else list(Pilot.objects.exclude(state__in=FINAL))
+    by_id = {p.pk: p for p in pilots}
+    count = 0
+    for pilot_id, actions in pending_actions_bulk(pilots).items():
+        pilot = by_id[pilot_id]
+        for action in actions:
+            if action["action"] == "run_gate":
+                continue  # a standing task of the vendor engineer: shown on the home page, not emailed
+            key, subject, url = _action_notice(action["action"], pilot, action["subject"])
+            if action.get("evaluation_id"):
+                key += f":{action['evaluation_id']}"
+            count += len(notify(_members(pilot, [action["role"]]), pilot=pilot, key=key, kind=action["action"],
+                                subject=subject, url=url))
+    for node in Node.objects.filter(site__pilot_id__in=list(by_id), host_key_state=Node.HostKeyState.PENDING):
+        pilot = by_id[node.site.pilot_id] if node.site_id else None
+        count += len(notify(
+            _members(pilot, [Role.VENDOR_ENGINEER]), pilot=pilot, kind="accept_host_key",
+            key=f"host_key:{node.code}:{node.pending_host_key_fingerprint}",
+            subject=lambda node=node, pilot=pilot: _("%(pilot)s: accept the host key of %(node)s (%(fingerprint)s)") % {
+                "pilot": pilot.name, "node": node.name, "fingerprint": node.pending_host_key_fingerprint},
+            url=reverse("node", args=[node.code])))
+    since = timezone.now() - RUN_NOTICE_WINDOW
+    for job in Job.objects.filter(pilot_id__in=list(by_id), status__in=FINISHED, finished__gte=since).select_related("gate"):
+        pilot = by_id[job.pilot_id]
+        count += len(notify(
+            _members(pilot), pilot=pilot, kind="run_finished", key=f"run_finished:{job.code}",
+            subject=lambda job=job, pilot=pilot: _("%(pilot)s: %(what)s run ended — %(status)s") % {
+                "pilot": pilot.name, "what": job.gate.label if job.gate_id else job.get_kind_display(),
+                "status": job.get_status_display()},
+            url=reverse("run", args=[job.code])))
+    return count

@@ -1,0 +1,76 @@
+"""Small template helpers of the portal: names in the reader's language, numbers and durations."""
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils import formats, translation
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+
+register = template.Library()
+
+
+@register.filter
+def local_name(obj: Any) -> str:
+    """`name_zh` (or `description_zh`) for a Chinese reader when it is filled, else the English one."""
+    chinese = (translation.get_language() or "").startswith("zh")
+    for field in ("name", "description"):
+        if hasattr(obj, field):
+            return (getattr(obj, f"{field}_zh", "") if chinese else "") or getattr(obj, field)
+    return str(obj)
+
+
+@register.filter
+def percent(value: Any, digits: int = 0) -> str:
+    if value in (None, ""):
+        return "—"
+    return formats.number_format(float(value) * 100, decimal_pos=int(digits), use_l10n=True) + " %"
+
+
+@register.filter
+def number(value: Any, digits: int = 3) -> str:
+    """A figure to `digits` significant places, in the reader's number format."""
+    if value in (None, ""):
+        return "—"
+    if isinstance(value, bool):
+        return _("yes") if value else _("no")
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return formats.number_format(int(value), use_l10n=True, force_grouping=True)
+    magnitude = abs(value)
+    places = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else int(digits)
+    return formats.number_format(value, decimal_pos=places, use_l10n=True)
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    if seconds in (None, ""):
+        return "—"
+    seconds = int(float(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return _("%(h)d h %(m)02d min") % {"h": hours, "m": minutes}
+    if minutes:
+        return _("%(m)d min %(s)02d s") % {"m": minutes, "s": secs}
+    return _("%(s)d s") % {"s": secs}
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def svg(markup: str) -> SafeString:
+    """Chart SVG produced by our own chart module (never user input)."""
+    return mark_safe(markup)  # noqa: S308 - server-generated chart markup
+
+
+@register.simple_tag
+def interval(ci: Any) -> str:
+    if not ci or len(ci) != 2 or ci[0] is None:
+        return "—"
+    return f"[{number(ci[0])}, {number(ci[1])}]"

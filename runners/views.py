@@ -1,0 +1,276 @@
+"""The portal's pages about what touches a node: runs and their live log, artifacts, sites, nodes, credentials.
+
+Every object is reached through its parent pilot (gates.access); downloads included.
+"""
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from gates import access, lifecycle, notifications
+from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
+from gates.forms import CredentialForm, NodeForm, SiteForm
+from gates.views import start_run_available
+from runners.models import Artifact, Credential, Job, Node, OutputChunk, Site, Status
+
+LOG_BATCH = 500
+POLL_SECONDS = 1
+
+
+def _orchestration():
+    try:
+        from runners import orchestration
+    except ImportError:
+        return None
+    return orchestration
+
+
+def _progress(job: Job, steps: list) -> dict:
+    """Step n of N and requests done of total; the orchestration's own figures when it is installed."""
+    orchestration = _orchestration()
+    if orchestration is not None and hasattr(orchestration, "job_progress"):
+        return orchestration.job_progress(job)
+    finished = sum(1 for s in steps if s.status in (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED))
+    done = sum(s.requests_done for s in steps)
+    total = sum(max(s.requests_total, s.requests_done) for s in steps)
+    return {"steps_total": len(steps), "steps_finished": finished, "requests_done": done, "requests_total": total,
+            "fraction": finished / len(steps) if steps else 0.0, "eta_seconds": None}
+
+
+def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
+    return get_for_user(request, Job.objects.select_related("gate", "site", "created_by", "pilot__customer",
+                                                            "pilot__vendor"), code, "pilot")
+
+
+def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
+    """Chunks after `after` up to the first missing number, so the page never shows a gap."""
+    run = []
+    expected = after + 1
+    for chunk in chunks:
+        if chunk.seq != expected:
+            break
+        run.append(chunk)
+        expected += 1
+    return run
+
+
+def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
+    steps = list(job.steps.select_related("node").order_by("seq"))
+    orchestration = _orchestration()
+    return {"job": job, "pilot": pilot, "steps": steps, "progress": _progress(job, steps),
+            "can_cancel": access.can(pilot, request.user, OPERATE) and not job.is_finished and not job.cancel_requested
+            and orchestration is not None}
+
+
+# ── Runs ──────────────────────────────────────────────────────────────────────────────────────
+
+
+@login_required
+def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    job, pilot = _job_for_user(request, code)
+    chunks = _contiguous(list(job.chunks.order_by("seq")[:LOG_BATCH]), 0)
+    artifacts = list(job.artifacts.select_related("node"))
+    return render(request, "runners/run.html", {
+        **_status_context(request, job, pilot), "chunks": chunks, "last_seq": chunks[-1].seq if chunks else 0,
+        "more": len(chunks) == LOG_BATCH, "artifacts": artifacts,
+        "can_download_raw": access.can(pilot, request.user, RAW_DATA), "poll_seconds": POLL_SECONDS})
+
+
+@login_required
+def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
+    """htmx: the chunks numbered after ?after=<seq>, the refreshed status panel, and the next poller."""
+    job, pilot = _job_for_user(request, code)
+    try:
+        after = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        return HttpResponse(_("“after” must be a chunk number."), status=400)
+    chunks = _contiguous(list(job.chunks.filter(seq__gt=after).order_by("seq")[:LOG_BATCH]), after)
+    last = chunks[-1].seq if chunks else after
+    return render(request, "runners/_log_update.html", {
+        **_status_context(request, job, pilot), "chunks": chunks, "last_seq": last,
+        "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
+        "poll_seconds": POLL_SECONDS})
+
+
+@login_required
+@require_POST
+def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, OPERATE)
+    available, why = start_run_available()
+    if not available:
+        messages.error(request, why)
+        return redirect("gate", gate.pilot.code, gate.number)
+    from runners.orchestration import start_gate_run
+
+    try:
+        job = start_gate_run(gate, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    except Exception as refused:  # the orchestration's RunRefused and its kin: say why, in its words
+        if type(refused).__name__ not in ("RunRefused", "ValidationError"):
+            raise
+        messages.error(request, str(refused))
+    else:
+        return redirect("run", job.code)
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
+    job, pilot = _job_for_user(request, code)
+    access.require_role(pilot, request.user, OPERATE)
+    orchestration = _orchestration()
+    if orchestration is None:
+        messages.error(request, _("Runs cannot be canceled from the portal yet: the orchestration module is not installed."))
+    elif job.is_finished:
+        messages.info(request, _("The run has already ended."))
+    else:
+        orchestration.request_cancel(job, request.user)
+        messages.success(request, _("Cancel requested: remote processes are being stopped and torn down."))
+    return redirect("run", job.code)
+
+
+@login_required
+def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
+    artifact, pilot = get_for_user(request, Artifact.objects.select_related("job__pilot__customer", "job__pilot__vendor"),
+                                   code, "job__pilot")
+    access.require_role(pilot, request.user, RAW_DATA)
+    if not artifact.path.is_file():
+        raise Http404("The artifact's file is missing")
+    name = artifact.name.replace("/", "_")
+    response = FileResponse(artifact.path.open("rb"), as_attachment=True, filename=name,
+                            content_type="application/octet-stream")
+    response["X-Content-SHA256"] = artifact.sha256
+    return response
+
+
+# ── Sites, nodes, credentials ─────────────────────────────────────────────────────────────────
+
+
+@login_required
+def sites(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    site_list = list(pilot.sites.prefetch_related(
+        Prefetch("nodes", queryset=Node.objects.select_related("credential", "jump_host")),
+        Prefetch("credentials", queryset=Credential.objects.only(
+            "id", "code", "site_id", "name", "key_type", "public_fingerprint", "created"))))
+    can_operate = access.can(pilot, request.user, OPERATE)
+    for site in site_list:
+        if can_operate:
+            site.node_form = NodeForm(site=site, prefix=f"n-{site.code}")
+            site.credential_form = CredentialForm(prefix=f"c-{site.code}")
+    return render(request, "runners/sites.html", {
+        "pilot": pilot, "sites": site_list, "can_operate": can_operate, "site_form": SiteForm() if can_operate else None})
+
+
+@login_required
+@require_POST
+def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, OPERATE)
+    form = SiteForm(request.POST)
+    if form.is_valid():
+        site = Site.objects.create(pilot=pilot, **form.cleaned_data)
+        lifecycle.audit(pilot, request.user, "site.created", site, name=site.name, queue=site.queue)
+        messages.success(request, _("Site %(name)s created.") % {"name": site.name})
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+def _form_errors(request: HttpRequest, form) -> None:
+    for field, errors in form.errors.items():
+        label = form.fields[field].label if field in form.fields else ""
+        messages.error(request, f"{label}: {' '.join(errors)}" if label else " ".join(errors))
+
+
+@login_required
+@require_POST
+def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_role(pilot, request.user, OPERATE)
+    form = NodeForm(request.POST, site=site, prefix=f"n-{site.code}")
+    if form.is_valid():
+        node = Node(site=site, **form.cleaned_data)
+        try:
+            node.full_clean()
+        except ValidationError as error:
+            for field, errors in error.message_dict.items():
+                messages.error(request, f"{field}: {' '.join(errors)}")
+            return redirect("sites", pilot.code)
+        node.save()
+        lifecycle.audit(pilot, request.user, "node.created", node, name=node.name, host=node.host, port=node.port)
+        messages.success(request, _("Node %(name)s added. Its host key is recorded on first contact and must then be "
+                                    "accepted here.") % {"name": node.name})
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+@login_required
+@require_POST
+def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_role(pilot, request.user, OPERATE)
+    form = CredentialForm(request.POST, request.FILES, prefix=f"c-{site.code}")
+    if form.is_valid():
+        from runners.credentials import create_credential
+
+        try:
+            credential = create_credential(site, form.cleaned_data["name"], form.cleaned_data["private_key"],
+                                           form.cleaned_data["passphrase"], created_by=request.user)
+        except ValidationError as error:
+            messages.error(request, _("Private key: %(error)s") % {"error": " ".join(error.messages)})
+        else:
+            lifecycle.audit(pilot, request.user, "credential.created", credential, name=credential.name,
+                            fingerprint=credential.public_fingerprint)
+            messages.success(request, _("Credential %(name)s stored encrypted (%(fingerprint)s).") % {
+                "name": credential.name, "fingerprint": credential.public_fingerprint})
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+@login_required
+def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    node, pilot = get_for_user(request, Node.objects.select_related(
+        "site__pilot__customer", "site__pilot__vendor", "credential", "jump_host", "host_key_accepted_by"), code,
+        "site__pilot")
+    probes = list(Job.objects.filter(pilot=pilot, steps__node=node).distinct().select_related("gate")[:10])
+    return render(request, "runners/node.html", {
+        "pilot": pilot, "node": node, "inventory": node.inventory or {}, "probes": probes,
+        "can_operate": access.can(pilot, request.user, OPERATE)})
+
+
+@login_required
+@require_POST
+def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
+    node, pilot = get_for_user(request, Node.objects.select_related("site__pilot__customer", "site__pilot__vendor"),
+                               code, "site__pilot")
+    access.require_role(pilot, request.user, OPERATE)
+    fingerprint = request.POST.get("fingerprint", "")
+    from runners.ssh import accept_host_key
+
+    try:
+        accepted = accept_host_key(node, fingerprint, user=request.user)
+    except ValueError as error:
+        messages.error(request, str(error))
+    else:
+        lifecycle.audit(pilot, request.user, "node.host_key_accepted", accepted, Node.HostKeyState.PENDING,
+                        Node.HostKeyState.ACCEPTED, fingerprint=fingerprint)
+        messages.success(request, _("Host key %(fingerprint)s of %(node)s accepted.") % {
+            "fingerprint": fingerprint, "node": node.name})
+        notifications.sweep([pilot])
+    if request.POST.get("back") == "sites":
+        return redirect("sites", pilot.code)
+    return redirect("node", node.code)

@@ -25,6 +25,12 @@ COMPARISON_EN = {"speedup": "speed-up", "reduction": "reduction", "gain": "gain"
 COMPARISON_ZH = {"speedup": "加速比", "reduction": "降低", "gain": "提升", "drift": "漂移", "absolute": ""}
 
 
+def value_unit(spec, metric_unit: str) -> str:
+    """The unit of a criterion's compared value: the plan's, else what the comparison yields."""
+    return spec.unit or {"speedup": "×", "reduction": "fraction", "gain": "fraction", "drift": "fraction"}.get(
+        spec.comparison, metric_unit)
+
+
 def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
@@ -78,7 +84,7 @@ def where(cell: dict, spec, language: str) -> str:
 def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float, metric_unit: str,
             invalid_reasons: list[str]) -> tuple[str, str]:
     """The criterion's explanation (English, Chinese), built around its worst cell."""
-    unit = spec.unit or metric_unit
+    unit = value_unit(spec, metric_unit)
     level = f"{confidence * 100:g} %"
     ci = cell.get("ci") or [None, None]
     span_en = f"{level} interval {fmt(ci[0], unit)} – {fmt(ci[1], unit)}"

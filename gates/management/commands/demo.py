@@ -1,0 +1,248 @@
+"""`python manage.py demo` (`make demo`): a whole simulated pilot, start to finish, on this machine.
+
+It starts two simulated GPU nodes (real SSH servers on loopback), a Celery worker with beat on the
+embedded broker and the portal (gunicorn); both parties sign the plan; G1 → G4 run on the simulated
+cluster; the demo people sign off; the four gate reports and the procurement report land, signed,
+in var/reports/. The portal stays up until Ctrl-C, then everything the demo started is stopped.
+`--scenario degraded-fx` degrades the FX link so that G3 fails and the pilot halts there.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+from django.utils import timezone
+
+from gates import lifecycle
+from gates.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
+from gates.models import Gate, Pilot, Report
+
+SCENARIOS = {
+    "nominal": "every gate should pass",
+    "degraded-fx": "the FX link runs at a third of its bandwidth: G3 should fail and the pilot halt there",
+}
+ROOT = Path(settings.BASE_DIR)
+
+
+class Processes:
+    """The processes the demo started, stopped in reverse order however the demo ends."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.running: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                start_new_session=True)
+        self.running.append((name, proc))
+        return proc
+
+    def check(self) -> None:
+        for name, proc in self.running:
+            if proc.poll() is not None:
+                tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise CommandError(f"the {name} process stopped (exit {proc.returncode}); its log ends with:\n{tail}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.running):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 15
+        for _, proc in reversed(self.running):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.running.clear()
+
+
+def _free_port(preferred: int) -> int:
+    for port in [preferred, *range(preferred + 1, preferred + 50)]:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise CommandError(f"no free port near {preferred}")
+
+
+def _wait(predicate, timeout: float, what: str, processes: Processes) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        processes.check()
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise CommandError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Command(BaseCommand):
+    help = "Run a whole simulated pilot (G1 → G4, signed reports) and serve the portal until Ctrl-C."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--scenario", default="nominal", choices=sorted(SCENARIOS))
+        parser.add_argument("--time-scale", type=float, default=None,
+                            help="simulated time per real second (default: FXPILOT_SIM_TIME_SCALE)")
+        parser.add_argument("--port", type=int, default=8000, help="portal port on 127.0.0.1")
+        parser.add_argument("--no-serve", action="store_true", help="stop once the reports are written (CI)")
+        parser.add_argument("--gate-timeout", type=float, default=600, help="seconds allowed per gate run")
+        parser.add_argument("--language", default="en", choices=["en", "zh-hans"], help="language of the reports")
+
+    def handle(self, *args, scenario: str, time_scale: float | None, port: int, no_serve: bool, gate_timeout: float,
+               language: str, **options) -> None:
+        time_scale = time_scale or settings.FXPILOT_SIM_TIME_SCALE
+        started = time.monotonic()
+        data = Path(settings.DATA_DIR)
+        log_dir = data / "demo-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.say(f"fxpilot demo — scenario {scenario}: {SCENARIOS[scenario]}; time scale ×{time_scale:g}; "
+                 f"SIMULATION — nothing produced here is evidence.")
+        call_command("migrate", verbosity=0)
+        call_command("signing_setup", verbosity=0)
+        call_command("collectstatic", verbosity=0, interactive=False)
+        pilot = self.fresh_pilot(scenario)
+        processes = Processes(log_dir)
+        stopping = {"now": False}
+
+        def interrupt(signum, frame):  # noqa: ARG001
+            stopping["now"] = True
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, interrupt)
+        try:
+            self.start_cluster(pilot, scenario, time_scale, processes, data)
+            port = _free_port(port)
+            processes.start("portal", [str(Path(sys.executable).with_name("gunicorn")), "fxpilot.wsgi",
+                                       "-b", f"127.0.0.1:{port}", "-w", "2", "--access-logfile", "-"])
+            self.run_pilot(pilot, time_scale, gate_timeout, processes, language)
+            self.summary(pilot, port, time.monotonic() - started)
+            if not no_serve:
+                self.say("The portal stays up until Ctrl-C.")
+                while True:
+                    processes.check()
+                    time.sleep(1)
+        except KeyboardInterrupt:
+            self.say("\nStopping what the demo started …")
+        finally:
+            processes.stop()
+        pilot.refresh_from_db()
+        expected = Pilot.State.HALTED if scenario == "degraded-fx" else Pilot.State.COMPLETED
+        if not stopping["now"] and pilot.state != expected:
+            raise CommandError(f"the demo pilot ended {pilot.state}, expected {expected}")
+
+    def say(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()
+
+    def fresh_pilot(self, scenario: str) -> Pilot:
+        seeded = seed()
+        if seeded.state == Pilot.State.DRAFT and not seeded.sites.exists():
+            return seeded
+        stamp = timezone.localtime().strftime("%Y-%m-%d %H:%M:%S")
+        return lifecycle.create_pilot(name=f"{seeded.name} — {scenario} demo {stamp}", customer=seeded.customer,
+                                      vendor=seeded.vendor, who="demo", customer_concurrency=seeded.customer_concurrency)
+
+    def start_cluster(self, pilot: Pilot, scenario: str, time_scale: float, processes: Processes, data: Path) -> None:
+        sim_dir = data / "simnodes" / str(pilot.code)[:8]
+        if sim_dir.exists():
+            shutil.rmtree(sim_dir)
+        argv = [sys.executable, "manage.py", "simnode", "--nodes", "2", "--dir", str(sim_dir), "--pilot", str(pilot.code),
+                "--time-scale", str(time_scale), "--accept-host-keys"]
+        if scenario == "degraded-fx":
+            argv += ["--fault", "node1:fx-degraded=3", "--fault", "node2:fx-degraded=3"]
+        processes.start("simnodes", argv)
+        _wait(lambda: pilot.sites.filter(nodes__host_key_state="accepted").count() >= 2 or
+              sum(s.nodes.filter(host_key_state="accepted").count() for s in pilot.sites.all()) >= 2,
+              120, "the simulated nodes to register", processes)
+        site = pilot.sites.get()
+        self.say(f"Simulated GPU nodes on {site.name} (queue {site.queue}):")
+        for node in site.nodes.all():
+            self.say(f"  {node.name}  {node.username}@{node.host}:{node.port}  host key {node.host_key_fingerprint}")
+        processes.start("worker", [sys.executable, "manage.py", "worker", "--beat", "--concurrency", "2"])
+
+    def run_pilot(self, pilot: Pilot, time_scale: float, gate_timeout: float, processes: Processes, language: str) -> None:
+        from runners.orchestration import start_gate_run, wait_for
+
+        User = get_user_model()
+        alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+        version = pilot.latest_plan
+        lifecycle.sign_plan(version, alice, comment="Default plan reviewed with the customer.")
+        lifecycle.sign_plan(version, bob, comment="Thresholds agreed.")
+        self.say(f"Plan v{version.number} signed by {alice.get_full_name()} (vendor lead) and {bob.get_full_name()} (approver).")
+        for number in (1, 2, 3, 4):
+            gate = pilot.gate(number)
+            job = start_gate_run(gate, alice, params={"time_scale": time_scale, "report_language": language})
+            self.say(f"{gate.label} {gate.name}: run {str(job.code)[:8]} started …")
+            last = {"line": ""}
+
+            def tick(current, gate=gate, last=last):
+                from runners.orchestration import job_progress
+
+                processes.check()
+                progress = job_progress(current)
+                line = (f"  {gate.label}: step {progress['step']}/{progress['steps_total']}, "
+                        f"requests {progress['requests_done']}/{progress['requests_total']}")
+                if line != last["line"]:
+                    last["line"] = line
+                    self.say(line)
+
+            job = wait_for(job, gate_timeout, on_tick=tick, every=1.0)
+            close_old_connections()
+            gate.refresh_from_db()
+            if not job.is_finished:
+                raise CommandError(f"{gate.label} did not finish within {gate_timeout:.0f} s (run {job.code}); see the portal")
+            self.say(f"{gate.label} run ended {job.status}; verdict {gate.verdict or '—'}; gate {gate.get_state_display()}.")
+            if gate.state == Gate.State.FAILED:
+                pilot.refresh_from_db()
+                self.say(f"The pilot is halted: {pilot.halted_reason}. No later gate runs.")
+                return
+            if gate.state not in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
+                raise CommandError(f"{gate.label} ended in state {gate.state} after a {job.status} run: {job.error or 'see the run log'}")
+            lifecycle.sign_off_gate(gate, bob, decision="approve", comment=f"{gate.label} evidence reviewed.")
+            self.countersign(gate, bob)
+            lifecycle.sign_off_gate(gate, alice, decision="approve", comment=f"{gate.label} evidence reviewed.")
+        from gates.reports.service import create_procurement_report
+
+        report = create_procurement_report(pilot, language=language)
+        self.say(f"Procurement report: {settings.DATA_DIR / report.path}")
+
+    def countersign(self, gate: Gate, person) -> None:
+        report = gate.reports.filter(kind=Report.Kind.GATE).order_by("-created").first()
+        if report is None:
+            return
+        from gates.reports.service import countersign
+
+        countersign(report, person)
+
+    def summary(self, pilot: Pilot, port: int, seconds: float) -> None:
+        from gates.reports.verify import verify_file
+
+        pilot.refresh_from_db()
+        self.say(f"\nPilot {pilot.name}: {pilot.get_state_display()} in {seconds / 60:.1f} min "
+                 f"{'— ' + pilot.halted_reason if pilot.halted_reason else ''}")
+        reports_dir = Path(settings.DATA_DIR) / "reports"
+        self.say(f"Signed reports ({reports_dir}):")
+        for report in pilot.reports.order_by("created"):
+            path = Path(settings.DATA_DIR) / report.path
+            result = verify_file(path)
+            self.say(f"  {'verified' if result.ok else 'NOT VERIFIED'}  {path.name}  ({report.get_kind_display()}"
+                     f"{' ' + report.gate.label if report.gate_id else ''}, {report.signatures} signature(s))")
+        self.say(f"\nPortal: http://127.0.0.1:{port}/   (SIMULATION — not evidence)")
+        for username, full_name, org, roles in PEOPLE:
+            self.say(f"  {username:8} / {DEMO_PASSWORD}   {full_name}: {', '.join(str(r.label) for r in roles)} — {org}")

@@ -1,0 +1,49 @@
+"""Show or accept a node's pending SSH host key (first contact records it; nothing runs until it is accepted).
+
+    manage.py accept_host_key NODE_CODE                 show the state and the waiting fingerprint
+    manage.py accept_host_key NODE_CODE --scan          contact the node once to record its key
+    manage.py accept_host_key NODE_CODE SHA256:...      accept the waiting key, if it has this fingerprint
+"""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runners.models import Node
+from runners.ssh import HostKeyChanged, HostKeyPending, SSHError, accept_host_key, connect
+
+
+class Command(BaseCommand):
+    help = "Show, record (--scan) or accept a node's pending SSH host key."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("node", help="the node's code (UUID)")
+        parser.add_argument("fingerprint", nargs="?", help="the SHA256:… fingerprint you verified with the node's admin")
+        parser.add_argument("--scan", action="store_true", help="connect once to record the key the node offers")
+
+    def handle(self, *args, **opts) -> None:
+        try:
+            node = Node.objects.select_related("credential").get(code=opts["node"])
+        except (Node.DoesNotExist, ValidationError):
+            raise CommandError(f"no node with code {opts['node']}") from None
+        if opts["scan"]:
+            try:
+                connect(node).close()
+                self.stdout.write(f"{node.name}: the accepted key {node.host_key_fingerprint} still matches")
+            except (HostKeyPending, HostKeyChanged) as exc:
+                self.stdout.write(str(exc))
+            except SSHError as exc:
+                raise CommandError(str(exc)) from None
+            node.refresh_from_db()
+        if opts["fingerprint"]:
+            try:
+                accept_host_key(node, opts["fingerprint"].strip())
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(self.style.SUCCESS(f"{node.name}: host key {opts['fingerprint']} accepted"))
+            return
+        self.stdout.write(f"{node.name} ({node.username}@{node.host}:{node.port}): {node.get_host_key_state_display()}")
+        if node.host_key_fingerprint:
+            self.stdout.write(f"  accepted: {node.host_key_type} {node.host_key_fingerprint}")
+        if node.pending_host_key_fingerprint:
+            self.stdout.write(f"  waiting:  {node.pending_host_key_type} {node.pending_host_key_fingerprint}")

@@ -1,0 +1,133 @@
+"""The G1 probe step: ship probe.sh to a node, run it, keep every raw output as an artifact, parse the inventory.
+
+Synchronous and self-contained: the orchestrator (runners.tasks) calls ``probe_node`` per node and
+decides what to retry from the exception (runners.ssh.is_transient).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from runners.artifacts import read_artifact, store_bytes
+from runners.inventory import build_inventory, parse_fx_write
+from runners.models import Job, Node, Step
+from runners.output import system_line
+from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, shell_path
+from runners.validators import validate_host, validate_nqn, validate_remote_path
+
+PROBE_SCRIPT = Path(__file__).resolve().parent / "remote" / "probe.sh"
+
+
+class ProbeSettingsError(ValueError):
+    """A deployment setting the probe needs is unusable; names the field."""
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    fx_mount: str
+    local_nvme_path: str
+    fx_nqn: str | None
+    fx_address: str | None
+
+
+def probe_settings(deployment: dict | None, *, simulated: bool) -> ProbeSettings:
+    """The few deployment settings the probe reads (runners.config validates the whole set).
+
+    Paths may sit under ``paths`` (runners.config) or at the top level; ``~/`` is the SSH user's home.
+    """
+    deployment = deployment or {}
+    paths = deployment.get("paths") or {}
+    fx_mount = paths.get("fx_mount") or deployment.get("fx_mount") or ("~/mnt/fx" if simulated else "/mnt/fx")
+    local = paths.get("local_nvme_path") or deployment.get("local_nvme_path") or \
+        ("~/mnt/nvme0/fxpilot" if simulated else "/mnt/nvme0/fxpilot")
+    target = deployment.get("fx_target") or {}
+    checks = [("paths.fx_mount", fx_mount, validate_remote_path), ("paths.local_nvme_path", local, validate_remote_path)]
+    if target.get("nqn"):
+        checks.append(("fx_target.nqn", target["nqn"], validate_nqn))
+    if target.get("address"):
+        checks.append(("fx_target.address", target["address"], validate_host))
+    for name, value, check in checks:
+        try:
+            check(value)
+        except ValidationError as exc:
+            raise ProbeSettingsError(f"deployment.{name}: {' '.join(exc.messages)}") from None
+    return ProbeSettings(fx_mount=fx_mount.rstrip("/") or "/", local_nvme_path=local.rstrip("/") or "/",
+                         fx_nqn=target.get("nqn"), fx_address=target.get("address"))
+
+
+def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: int = 30, fio_size: str = "4G",
+               timeouts: Timeouts = DEFAULT_TIMEOUTS) -> dict:
+    """Probe one node; returns the inventory, also saved to Node.inventory and as artifact NODE/inventory.json."""
+    settings = probe_settings(job.pilot.deployment, simulated=node.simulated)
+    if not (1 <= int(fio_runtime) <= 3600) or not fio_size.replace(".", "").rstrip("KMGTkmgt").isdigit():
+        raise ProbeSettingsError(f"fio runtime {fio_runtime!r} or size {fio_size!r} is out of range")
+    run_dir = f"~/.fxpilot/probe/{job.code.hex[:12]}-{node.pk}"
+    out_dir = f"{run_dir}/out"
+    with NodeConnection(node, timeouts=timeouts) as conn:
+        conn.mkdirs(run_dir)
+        conn.upload(PROBE_SCRIPT.read_bytes(), f"{run_dir}/probe.sh", mode=0o755)
+        conn.run(f"bash {shell_path(run_dir + '/probe.sh')} --out {shell_path(out_dir)} --fx-mount {shell_path(settings.fx_mount)} "
+                 f"--local-path {shell_path(settings.local_nvme_path)} --fio-size {shlex.quote(fio_size)} "
+                 f"--fio-runtime {int(fio_runtime)}", job=job, step=step, timeout=2 * int(fio_runtime) + 600)
+        prefix = f"{node.name}/probe/"
+        sums = conn.download(f"{out_dir}/SHA256SUMS", job=job, name=prefix + "SHA256SUMS", kind="probe", step=step)
+        listed = _sha256sums(read_artifact(sums).decode(), node)
+        artifacts = {name: conn._fetch(f"{out_dir}/{name}", digest, job=job, name=prefix + name, kind="probe", step=step)
+                     for name, digest in listed.items()}
+        conn.run(f"rm -rf -- {shell_path(run_dir)}", echo=False, timeout=60)
+    raw = {name: read_artifact(artifact) for name, artifact in artifacts.items()}
+    exit_codes = _index(raw.get("index.tsv", b""))
+    fx_path = parse_fx_write(raw.get("fx-write.txt"))["path"] or settings.fx_mount
+    inventory = build_inventory(node.name, raw, simulated=node.simulated, fx_mount=fx_path, fx_nqn=settings.fx_nqn,
+                                exit_codes=exit_codes)
+    inventory["artifacts"] = {name: artifact.sha256 for name, artifact in sorted(artifacts.items())}
+    store_bytes(job, f"{node.name}/inventory.json", json.dumps(inventory, indent=2, sort_keys=True).encode(),
+                kind="inventory", step=step, node=node, simulated=node.simulated)
+    Node.objects.filter(pk=node.pk).update(inventory=inventory, inventory_at=timezone.now())
+    node.inventory = inventory
+    for problem in inventory["problems"]:
+        system_line(job, f"[{node.name}] probe: {problem}", step=step)
+    return inventory
+
+
+def probe_nodes(nodes: list[Node], *, job: Job, max_workers: int = 16, **kwargs) -> dict[str, dict | Exception]:
+    """Probe several nodes at once (one thread each); node name → inventory, or the exception it raised."""
+
+    def one(node: Node) -> dict | Exception:
+        close_old_connections()
+        try:
+            return probe_node(node, job=job, **kwargs)
+        except (SSHError, ProbeSettingsError) as exc:
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(nodes)))) as pool:
+        return dict(zip([n.name for n in nodes], pool.map(one, nodes), strict=True))
+
+
+def _sha256sums(text: str, node: Node) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        digest, _, name = line.partition("  ")
+        name = name.lstrip("*")
+        if len(digest) != 64 or not name or "/" in name or name.startswith("."):
+            raise SSHError(f"probe SHA256SUMS has an unexpected line: {line[:120]!r}", node=node)
+        out[name] = digest
+    return out
+
+
+def _index(raw: bytes) -> dict[str, int]:
+    codes = {}
+    for line in raw.decode(errors="replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[1].lstrip("-").isdigit():
+            codes[parts[0]] = int(parts[1])
+    return codes

@@ -1,0 +1,1480 @@
+#!/usr/bin/env python3
+"""fxpilot workload client: streams OpenAI-compatible completions and records one line per request.
+
+Shipped to GPU nodes and run with whatever `python3` is there (3.8 or newer, standard library only).
+Records are `fxpilot.request/1` JSON lines written (and flushed) as each request ends; one
+`fxpilot.phase/1` summary line per phase goes to `<records minus .jsonl>.summary.json`
+(docs/contracts.md §1, docs/workload-client.md).
+
+    python3 workload.py COMMAND --url http://127.0.0.1:8000 --arm fx --out records/fx.jsonl [options]
+
+Commands (each takes the common options: --model, --run-id, --instance, --simulated, --timeout, --seed,
+--session-prefix, --api-key-env, --versions, --quiet):
+  populate       each session's context once                    --sessions --prompt-tokens --output-tokens -c
+  evict          empty the caches (no records)                  --evict --restart-cmd --health-timeout
+  measure        sessions return with a new turn, closed loop   --sessions --prompt-tokens --turn-tokens
+                 at each -c level, --repetitions each, evict    --output-tokens -c 8,16,32 --repetitions
+                 before every repetition                        --requests-per-client --evict
+  cold-recovery  populate → (evict → measure) for every level and repetition, in one process; prints
+                 `PROGRESS done/total` lines for a poller
+  probe          G2 output equivalence: the same prompts at temperature 0 (warm pass, evict, probe pass)
+                 --prompts --prompt-tokens --output-tokens --no-warm
+  replay         G4 customer trace CSV (session_id,turn,prompt_tokens,output_tokens,arrival_offset_s),
+                 open loop at the trace's arrival offsets   --trace --max-sessions --repetitions --time-scale
+  share          write sessions through --url, read them through --url-b (records of phase `share` carry
+                 instance B)                                    --url-b --instance-b
+  soak           closed loop for --duration-s split into --windows (repetition = window number)
+  fault          closed loop while the FX path is cut: `measure` before --fault-start, `fault` during
+                 --fault-seconds, `recovery` after; runs --cut-cmd / --restore-cmd at those moments
+
+Exit status: 0 done (failed requests are records, not exit codes), 2 bad arguments or bad trace CSV,
+3 the server or the eviction could not be used.
+"""
+# ruff: noqa: B905, UP041  (runs on Python 3.8: no zip(strict=); asyncio.TimeoutError is not TimeoutError there)
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import hashlib
+import http.client
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+from urllib.parse import urlsplit
+
+REQUEST_SCHEMA = "fxpilot.request/1"
+PHASE_SCHEMA = "fxpilot.phase/1"
+PHASES = ("populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share")
+# Defaults mirror the published test (seed Table 1; gates/plans/default.yaml workloads.*); the
+# orchestrator passes the plan's values as flags (plan_args), these are for standalone use.
+DEFAULT_SEED = 20260629
+DEFAULT_CONCURRENCY = (8, 16, 32)
+COLD_RECOVERY = {"prompt_tokens": 65536, "turn_tokens": 256, "output_tokens": 128, "requests_per_client": 2,
+                 "repetitions": 3}
+PROBE = {"prompts": 8, "prompt_tokens": 4096, "output_tokens": 32}
+TOKEN_BASE, TOKEN_SPAN = 1000, 30000  # ids 1000..30999: ordinary tokens in every current vocabulary
+GPU_COLD_MAX_HIT = 0.05  # same bar as the judge's validity check: above it HBM, not the tier, was measured
+METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens", "vllm:generation_tokens",
+                   "vllm:request_success", "vllm:num_preemptions", "lmcache:", "fxpilot_sim")
+IDENTITY_LABELS = {"model_name", "engine", "pid", "instance", "job", "worker", "rank"}
+
+
+class WorkloadError(Exception):
+    """The run cannot go on (bad arguments, server unusable); exit_code says which."""
+
+    def __init__(self, message: str, exit_code: int = 3):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ── Sessions: deterministic token-id prompts ───────────────────────────────────────────────────────
+
+def token_ids(key: str, count: int) -> list[int]:
+    """`count` token ids determined by `key` alone: the same on every node, arm and Python ≥ 3.8."""
+    if count <= 0:
+        return []
+    words = (count + 1) // 2  # whole 32-bit words, so a shorter stream is a prefix of a longer one
+    raw = array("H", random.Random(key).getrandbits(32 * words).to_bytes(4 * words, "little"))
+    if sys.byteorder != "little":
+        raw.byteswap()
+    return [TOKEN_BASE + v % TOKEN_SPAN for v in raw[:count]]
+
+
+def _ids_json(ids: list[int]) -> bytes:
+    return ",".join(map(str, ids)).encode()
+
+
+@dataclass
+class Session:
+    """One conversation: a fixed context (kept as its JSON fragment, not a list of ints, to save memory)."""
+
+    name: str
+    key: str
+    context_tokens: int
+    context_json: bytes = field(repr=False)
+
+    def context_ids(self) -> list[int]:
+        return token_ids(self.key, self.context_tokens)
+
+    def turn_ids(self, label: str, count: int) -> list[int]:
+        """A new turn appended when the session returns; `label` makes each return distinct."""
+        return token_ids(f"{self.key}:turn:{label}", count)
+
+
+def make_session(name: str, prompt_tokens: int, seed: int) -> Session:
+    key = f"{seed}:{name}"
+    return Session(name, key, prompt_tokens, _ids_json(token_ids(key, prompt_tokens)))
+
+
+def make_sessions(count: int, prompt_tokens: int, seed: int = DEFAULT_SEED, prefix: str = "s") -> list[Session]:
+    """`count` sessions named prefix00000…; a session's context depends only on (seed, name, length)."""
+    return [make_session(f"{prefix}{i:05d}", prompt_tokens, seed) for i in range(count)]
+
+
+@dataclass
+class Job:
+    """One request to send. phase None: the phase is decided at send time by the run's labeller."""
+
+    session: str
+    prompt_json: bytes
+    prompt_tokens: int
+    output_tokens: int
+    phase: str | None = None
+    repetition: int = 1
+    concurrency: int = 1
+    turn: int | None = None
+    url: str | None = None
+    instance: str | None = None
+
+
+def session_job(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
+                turn: int | None = None, **kw: Any) -> Job:
+    prompt = session.context_json
+    tokens = session.context_tokens
+    if turn_tokens > 0:
+        prompt = (prompt + b"," if prompt else b"") + _ids_json(session.turn_ids(turn_label, turn_tokens))
+        tokens += turn_tokens
+    return Job(session.name, prompt, tokens, output_tokens, turn=turn, **kw)
+
+
+# ── HTTP/1.1 over asyncio: one keep-alive connection per closed-loop lane ───────────────────────────
+
+class Endpoint:
+    """An OpenAI-compatible server: `http://host:port[/prefix]` (the /v1/... paths are added)."""
+
+    def __init__(self, url: str, api_key: str | None = None):
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise WorkloadError(f"--url {url!r}: expected http://host:port (the client speaks plain HTTP)", 2)
+        self.url = url.rstrip("/")
+        self.host = parts.hostname
+        try:
+            self.port = parts.port or 80
+        except ValueError:
+            raise WorkloadError(f"--url {url!r}: the port is not a number", 2) from None
+        self.base = parts.path.rstrip("/")
+        if self.base.endswith("/v1"):
+            self.base = self.base[:-3]
+        self.api_key = api_key
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def request_head(self, path: str, length: int) -> bytes:
+        auth = f"Authorization: Bearer {self.api_key}\r\n" if self.api_key else ""
+        return (f"POST {self.base}{path} HTTP/1.1\r\nHost: {self.name}\r\nContent-Type: application/json\r\n"
+                f"Accept: text/event-stream\r\n{auth}Content-Length: {length}\r\n\r\n").encode("latin-1")
+
+
+class _Raw:
+    """What came back for one request, before parsing: bytes, where the chunks are, when each read came."""
+
+    __slots__ = ("status", "reason", "headers", "buf", "head_end", "starts", "lens", "block_end", "block_t",
+                 "mode", "error", "t_fail", "complete", "stale")
+
+    def __init__(self) -> None:
+        self.status, self.reason, self.headers = 0, "", {}
+        self.buf = bytearray()
+        self.head_end = -1
+        self.starts: list[int] = []
+        self.lens: list[int] = []
+        self.block_end: list[int] = []
+        self.block_t: list[float] = []
+        self.mode = ""
+        self.error: str | None = None
+        self.t_fail = 0.0
+        self.complete = False
+        self.stale = False
+
+    def body(self) -> bytes:
+        if self.mode == "chunked":
+            buf = self.buf
+            return b"".join([buf[s:s + n] for s, n in zip(self.starts, self.lens)])
+        return bytes(self.buf[self.head_end:])
+
+    def time_at(self, offset: int) -> float:
+        """When the body byte just before decoded `offset` arrived."""
+        if self.mode == "chunked":
+            ends = list(accumulate(self.lens))
+            i = min(bisect_left(ends, offset), len(ends) - 1)
+            raw = self.starts[i] + self.lens[i] - (ends[i] - offset)
+        else:
+            raw = self.head_end + offset
+        j = min(bisect_left(self.block_end, raw), len(self.block_t) - 1)
+        return self.block_t[j]
+
+
+class _Connection(asyncio.Protocol):
+    """A keep-alive HTTP/1.1 connection carrying one request at a time. Work per read is small on
+    purpose: stamp, append, find where chunks end; parsing happens once the response is complete."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.used = False
+        self.raw: _Raw | None = None
+        self.waiter: asyncio.Future | None = None
+        self._scan = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, data: bytes, waiter: asyncio.Future) -> None:
+        self.raw, self.waiter, self._scan = _Raw(), waiter, 0
+        self.raw.stale = self.used
+        self.used = True
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        t = time.monotonic()
+        raw = self.raw
+        if raw is None or self.waiter is None:
+            self.closed = True  # bytes nobody asked for: the connection cannot be trusted any more
+            self.transport.close()  # type: ignore[union-attr]
+            return
+        raw.stale = False
+        buf = raw.buf
+        buf += data
+        raw.block_end.append(len(buf))
+        raw.block_t.append(t)
+        if raw.head_end < 0:
+            i = buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(buf) > 65536:
+                    self._fail("the response headers are longer than 64 KiB")
+                return
+            if not self._head(i):
+                return
+        if raw.mode == "chunked":
+            self._chunks()
+        elif raw.mode == "length" and len(buf) - raw.head_end >= int(raw.headers["content-length"]):
+            del buf[raw.head_end + int(raw.headers["content-length"]):]
+            self._done()
+
+    def _head(self, i: int) -> bool:
+        raw = self.raw
+        lines = bytes(raw.buf[:i]).decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            self._fail(f"not an HTTP/1.x response: {lines[0][:80]!r}")
+            return False
+        raw.status, raw.reason = int(parts[1]), (parts[2] if len(parts) > 2 else "")
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            raw.headers[name.strip().lower()] = value.strip()
+        raw.head_end = self._scan = i + 4
+        if "chunked" in raw.headers.get("transfer-encoding", "").lower():
+            raw.mode = "chunked"
+        elif raw.headers.get("content-length", "").isdigit():
+            raw.mode = "length"
+        else:
+            raw.mode = "close"
+        if parts[0] == "HTTP/1.0" or raw.headers.get("connection", "").lower() == "close" or raw.mode == "close":
+            self.used = True
+            self._keep = False
+        else:
+            self._keep = True
+        return True
+
+    def _chunks(self) -> None:
+        raw = self.raw
+        buf, pos, n = raw.buf, self._scan, len(raw.buf)
+        while True:
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                if n - pos > 4096:
+                    self._fail("malformed chunked encoding: no chunk-size line")
+                    return
+                break
+            try:
+                size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
+            except ValueError:
+                self._fail(f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}")
+                return
+            if size == 0:
+                if buf.find(b"\r\n\r\n", i) < 0 and buf[i:i + 2] != b"\r\n":
+                    break
+                if buf.find(b"\r\n\r\n", i) < 0:
+                    break
+                self._done()
+                return
+            start = i + 2
+            if start + size + 2 > n:
+                break
+            if buf[start + size:start + size + 2] != b"\r\n":
+                self._fail("malformed chunked encoding: a chunk is longer than its size says")
+                return
+            raw.starts.append(start)
+            raw.lens.append(size)
+            pos = start + size + 2
+        self._scan = pos
+
+    def _done(self) -> None:
+        raw, waiter = self.raw, self.waiter
+        raw.complete = True
+        self.raw = self.waiter = None
+        if not self._keep:
+            self.closed = True
+            self.transport.close()  # type: ignore[union-attr]
+        if not waiter.done():
+            waiter.set_result(raw)
+
+    def _fail(self, reason: str) -> None:
+        raw, waiter = self.raw, self.waiter
+        self.raw = self.waiter = None
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        if raw is not None:
+            raw.error, raw.t_fail = raw.error or reason, time.monotonic()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(raw)
+
+    def timeout(self, seconds: float) -> None:
+        self._fail(f"timed out after {seconds:g} s")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        raw = self.raw
+        if raw is None:
+            return
+        if raw.head_end >= 0 and raw.mode == "close":
+            self._done()
+            return
+        if raw.head_end < 0:
+            reason = "the server closed the connection before answering"
+        else:
+            reason = "the server closed the connection mid-stream"
+        if exc is not None:
+            reason += f" ({exc})"
+        self._fail(reason)
+
+
+class Lane:
+    """One closed-loop client: reuses its connection while the server keeps it alive."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float):
+        self.endpoint, self.timeout = endpoint, timeout
+        self.conn: _Connection | None = None
+
+    async def exchange(self, body: bytes, path: str = "/v1/completions") -> tuple[float, _Raw]:
+        """Send one request; returns (t_send, raw response). Never raises for server misbehaviour."""
+        loop = asyncio.get_running_loop()
+        data = self.endpoint.request_head(path, len(body)) + body
+        for attempt in (1, 2):
+            t_send = time.monotonic()
+            if self.conn is None or self.conn.closed:
+                try:
+                    _, self.conn = await asyncio.wait_for(loop.create_connection(
+                        _Connection, self.endpoint.host, self.endpoint.port), min(self.timeout, 60.0))
+                except (OSError, asyncio.TimeoutError) as error:
+                    raw = _Raw()
+                    reason = error.strerror if isinstance(error, OSError) and error.strerror else (
+                        str(error) or type(error).__name__)
+                    raw.error, raw.t_fail = f"cannot connect to {self.endpoint.name}: {reason}", time.monotonic()
+                    self.conn = None
+                    return t_send, raw
+            waiter = loop.create_future()
+            conn = self.conn
+            conn.send(data, waiter)
+            timer = loop.call_later(self.timeout, conn.timeout, self.timeout)
+            raw = await waiter
+            timer.cancel()
+            # a kept-alive connection the server closed while idle: retry once on a fresh one
+            if raw.error and raw.stale and attempt == 1 and raw.head_end < 0 and not raw.buf:
+                self.conn = None
+                continue
+            return t_send, raw
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None and self.conn.transport is not None:
+            self.conn.transport.close()
+        self.conn = None
+
+
+# ── Parsing a finished stream into a record ────────────────────────────────────────────────────────
+
+class StreamError(Exception):
+    pass
+
+
+def sse_payloads(body: bytes) -> list[tuple[int, bytes]]:
+    """(decoded offset just after the data, data) for every SSE event; raises StreamError on a line
+    that is not an SSE field or a stream that stops inside an event."""
+    out: list[tuple[int, bytes]] = []
+    if b"\r" not in body:
+        pos = 0
+        for part in body.split(b"\n\n"):
+            end = pos + len(part)
+            if part.startswith(b"data: ") and b"\n" not in part:
+                out.append((end, part[6:]))
+            elif part:
+                data = _sse_event(part.split(b"\n"))
+                if data is not None:
+                    out.append((end, data))
+            pos = end + 2
+        if body and not body.endswith(b"\n\n") and out and out[-1][0] == len(body):
+            raise StreamError("the stream ended inside an SSE event")
+        return out
+    import re
+    pos = 0
+    for sep in re.finditer(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)", body):
+        part = body[pos:sep.start()]
+        if part:
+            data = _sse_event(re.split(rb"\r\n|\r|\n", part))
+            if data is not None:
+                out.append((sep.start(), data))
+        pos = sep.end()
+    if body[pos:].strip():
+        raise StreamError("the stream ended inside an SSE event")
+    return out
+
+
+def _sse_event(lines: list[bytes]) -> bytes | None:
+    data: list[bytes] = []
+    for line in lines:
+        if line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+        elif not line or line.startswith(b":") or line.split(b":", 1)[0] in (b"event", b"id", b"retry"):
+            continue
+        else:
+            raise StreamError(f"malformed SSE line {line[:80]!r} (expected 'data: ...')")
+    return b"\n".join(data) if data else None
+
+
+@dataclass
+class Parsed:
+    error: str | None = None
+    first: int | None = None  # decoded offset of the first token-bearing event
+    last: int | None = None
+    tokens: int = 0
+    cached: int | None = None
+    sha256: str | None = None
+    request_id: str | None = None
+    done: bool = False
+
+
+def parse_stream(body: bytes) -> Parsed:
+    """Token events, usage and errors of an OpenAI completions stream (one choice)."""
+    p = Parsed()
+    try:
+        events = sse_payloads(body)
+    except StreamError as error:
+        p.error = str(error)
+        events = []
+    payloads = [d for _, d in events if d != b"[DONE]"]
+    p.done = bool(events) and events[-1][1] == b"[DONE]"
+    try:
+        objs = json.loads(b"[" + b",".join(payloads) + b"]")
+    except ValueError:
+        objs = []
+        for k, data in enumerate(payloads, 1):
+            try:
+                objs.append(json.loads(data))
+            except ValueError as error:
+                p.error = p.error or f"malformed SSE data in event {k}: {data[:80]!r} is not JSON ({error})"
+                break
+    offsets = [o for o, d in events if d != b"[DONE]"]
+    texts: list[str] = []
+    ids: list[int] = []
+    have_ids, events_with_tokens, usage = True, 0, None
+    for k, obj in enumerate(objs):
+        if not isinstance(obj, dict):
+            p.error = p.error or f"malformed SSE data in event {k + 1}: not a JSON object"
+            break
+        if "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            message = err.get("message") if isinstance(err, dict) else err
+            p.error = p.error or f"the server reported an error mid-stream: {str(message)[:200]}"
+            break
+        if p.request_id is None and isinstance(obj.get("id"), str):
+            p.request_id = obj["id"]
+        if obj.get("usage"):
+            usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        text, tids = choice.get("text") or "", choice.get("token_ids")
+        if text or tids:
+            if p.first is None:
+                p.first = offsets[k]
+            p.last = offsets[k]
+            events_with_tokens += 1
+            texts.append(text)
+            if tids is None:
+                have_ids = False
+            else:
+                ids.extend(tids)
+    tokens = len(ids) if have_ids and ids else events_with_tokens
+    if isinstance(usage, dict):
+        if isinstance(usage.get("completion_tokens"), int):
+            tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            p.cached = details["cached_tokens"]
+    p.tokens = tokens if p.first is not None else 0
+    if p.first is not None:
+        digest = json.dumps(ids, separators=(",", ":")).encode() if have_ids and ids else "".join(texts).encode()
+        p.sha256 = hashlib.sha256(digest).hexdigest()
+    return p
+
+
+def completion_body(model: str, job: Job) -> bytes:
+    return (b'{"model":' + json.dumps(model).encode() + b',"prompt":[' + job.prompt_json
+            + b'],"max_tokens":%d,"temperature":0,"ignore_eos":true,"stream":true,'
+            b'"stream_options":{"include_usage":true},"return_token_ids":true}' % job.output_tokens)
+
+
+def _http_error(raw: _Raw) -> str:
+    body = raw.body() if raw.complete else bytes(raw.buf[raw.head_end:])
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        detail = json.loads(text)
+        if isinstance(detail, dict):
+            err = detail.get("error", detail)
+            text = str(err.get("message", err) if isinstance(err, dict) else err)
+    except ValueError:
+        pass
+    return f"HTTP {raw.status} {raw.reason}".rstrip() + (f": {text[:200]}" if text else "")
+
+
+def outcome(raw: _Raw) -> dict:
+    """status, error, timestamps and token counts of one finished exchange."""
+    out: dict[str, Any] = {"status": "error", "error": None, "t_first_token": None, "t_end": raw.t_fail or None,
+                           "output_tokens": 0, "cached_tokens": None, "output_sha256": None, "request_id": None}
+    if raw.head_end >= 0 and raw.status != 200:
+        out["error"] = _http_error(raw)
+        out["t_end"] = out["t_end"] or raw.block_t[-1]
+        return out
+    if raw.head_end < 0:
+        out["error"] = raw.error or "no response"
+        return out
+    ctype = raw.headers.get("content-type", "")
+    if "text/event-stream" not in ctype:
+        out["error"] = raw.error or f"the server did not stream (Content-Type {ctype or 'missing'})"
+        out["t_end"] = out["t_end"] or raw.block_t[-1]
+        return out
+    p = parse_stream(raw.body() if raw.complete else _partial_body(raw))
+    out["request_id"], out["cached_tokens"], out["output_tokens"] = p.request_id, p.cached, p.tokens
+    if p.first is not None:
+        out["t_first_token"] = raw.time_at(p.first)
+        out["output_sha256"] = p.sha256
+    if raw.error:
+        tokens = f" after {p.tokens} tokens" if p.first is not None else " before any token"
+        out["error"] = raw.error + tokens
+    elif p.error:
+        out["error"] = p.error
+    elif p.first is None:
+        out["error"] = "the stream carried no token"
+    elif not p.done:
+        out["error"] = f"the stream ended without 'data: [DONE]' after {p.tokens} tokens"
+    else:
+        out["status"] = "ok"
+    if out["status"] == "ok":
+        out["t_end"] = raw.time_at(p.last)
+    elif out["t_end"] is None:
+        out["t_end"] = raw.block_t[-1]
+    return out
+
+
+def _partial_body(raw: _Raw) -> bytes:
+    if raw.mode == "chunked":
+        return b"".join([raw.buf[s:s + n] for s, n in zip(raw.starts, raw.lens)])
+    return bytes(raw.buf[raw.head_end:])
+
+
+# ── /metrics, eviction, health: short synchronous calls outside the timed windows ──────────────────
+
+def _http(endpoint: Endpoint, method: str, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+    try:
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        conn.request(method, endpoint.base + path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The counters that matter, from Prometheus text: series summed over identity labels (model,
+    engine, …); other labels stay in the key, e.g. `vllm:prompt_tokens_by_source_total{source="x"}`."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#" or not line.startswith(METRIC_PREFIXES):
+            continue
+        name, labels, rest = line, "", ""
+        if "{" in line:
+            name, _, tail = line.partition("{")
+            labels, _, rest = tail.rpartition("}")
+        else:
+            name, _, rest = line.partition(" ")
+        if name.endswith(("_created", "_bucket")):
+            continue
+        kept = []
+        for pair in _split_labels(labels):
+            key = pair.split("=", 1)[0].strip()
+            if key and key not in IDENTITY_LABELS:
+                kept.append(pair.strip())
+        value = rest.split()
+        try:
+            number = float(value[0])
+        except (IndexError, ValueError):
+            continue
+        if not math.isfinite(number):
+            continue
+        key = name + ("{" + ",".join(sorted(kept)) + "}" if kept else "")
+        out[key] = out.get(key, 0.0) + number
+    return out
+
+
+def _split_labels(labels: str) -> list[str]:
+    pairs, current, quoted, escaped = [], [], False, False
+    for ch in labels:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            pairs.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    if current:
+        pairs.append("".join(current))
+    return pairs
+
+
+def scrape(endpoint: Endpoint) -> tuple[dict[str, float], str | None, str]:
+    """(counters, error in words or None, raw text)."""
+    try:
+        status, body = _http(endpoint, "GET", "/metrics")
+    except OSError as error:
+        return {}, f"GET /metrics on {endpoint.name} failed: {error}", ""
+    if status != 200:
+        return {}, f"GET /metrics on {endpoint.name} answered HTTP {status}", ""
+    text = body.decode("utf-8", "replace")
+    return parse_metrics(text), None, text
+
+
+def delta(before: dict, after: dict, name: str) -> float | None:
+    """Counter increase; a counter that went down was reset by a server restart and counts from 0."""
+    if name not in after:
+        return None
+    start = before.get(name, 0.0)
+    return after[name] - start if after[name] >= start else after[name]
+
+
+def coldness(before: dict, after: dict) -> dict:
+    """Was the GPU prefix cache cold during a phase? From /metrics deltas over that phase."""
+    prompt = delta(before, after, "vllm:prompt_tokens_total")
+    gpu = delta(before, after, "vllm:prefix_cache_hits_total")
+    external = delta(before, after, "vllm:external_prefix_cache_hits_total")
+    out: dict[str, Any] = {"cold": None, "prompt_tokens": prompt, "gpu_hit_tokens": gpu, "external_hit_tokens": external,
+                           "gpu_hit_ratio": None, "external_hit_ratio": None}
+    if not prompt or gpu is None:
+        out["detail"] = ("cannot verify: /metrics has no vllm:prefix_cache_hits_total or no prompt tokens were counted")
+        return out
+    out["gpu_hit_ratio"] = round(gpu / prompt, 6)
+    if external is not None:
+        out["external_hit_ratio"] = round(external / prompt, 6)
+    out["cold"] = gpu / prompt <= GPU_COLD_MAX_HIT
+    out["detail"] = (f"GPU prefix cache served {gpu / prompt:.1%} of {prompt:.0f} prompt tokens"
+                     + (f", the external tier {external / prompt:.1%}" if external is not None else "")
+                     + ("" if out["cold"] else " — the cache is still hot in HBM; eviction did not work"))
+    return out
+
+
+def wait_healthy(endpoint: Endpoint, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            status, _ = _http(endpoint, "GET", "/health", timeout=5.0)
+            if status == 200:
+                return
+            last = f"HTTP {status}"
+        except OSError as error:
+            last = str(error)
+        time.sleep(0.5)
+    raise WorkloadError(f"{endpoint.name} did not become healthy within {timeout:g} s (last: {last})")
+
+
+def evict(endpoint: Endpoint, methods: Iterable[str], restart_cmd: str | None = None,
+          health_timeout: float = 600.0) -> dict:
+    """Empty the caches the measure must not hit. Returns what was done, in words."""
+    done: dict[str, str] = {}
+    for method in methods:
+        if method == "none":
+            continue
+        if method == "restart":
+            if not restart_cmd:
+                raise WorkloadError("--evict restart needs --restart-cmd", 2)
+            result = subprocess.run(restart_cmd, shell=True, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise WorkloadError(f"--restart-cmd exited {result.returncode}: {result.stderr.strip()[-300:]}")
+            wait_healthy(endpoint, health_timeout)
+            done["restart"] = "server restarted and healthy"
+        elif method == "reset":
+            try:
+                status, body = _http(endpoint, "POST", "/reset_prefix_cache")
+            except OSError as error:
+                raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} failed: {error}") from None
+            if status != 200:
+                hint = " (the server needs VLLM_SERVER_DEV_MODE=1)" if status in (404, 405) else ""
+                raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered HTTP {status}{hint}")
+            done["reset"] = "prefix cache reset"
+        elif method == "drop-caches":
+            done["drop-caches"] = drop_page_cache()
+        else:
+            raise WorkloadError(f"--evict: unknown method {method!r} (reset, drop-caches, restart, none)", 2)
+    return done
+
+
+def drop_page_cache() -> str:
+    if os.geteuid() != 0:
+        return "page cache NOT dropped: not root (use O_DIRECT in LMCache or run the client as root)"
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as error:
+        return f"page cache NOT dropped: {error}"
+    return "page cache dropped"
+
+
+def detect_simulated(endpoint: Endpoint) -> bool:
+    """A simulated server says so in /metrics (docs/workload-client.md)."""
+    _, error, text = scrape(endpoint)
+    return error is None and "simulated" in text.lower()
+
+
+# ── Recording ──────────────────────────────────────────────────────────────────────────────────────
+
+def summary_path(out_path: str) -> str:
+    return (out_path[:-6] if out_path.endswith(".jsonl") else out_path) + ".summary.json"
+
+
+class Recorder:
+    """Appends records as requests end: one write per line (a crash of this process loses nothing
+    finished), fsync at most every second and at close (a crash of the node loses ≤ 1 s)."""
+
+    def __init__(self, out_path: str, progress_total: int = 0, quiet: bool = False):
+        folder = os.path.dirname(os.path.abspath(out_path))
+        os.makedirs(folder, exist_ok=True)
+        self.path, self.summary = out_path, summary_path(out_path)
+        self.fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.synced = time.monotonic()
+        self.done, self.total, self.quiet = 0, progress_total, quiet
+        self.shown = 0.0
+
+    def write(self, record: dict) -> None:
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        self.done += 1
+        now = time.monotonic()
+        if now - self.synced >= 1.0:
+            os.fsync(self.fd)
+            self.synced = now
+        if now - self.shown >= 1.0:
+            self.progress()
+
+    def progress(self) -> None:
+        self.shown = time.monotonic()
+        if not self.quiet:
+            print(f"PROGRESS {self.done}/{max(self.total, self.done)}", flush=True)
+
+    def write_summary(self, summary: dict) -> None:
+        os.fsync(self.fd)
+        fd = os.open(self.summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(summary, separators=(",", ":")) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+
+def wall_anchor() -> float:
+    """Wall-clock time of monotonic 0, from the tightest of a few bracketed readings."""
+    best = None
+    for _ in range(5):
+        a = time.monotonic()
+        w = time.time()
+        b = time.monotonic()
+        if best is None or b - a < best[0]:
+            best = (b - a, w - (a + b) / 2)
+    return best[1]
+
+
+@dataclass
+class RunContext:
+    """What every record of one client process shares."""
+
+    endpoint: Endpoint
+    model: str
+    arm: str
+    run_id: str
+    instance: str
+    recorder: Recorder
+    simulated: bool
+    timeout: float = 3600.0
+    anchor: float = field(default_factory=wall_anchor)
+    versions: dict | None = None
+    quiet: bool = False
+    endpoints: dict = field(default_factory=dict)
+
+    def say(self, line: str) -> None:
+        if not self.quiet:
+            print(line, flush=True)
+
+
+class PhaseStats:
+    """Per phase label: requests, tokens, in-flight high-water mark, first send and last end."""
+
+    def __init__(self) -> None:
+        self.requests = self.errors = self.tokens = self.in_flight = self.max_in_flight = 0
+        self.t_first, self.t_last = math.inf, -math.inf
+
+
+async def send_one(ctx: RunContext, lane: Lane, job: Job, phase: str, st: PhaseStats) -> dict:
+    """Send one job on `lane`, write its record, count it in `st`; returns the record."""
+    st.in_flight += 1
+    st.max_in_flight = max(st.max_in_flight, st.in_flight)
+    t_send, raw = await lane.exchange(completion_body(ctx.model, job))
+    st.in_flight -= 1
+    result = outcome(raw)
+    record = {
+        "schema": REQUEST_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": job.instance or ctx.instance,
+        "phase": phase, "concurrency": job.concurrency, "repetition": job.repetition, "session": job.session,
+        "turn": job.turn, "prompt_tokens": job.prompt_tokens, "cached_tokens": result["cached_tokens"],
+        "output_tokens": result["output_tokens"], "t_send": round(t_send, 6),
+        "t_first_token": None if result["t_first_token"] is None else round(result["t_first_token"], 6),
+        "t_end": round(result["t_end"] or time.monotonic(), 6), "wall_anchor": round(ctx.anchor, 6),
+        "status": result["status"], "error": result["error"], "output_sha256": result["output_sha256"],
+        "request_id": result["request_id"], "simulated": ctx.simulated,
+    }
+    ctx.recorder.write(record)
+    st.requests += 1
+    st.errors += result["status"] != "ok"
+    st.tokens += result["output_tokens"]
+    st.t_first = min(st.t_first, t_send)
+    st.t_last = max(st.t_last, record["t_end"])
+    return record
+
+
+def lane_for(ctx: RunContext, lanes: dict, job: Job) -> Lane:
+    endpoint = ctx.endpoints.get(job.url, ctx.endpoint) if job.url else ctx.endpoint
+    lane = lanes.get(endpoint.url)
+    if lane is None:
+        lane = lanes[endpoint.url] = Lane(endpoint, ctx.timeout)
+    return lane
+
+
+def stats_for(stats: dict, phase: str, job: Job) -> PhaseStats:
+    key = (phase, job.concurrency, job.repetition)
+    st = stats.get(key)
+    if st is None:
+        st = stats[key] = PhaseStats()
+    return st
+
+
+async def closed_loop(ctx: RunContext, jobs: Iterable[Job] | Callable[[], Job | None], concurrency: int,
+                      labeller: Callable[[float], str] | None = None) -> dict[tuple, PhaseStats]:
+    """`concurrency` lanes each send the next job as soon as their previous one ended; a job without a
+    phase gets the labeller's phase for the moment it is sent."""
+    if callable(jobs):
+        take = jobs
+    else:
+        pending = iter(jobs)
+
+        def take() -> Job | None:
+            return next(pending, None)
+    stats: dict[tuple, PhaseStats] = {}
+    lanes: list[dict] = [{} for _ in range(concurrency)]
+
+    async def lane_loop(mine: dict) -> None:
+        while True:
+            job = take()
+            if job is None:
+                return
+            phase = job.phase or (labeller(time.monotonic()) if labeller else "measure")
+            await send_one(ctx, lane_for(ctx, mine, job), job, phase, stats_for(stats, phase, job))
+
+    try:
+        await asyncio.gather(*(lane_loop(mine) for mine in lanes))
+    finally:
+        for mine in lanes:
+            for lane in mine.values():
+                lane.close()
+    return stats
+
+
+def _summary(ctx: RunContext, phase: str, concurrency: int, repetition: int, st: PhaseStats, cpu: tuple,
+             before: dict, after: dict, metric_error: str | None, extra: dict | None = None) -> dict:
+    duration = max(st.t_last - st.t_first, 0.0) if st.requests else 0.0
+    summary = {
+        "schema": PHASE_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": ctx.instance, "phase": phase,
+        "concurrency": concurrency, "repetition": repetition, "requests": st.requests, "errors": st.errors,
+        "output_tokens": st.tokens, "duration_s": round(duration, 6), "client_cpu_s": round(cpu[0], 6),
+        "client_cpu_user_s": round(cpu[1], 6), "client_cpu_sys_s": round(cpu[2], 6),
+        "max_in_flight": st.max_in_flight, "wall_anchor": round(ctx.anchor, 6),
+        "t_first_send": round(st.t_first, 6) if st.requests else None,
+        "t_last_end": round(st.t_last, 6) if st.requests else None,
+        "metrics_before": before, "metrics_after": after, "metrics_error": metric_error,
+        "simulated": ctx.simulated,
+    }
+    if ctx.versions:
+        summary["versions"] = ctx.versions
+    if extra:
+        summary.update(extra)
+    return summary
+
+
+def _cpu() -> tuple[float, float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.process_time(), usage.ru_utime, usage.ru_stime
+
+
+async def run_jobs(ctx: RunContext, jobs: Iterable[Job] | Callable[[], Job | None], concurrency: int, *,
+                   labeller: Callable[[float], str] | None = None, extra: dict | None = None,
+                   check_cold: bool = False, endpoint: Endpoint | None = None) -> list[dict]:
+    """Run jobs closed-loop, scrape /metrics around them, write one summary per phase label."""
+    loop = asyncio.get_running_loop()
+    target = endpoint or ctx.endpoint
+    before, error_before, _ = await loop.run_in_executor(None, scrape, target)
+    cpu0 = _cpu()
+    stats = await closed_loop(ctx, jobs, concurrency, labeller)
+    cpu1 = _cpu()
+    after, error_after, _ = await loop.run_in_executor(None, scrape, target)
+    return write_summaries(ctx, stats, tuple(b - a for a, b in zip(cpu0, cpu1)), before, after,
+                           error_before or error_after, extra, check_cold)
+
+
+def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, after: dict, metric_error: str | None,
+                    extra: dict | None = None, check_cold: bool = False) -> list[dict]:
+    summaries = []
+    # the CPU of one loop is shared among its phase labels in proportion to their requests
+    total = sum(st.requests for st in stats.values()) or 1
+    for (phase, conc, rep), st in sorted(stats.items(), key=lambda kv: kv[1].t_first):
+        summary = _summary(ctx, phase, conc, rep, st, tuple(c * st.requests / total for c in cpu), before, after,
+                           metric_error, extra)
+        if check_cold:
+            summary["coldness"] = coldness(before, after)
+            ctx.say(("COLD: " if summary["coldness"]["cold"] is not False else "NOT COLD: ")
+                    + summary["coldness"]["detail"])
+        ctx.recorder.write_summary(summary)
+        summaries.append(summary)
+    ctx.recorder.progress()
+    return summaries
+
+
+# ── Workloads ──────────────────────────────────────────────────────────────────────────────────────
+
+def populate_jobs(sessions: list[Session], output_tokens: int, concurrency: int, repetition: int = 1,
+                  **kw: Any) -> list[Job]:
+    return [session_job(s, output_tokens=output_tokens, phase="populate", concurrency=concurrency,
+                        repetition=repetition, turn=1, **kw) for s in sessions]
+
+
+def measure_jobs(sessions: list[Session], *, output_tokens: int, turn_tokens: int, concurrency: int,
+                 repetition: int, phase: str = "measure", **kw: Any) -> list[Job]:
+    return [session_job(s, output_tokens=output_tokens, turn_tokens=turn_tokens,
+                        turn_label=f"{phase}:{concurrency}:{repetition}", phase=phase, concurrency=concurrency,
+                        repetition=repetition, turn=2, **kw) for s in sessions]
+
+
+def run_phase(url: str, *, model: str, arm: str, phase: str, concurrency: int, repetition: int,
+              sessions: list[Session], output_tokens: int, run_id: str, instance: str, out_path: str,
+              simulated: bool | None = None, turn_tokens: int = 0, timeout: float = 3600.0,
+              api_key: str | None = None, quiet: bool = True) -> dict:
+    """One closed-loop phase at `concurrency` over `sessions` (each once); returns its summary.
+    populate sends each context alone; other phases append a new turn of `turn_tokens`."""
+    if phase not in PHASES:
+        raise WorkloadError(f"phase {phase!r}: expected one of {', '.join(PHASES)}", 2)
+    endpoint = Endpoint(url, api_key)
+    recorder = Recorder(out_path, len(sessions), quiet)
+    try:
+        ctx = RunContext(endpoint, model, arm, run_id, instance, recorder,
+                         detect_simulated(endpoint) if simulated is None else simulated, timeout, quiet=quiet)
+        if phase == "populate":
+            jobs = populate_jobs(sessions, output_tokens, concurrency, repetition)
+        else:
+            jobs = measure_jobs(sessions, output_tokens=output_tokens, turn_tokens=turn_tokens,
+                                concurrency=concurrency, repetition=repetition, phase=phase)
+        return asyncio.run(run_jobs(ctx, jobs, concurrency))[0]
+    finally:
+        recorder.close()
+
+
+async def _evict(ctx: RunContext, a: argparse.Namespace) -> dict:
+    done = await asyncio.get_running_loop().run_in_executor(
+        None, evict, ctx.endpoint, a.evict, a.restart_cmd, a.health_timeout)
+    ctx.say("EVICT " + ("; ".join(done.values()) or "nothing (--evict none)"))
+    return done
+
+
+def cold_recovery_plan(a: argparse.Namespace) -> tuple[int, list[tuple[int, int, int]]]:
+    """(sessions to populate, [(concurrency, repetition, sessions measured)])."""
+    count = a.sessions or max(a.concurrency) * a.requests_per_client
+    cells = [(c, r, min(count, c * a.requests_per_client)) for c in a.concurrency for r in range(1, a.repetitions + 1)]
+    return count, cells
+
+
+async def cmd_cold_recovery(ctx: RunContext, a: argparse.Namespace, populate: bool = True,
+                            measure: bool = True) -> None:
+    count, cells = cold_recovery_plan(a)
+    ctx.recorder.total = (count if populate else 0) + (sum(n for _, _, n in cells) if measure else 0)
+    sessions = make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "s")
+    if populate:
+        conc = a.populate_concurrency or max(a.concurrency)
+        ctx.say(f"PHASE populate sessions={count} prompt_tokens={a.prompt_tokens} concurrency={conc}")
+        await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+    if not measure:
+        return
+    for conc, rep, n in cells:
+        done = await _evict(ctx, a)
+        ctx.say(f"PHASE measure concurrency={conc} repetition={rep} sessions={n}")
+        jobs = measure_jobs(sessions[:n], output_tokens=a.output_tokens, turn_tokens=a.turn_tokens,
+                            concurrency=conc, repetition=rep)
+        await run_jobs(ctx, jobs, conc, extra={"eviction": done}, check_cold=True)
+
+
+async def cmd_evict(ctx: RunContext, a: argparse.Namespace) -> None:
+    print(json.dumps({"eviction": await _evict(ctx, a)}), flush=True)
+
+
+async def cmd_probe(ctx: RunContext, a: argparse.Namespace) -> None:
+    """The same prompts on every arm at temperature 0: a warm pass writes them to the cache, an
+    eviction empties HBM, the probe pass reads them back; the judge compares output_sha256."""
+    sessions = make_sessions(a.prompts, a.prompt_tokens, a.seed, a.session_prefix or "probe")
+    conc = a.concurrency[0]
+    ctx.recorder.total = len(sessions) * (1 if a.no_warm else 2)
+    if not a.no_warm:
+        ctx.say(f"PHASE populate (warm) prompts={len(sessions)}")
+        await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+        done = await _evict(ctx, a)
+    else:
+        done = {}
+    ctx.say(f"PHASE probe prompts={len(sessions)}")
+    jobs = [session_job(s, output_tokens=a.output_tokens, phase="probe", concurrency=conc, turn=1) for s in sessions]
+    await run_jobs(ctx, jobs, conc, extra={"eviction": done}, check_cold=not a.no_warm)
+
+
+async def cmd_share(ctx: RunContext, a: argparse.Namespace) -> None:
+    """Write sessions through instance A, then read them (new turn appended) through instance B."""
+    if not a.url_b:
+        raise WorkloadError("share needs --url-b (the second instance)", 2)
+    b = Endpoint(a.url_b, ctx.endpoint.api_key)
+    ctx.endpoints[b.url] = b
+    instance_b = a.instance_b or b.name
+    sessions = make_sessions(a.sessions or 16, a.prompt_tokens, a.seed, a.session_prefix or "share")
+    conc = a.concurrency[0]
+    ctx.recorder.total = 2 * len(sessions)
+    ctx.say(f"PHASE populate on {ctx.instance} sessions={len(sessions)}")
+    await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+    ctx.say(f"PHASE share on {instance_b}")
+    jobs = measure_jobs(sessions, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens, concurrency=conc,
+                        repetition=1, phase="share", url=b.url, instance=instance_b)
+    saved = ctx.instance
+    ctx.instance = instance_b
+    try:
+        await run_jobs(ctx, jobs, conc, endpoint=b, check_cold=True)
+    finally:
+        ctx.instance = saved
+
+
+def _cycling_jobs(ctx: RunContext, sessions: list[Session], a: argparse.Namespace, conc: int,
+                  deadline: float, repetition: Callable[[float], int]) -> Callable[[], Job | None]:
+    """Sessions in turn, each return with a fresh new turn, until `deadline` (monotonic)."""
+    counter = [0]
+
+    def take() -> Job | None:
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        n = counter[0]
+        counter[0] += 1
+        session = sessions[n % len(sessions)]
+        visit = n // len(sessions)
+        return session_job(session, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens if visit else 0,
+                           turn_label=f"visit:{visit}", concurrency=conc, repetition=repetition(now), turn=visit + 1)
+    return take
+
+
+async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
+    """Closed loop for --duration-s; repetition = the window the request was sent in."""
+    if a.duration_s <= 0 or a.windows < 1:
+        raise WorkloadError("soak needs --duration-s > 0 and --windows ≥ 1", 2)
+    conc = a.concurrency[0]
+    sessions = make_sessions(a.sessions or 2 * conc, a.prompt_tokens, a.seed, a.session_prefix or "soak")
+    start = time.monotonic()
+    width = a.duration_s / a.windows
+    ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc}")
+    take = _cycling_jobs(ctx, sessions, a, conc, start + a.duration_s,
+                         lambda now: min(a.windows, int((now - start) // width) + 1))
+    await run_jobs(ctx, take, conc, labeller=lambda now: "soak")
+
+
+async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
+    """Load runs while the FX path is cut: `measure` before the cut, `fault` during, `recovery` after."""
+    conc = a.concurrency[0]
+    sessions = make_sessions(a.sessions or 2 * conc, a.prompt_tokens, a.seed, a.session_prefix or "fault")
+    ctx.recorder.total = len(sessions)
+    ctx.say(f"PHASE populate sessions={len(sessions)}")
+    await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+    await _evict(ctx, a)
+    duration = a.duration_s or a.fault_start + a.fault_seconds + max(a.fault_seconds, 30.0)
+    start = time.monotonic()
+    cut, back = start + a.fault_start, start + a.fault_start + a.fault_seconds
+    events: dict[str, Any] = {}
+
+    def label(now: float) -> str:
+        return "measure" if now < cut else "fault" if now < back else "recovery"
+
+    async def switch() -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, cut - time.monotonic()))
+        events["cut_at"] = round(time.monotonic(), 6)
+        ctx.say("FAULT cut" + (f": {a.cut_cmd}" if a.cut_cmd else ""))
+        if a.cut_cmd:
+            events["cut_exit"] = await _shell(a.cut_cmd)
+        await asyncio.sleep(max(0.0, back - time.monotonic()))
+        events["restore_at"] = round(time.monotonic(), 6)
+        ctx.say("FAULT restore" + (f": {a.restore_cmd}" if a.restore_cmd else ""))
+        if a.restore_cmd:
+            events["restore_exit"] = await _shell(a.restore_cmd)
+        # what HBM kept during the cut must not pass for hits that returned from FX
+        events["eviction"] = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd,
+                                                        a.health_timeout)
+
+    take = _cycling_jobs(ctx, sessions, a, conc, start + duration, lambda now: 1)
+    switcher = asyncio.ensure_future(switch())
+    try:
+        await run_jobs(ctx, take, conc, labeller=label, extra={"fault": events})
+    finally:
+        if not switcher.done():
+            switcher.cancel()
+            if a.restore_cmd and "restore_at" not in events:
+                await _shell(a.restore_cmd)
+
+
+async def _shell(command: str) -> int:
+    proc = await asyncio.create_subprocess_shell(command, stdout=asyncio.subprocess.DEVNULL,
+                                                 stderr=asyncio.subprocess.DEVNULL)
+    return await proc.wait()
+
+
+# ── Trace replay (G4) ──────────────────────────────────────────────────────────────────────────────
+
+TRACE_COLUMNS = ("session_id", "turn", "prompt_tokens", "output_tokens", "arrival_offset_s")
+
+
+class TraceError(WorkloadError):
+    def __init__(self, message: str):
+        super().__init__(message, 2)
+
+
+@dataclass
+class TraceTurn:
+    session_id: str
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
+    arrival_offset_s: float
+    line: int
+
+
+def load_trace(path: str) -> list[TraceTurn]:
+    """A customer session trace; every error names the file, the line and the column."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TraceError(f"{path}: cannot read the trace: {error}") from None
+    reader = csv.reader(text.splitlines())
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise TraceError(f"{path}: the file is empty; expected the header {','.join(TRACE_COLUMNS)}") from None
+    missing = [c for c in TRACE_COLUMNS if c not in header]
+    if missing:
+        raise TraceError(f"{path}, line 1: missing column(s) {', '.join(missing)}; expected the header "
+                         f"{','.join(TRACE_COLUMNS)}")
+    where = {c: header.index(c) for c in TRACE_COLUMNS}
+    turns: list[TraceTurn] = []
+    seen: dict[tuple[str, int], int] = {}
+    for line, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise TraceError(f"{path}, line {line}: {len(row)} fields where the header has {len(header)}")
+        cells = {c: row[where[c]].strip() for c in TRACE_COLUMNS}
+        if not cells["session_id"]:
+            raise TraceError(f"{path}, line {line}, column session_id: empty")
+        turn, prompt, output = (_trace_int(path, line, cells, c, 1) for c in ("turn", "prompt_tokens", "output_tokens"))
+        raw = cells["arrival_offset_s"]
+        try:
+            offset = float(raw)
+        except ValueError:
+            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} is not a number") from None
+        if not math.isfinite(offset) or offset < 0:
+            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} must be a finite number ≥ 0")
+        session = cells["session_id"]
+        if (session, turn) in seen:
+            raise TraceError(f"{path}, line {line}, column turn: session {session!r} turn {turn} already on line "
+                             f"{seen[(session, turn)]}")
+        seen[(session, turn)] = line
+        turns.append(TraceTurn(session, turn, prompt, output, offset, line))
+    if not turns:
+        raise TraceError(f"{path}: the trace has a header but no rows")
+    return turns
+
+
+def _trace_int(path: str, line: int, cells: dict, column: str, low: int) -> int:
+    value = cells[column]
+    try:
+        number = int(value)
+    except ValueError:
+        raise TraceError(f"{path}, line {line}, column {column}: {value!r} is not a whole number") from None
+    if number < low:
+        raise TraceError(f"{path}, line {line}, column {column}: {number} is less than {low}")
+    return number
+
+
+async def cmd_replay(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTurn]) -> None:
+    """Open loop: each turn is sent at its arrival offset (× --time-scale), but never before the same
+    session's previous turn has ended. A session's turn n prompt extends its turn n−1 prompt. Records
+    carry concurrency = --max-in-flight (0: no cap)."""
+    by_session: dict[str, list[TraceTurn]] = {}
+    for t in turns:
+        by_session.setdefault(t.session_id, []).append(t)
+    chosen = list(by_session)[:a.max_sessions] if a.max_sessions else list(by_session)
+    cap = a.max_in_flight
+    ctx.recorder.total = sum(len(by_session[s]) for s in chosen) * a.repetitions
+    for rep in range(1, a.repetitions + 1):
+        if rep > 1:
+            await _evict(ctx, a)
+        ctx.say(f"PHASE replay repetition={rep} sessions={len(chosen)}")
+        loop = asyncio.get_running_loop()
+        before, error_before, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+        stats: dict[tuple, PhaseStats] = {}
+        gate = asyncio.Semaphore(cap) if cap else None
+        start = time.monotonic()
+        cpu0 = _cpu()
+
+        await asyncio.gather(*(_replay_session(ctx, a, sid, by_session[sid], rep, start, gate, stats) for sid in chosen))
+        cpu1 = _cpu()
+        after, error_after, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+        write_summaries(ctx, stats, tuple(y - x for x, y in zip(cpu0, cpu1)), before, after,
+                        error_before or error_after, {"trace_sessions": len(chosen)})
+
+
+async def _replay_session(ctx: RunContext, a: argparse.Namespace, sid: str, turns: list[TraceTurn], rep: int,
+                          start: float, gate: asyncio.Semaphore | None, stats: dict) -> None:
+    lanes: dict = {}
+    # the token stream depends on the repetition, so every repetition starts as cold as the first
+    key = f"{a.seed}:{a.session_prefix or 'trace'}:{sid}:{rep}"
+    for t in sorted(turns, key=lambda t: t.turn):
+        await asyncio.sleep(max(0.0, start + t.arrival_offset_s * a.time_scale - time.monotonic()))
+        job = Job(sid, _ids_json(token_ids(key, t.prompt_tokens)), t.prompt_tokens, t.output_tokens,
+                  phase="replay", repetition=rep, concurrency=a.max_in_flight, turn=t.turn)
+        if gate is None:
+            await send_one(ctx, lane_for(ctx, lanes, job), job, "replay", stats_for(stats, "replay", job))
+        else:
+            async with gate:
+                await send_one(ctx, lane_for(ctx, lanes, job), job, "replay", stats_for(stats, "replay", job))
+    for lane in lanes.values():
+        lane.close()
+
+
+# ── Command line ───────────────────────────────────────────────────────────────────────────────────
+
+COMMANDS = ("populate", "evict", "measure", "cold-recovery", "probe", "replay", "share", "soak", "fault")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every level must be ≥ 1")
+    return values
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    for m in methods:
+        if m not in ("reset", "drop-caches", "restart", "none"):
+            raise argparse.ArgumentTypeError(f"unknown eviction method {m!r} (reset, drop-caches, restart, none)")
+    return methods
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= 0 or (kind is float and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} must be ≥ 0")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workload.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=COMMANDS)
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--out", required=True, help="records file (JSON lines, appended)")
+    p.add_argument("--arm", required=True, help="recompute, local_nvme, fx, …")
+    p.add_argument("--model", help="model name sent in requests (default: the server's first /v1/models entry)")
+    p.add_argument("--run-id", default="run")
+    p.add_argument("--instance", help="name of the server in records (default host:port)")
+    p.add_argument("--simulated", choices=("auto", "yes", "no"), default="auto")
+    p.add_argument("--timeout", type=_positive(float), default=3600.0, help="seconds per request")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--session-prefix", default="", help="session names start with this (default per command)")
+    p.add_argument("--api-key-env", default="", help="name of an environment variable holding a bearer token")
+    p.add_argument("--versions", default="", help='JSON object copied into summaries, e.g. {"vllm": "0.20.1"}')
+    p.add_argument("--quiet", action="store_true", help="no PROGRESS/PHASE lines on stdout")
+    g = p.add_argument_group("sessions and load")
+    g.add_argument("--sessions", type=_positive(int), default=0,
+                   help="sessions (default: max concurrency × requests per client)")
+    g.add_argument("--prompt-tokens", type=_positive(int), default=COLD_RECOVERY["prompt_tokens"],
+                   help="context length of a session")
+    g.add_argument("--turn-tokens", type=_positive(int), default=COLD_RECOVERY["turn_tokens"],
+                   help="new turn appended when a session returns")
+    g.add_argument("--output-tokens", type=_positive(int), default=COLD_RECOVERY["output_tokens"])
+    g.add_argument("-c", "--concurrency", type=_int_list, default=list(DEFAULT_CONCURRENCY),
+                   help="closed-loop concurrency levels, e.g. 8,16,32 (modes with one level use the first)")
+    g.add_argument("--populate-concurrency", type=_positive(int), default=0, help="default: the highest level")
+    g.add_argument("--repetitions", type=_positive(int), default=COLD_RECOVERY["repetitions"])
+    g.add_argument("--requests-per-client", type=_positive(int), default=COLD_RECOVERY["requests_per_client"])
+    g = p.add_argument_group("eviction")
+    g.add_argument("--evict", type=_methods, default=["reset", "drop-caches"],
+                   help="comma list of reset, drop-caches, restart, none (default reset,drop-caches)")
+    g.add_argument("--restart-cmd", help="shell command that restarts the server (for --evict restart)")
+    g.add_argument("--health-timeout", type=_positive(float), default=600.0)
+    g = p.add_argument_group("probe")
+    g.add_argument("--prompts", type=_positive(int), default=PROBE["prompts"])
+    g.add_argument("--no-warm", action="store_true", help="probe without the warm pass and eviction")
+    g = p.add_argument_group("replay")
+    g.add_argument("--trace", help="customer trace CSV: " + ",".join(TRACE_COLUMNS))
+    g.add_argument("--max-sessions", type=_positive(int), default=0)
+    g.add_argument("--max-in-flight", type=_positive(int), default=0, help="cap on requests in flight (0: none)")
+    g.add_argument("--time-scale", type=_positive(float), default=1.0, help="multiplies arrival offsets")
+    g = p.add_argument_group("share")
+    g.add_argument("--url-b", help="instance B (reads what instance A wrote)")
+    g.add_argument("--instance-b")
+    g = p.add_argument_group("soak and fault")
+    g.add_argument("--duration-s", type=_positive(float), default=0.0)
+    g.add_argument("--windows", type=_positive(int), default=6)
+    g.add_argument("--fault-start", type=_positive(float), default=10.0, help="seconds of load before the cut")
+    g.add_argument("--fault-seconds", type=_positive(float), default=60.0)
+    g.add_argument("--cut-cmd", help="shell command that cuts the FX path")
+    g.add_argument("--restore-cmd", help="shell command that restores it")
+    return p
+
+
+def plan_args(command: str, workloads: dict) -> list[str]:
+    """CLI flags for `command` from a plan's `workloads` section (gates/plans/*.yaml), so the plan's
+    numbers, not this module's defaults, drive a gate run."""
+    section = {"cold-recovery": "cold_recovery", "populate": "cold_recovery", "measure": "cold_recovery",
+               "probe": "probe_prompts", "replay": "replay", "soak": "soak", "fault": "fault",
+               "share": "share"}.get(command)
+    values = dict(workloads.get(section) or {}) if section else {}
+    flags = {"prompt_tokens": "--prompt-tokens", "turn_tokens": "--turn-tokens", "output_tokens": "--output-tokens",
+             "requests_per_client": "--requests-per-client", "repetitions": "--repetitions", "sessions": "--sessions",
+             "prompts": "--prompts", "max_sessions": "--max-sessions", "windows": "--windows",
+             "cut_seconds": "--fault-seconds", "fault_start_s": "--fault-start", "duration_s": "--duration-s"}
+    out: list[str] = []
+    if "hours" in values:
+        values.setdefault("duration_s", float(values["hours"]) * 3600)
+    for key, flag in flags.items():
+        if key in values:
+            out += [flag, str(values[key])]
+    if "concurrency" in values:
+        levels = values["concurrency"]
+        out += ["--concurrency", ",".join(str(v) for v in (levels if isinstance(levels, list) else [levels]))]
+    return out
+
+
+def _first_model(endpoint: Endpoint) -> str:
+    try:
+        status, body = _http(endpoint, "GET", "/v1/models")
+        data = json.loads(body) if status == 200 else {}
+        return str(data["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        raise WorkloadError(f"--model not given and {endpoint.name}/v1/models did not name one") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        api_key = os.environ.get(a.api_key_env) if a.api_key_env else None
+        endpoint = Endpoint(a.url, api_key)
+        versions = None
+        if a.versions:
+            try:
+                versions = json.loads(a.versions)
+            except ValueError:
+                raise WorkloadError(f"--versions {a.versions!r} is not JSON", 2) from None
+        turns = load_trace(a.trace) if a.command == "replay" and a.trace else None
+        if a.command == "replay" and turns is None:
+            raise WorkloadError("replay needs --trace FILE.csv", 2)
+        if a.command in ("soak",) and not a.duration_s:
+            raise WorkloadError("soak needs --duration-s", 2)
+        model = a.model or ("" if a.command == "evict" else _first_model(endpoint))
+        simulated = detect_simulated(endpoint) if a.simulated == "auto" else a.simulated == "yes"
+        recorder = Recorder(a.out, quiet=a.quiet)
+        ctx = RunContext(endpoint, model, a.arm, a.run_id, a.instance or endpoint.name, recorder, simulated,
+                         a.timeout, versions=versions, quiet=a.quiet)
+        try:
+            if a.command == "cold-recovery":
+                run = cmd_cold_recovery(ctx, a)
+            elif a.command == "populate":
+                run = cmd_cold_recovery(ctx, a, measure=False)
+            elif a.command == "measure":
+                run = cmd_cold_recovery(ctx, a, populate=False)
+            elif a.command == "evict":
+                run = cmd_evict(ctx, a)
+            elif a.command == "replay":
+                run = cmd_replay(ctx, a, turns)
+            else:
+                run = {"probe": cmd_probe, "share": cmd_share, "soak": cmd_soak, "fault": cmd_fault}[a.command](ctx, a)
+            asyncio.run(run)
+            recorder.progress()
+            ctx.say("DONE")
+        finally:
+            recorder.close()
+    except WorkloadError as error:
+        print(f"workload.py {a.command}: error: {error}", file=sys.stderr, flush=True)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners import ssh
+from runners import detached, ssh
 from runners.artifacts import store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
 from runners.models import Artifact, Job, Node, Step
@@ -237,23 +237,13 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
     _save(step, deployment)
 
     command = f"exec bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} serve {ssh.shell_path(deployment.arm_dir)}"
-    from runners import detached  # TEMP until runners.detached lands
-    handle = detached.start(conn, command, job=job, step=step, name=f"server-{arm}-{deployment.deploy_id}")
-    deployment.server = _handle_dict(handle)
+    deployment.server = detached.start(conn, f"{deployment.arm_dir}/server", command, job=job, step=step).to_dict()
     _save(step, deployment)
     _say(job, step, node, f"{arm}: server starting on port {deployment.port} (pid {deployment.server.get('pid')})")
     _wait_healthy(job, step, node, conn, settings, deployment)
     deployment.healthy = True
     _save(step, deployment)
     _say(job, step, node, f"{arm}: healthy at {deployment.url}")
-
-
-def _handle_dict(handle: Any) -> dict:
-    if isinstance(handle, dict):
-        return dict(handle)
-    if hasattr(handle, "to_dict"):
-        return handle.to_dict()
-    return asdict(handle)
 
 
 def _script(conn: ssh.NodeConnection, job: Job, step: Step | None, node: Node, deployment: Deployment, script: str,
@@ -276,25 +266,14 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
         result = conn.run(f"{health} {wait}", job=job, step=step, timeout=wait + 60, check=False, echo=False)
         if result.exit_code == 0:
             return
-        from runners import detached  # TEMP
         status = detached.poll(conn, deployment.server)
-        if _exited(status):
-            raise DeployError(f"node {node.name}: {deployment.arm}: the server exited before it was healthy "
-                              f"(exit code {_exit_code(status)})", deployment=deployment, log_tail=server_log_tail(conn, deployment))
+        if not status.running:
+            raise DeployError(f"node {node.name}: {deployment.arm}: the server {status.state} before it was healthy "
+                              f"(exit code {status.exit_code})", deployment=deployment, log_tail=server_log_tail(conn, deployment))
         if time.monotonic() >= deadline:
             raise DeployError(f"node {node.name}: {deployment.arm}: /health on port {deployment.port} did not answer within "
                               f"{settings.health_timeout_s} s (deployment.health_timeout_s)", deployment=deployment,
                               log_tail=server_log_tail(conn, deployment))
-
-
-def _exited(status: Any) -> bool:
-    if isinstance(status, dict):
-        return not status.get("running", True)
-    return not getattr(status, "running", True)
-
-
-def _exit_code(status: Any) -> Any:
-    return status.get("exit_code") if isinstance(status, dict) else getattr(status, "exit_code", None)
 
 
 def server_log_paths(deployment: Deployment) -> list[str]:
@@ -323,7 +302,6 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     problems: list[str] = []
     with ssh.connect(node) as conn:
         if deployment.server:
-            from runners import detached  # TEMP
             try:
                 detached.cancel(conn, deployment.server)
             except ssh.SSHError as exc:

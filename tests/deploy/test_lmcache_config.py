@@ -63,3 +63,16 @@ def test_a_simulated_deployment_says_so(settings):
 def test_home_paths_must_be_resolved_before_rendering():
     with pytest.raises(ValueError, match="with_home"):
         render_lmcache_config(validate_deployment(default_simulated()), "fx")
+
+
+@pytest.mark.parametrize("arm", ["local_nvme", "fx"])
+def test_the_simulated_servers_lmcache_reader_takes_the_rendered_file(settings, arm, tmp_path):
+    from runners.sim.config import read_lmcache
+
+    path = tmp_path / "lmcache.yaml"
+    path.write_text(render_lmcache_config(settings, arm, run_id="abc123", share_pool=True, simulated=True))
+    read = read_lmcache({"LMCACHE_CONFIG_FILE": str(path)})
+    root = "/home/fxpilot/mnt/nvme0/fxpilot" if arm == "local_nvme" else "/home/fxpilot/mnt/fx/fxpilot"
+    assert str(read.local_disk) == f"{root}/kv/abc123"
+    assert read.use_odirect is True and read.chunk_size == 256 and read.max_local_cpu_size == 5.0
+    assert read.fs_pool == (None if arm == "local_nvme" else type(read.local_disk)("/home/fxpilot/mnt/fx/fxpilot-shared/abc123"))

@@ -24,7 +24,7 @@ from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
-SCRIPTS = ("deploy.sh", "attach_fx.sh")
+SCRIPTS = ("deploy.sh", "attach_fx.sh", "workload.py")
 KV_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 HEALTH_POLL_S = 20          # one SSH command waits at most this long; the loop re-connects between looks
 LOG_TAIL_LINES = 40
@@ -75,6 +75,20 @@ class Deployment:
     @property
     def bin_dir(self) -> str:
         return f"{self.run_dir}/bin"
+
+    @property
+    def workload(self) -> str:
+        """The workload client shipped with the scripts (runners/remote/workload.py)."""
+        return f"{self.bin_dir}/workload.py"
+
+    @property
+    def records_dir(self) -> str:
+        """Where the workload's records and summaries go; collect_deployment fetches everything in it."""
+        return f"{self.arm_dir}/records"
+
+    @property
+    def metrics_dir(self) -> str:
+        return f"{self.arm_dir}/metrics"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -197,7 +211,8 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
             deployment: Deployment, time_scale: float | None) -> None:
     arm = deployment.arm
     conn.mkdirs(deployment.bin_dir)
-    conn.mkdirs(deployment.arm_dir)
+    for directory in (deployment.arm_dir, deployment.records_dir, deployment.metrics_dir):
+        conn.mkdirs(directory)
     _save(step, deployment)
     for script in SCRIPTS:
         conn.upload((REMOTE_DIR / script).read_bytes(), f"{deployment.bin_dir}/{script}", mode=0o755)

@@ -104,6 +104,10 @@ class SimNodeServer:
     def stop(self) -> None:
         self._stopping.set()
         if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
             self._listener.close()
         with self._lock:
             transports, processes = list(self._transports), list(self._processes)

@@ -1,6 +1,6 @@
 """SVG charts of a verdict (fxpilot.verdict/1), shared by the PDF reports and the portal.
 
-`line_chart` and `cdf_chart` are pure (numbers and labels in, SVG text out). `verdict_charts` picks
+`line_chart` and `cdf_chart` are pure (numbers and labels in, SVG text out). `gate_charts` picks
 the standard set for one verdict and takes its labels from the active language (gettext).
 """
 from __future__ import annotations
@@ -76,11 +76,11 @@ def _log_ticks(low: float, high: float) -> list[float]:
 
 
 class _Axis:
-    """Maps data to pixels; logarithmic when the data span more than a factor of 20."""
+    """Maps data to pixels; logarithmic when the data span more than a factor of 10."""
 
     def __init__(self, values: list[float], start: float, end: float, *, from_zero: bool, allow_log: bool = True):
         positive = [v for v in values if v > 0]
-        self.log = allow_log and len(positive) == len(values) and positive and max(positive) / min(positive) > 20
+        self.log = allow_log and len(positive) == len(values) and positive and max(positive) / min(positive) > 10
         if self.log:
             self.low = 10 ** math.floor(math.log10(min(positive)))
             self.high = 10 ** math.ceil(math.log10(max(positive)))
@@ -228,8 +228,8 @@ def by_concurrency(metrics: list[dict[str, Any]], field: str, *, phase: str = "m
 
 
 def parse_distribution_key(key: str) -> tuple[str, int | None, str]:
-    """'fx@8' → ('fx', 8, ''); 'fx@8@replay' or 'fx@replay' are accepted too."""
-    parts = key.split("@")
+    """'fx@8' → ('fx', 8, ''); 'fx@8/replay' (the judge's form for other phases) → ('fx', 8, 'replay')."""
+    parts = key.replace("/", "@").split("@")
     arm, concurrency, rest = parts[0], None, []
     for part in parts[1:]:
         if part.isdigit() and concurrency is None:
@@ -239,7 +239,7 @@ def parse_distribution_key(key: str) -> tuple[str, int | None, str]:
     return arm, concurrency, "@".join(rest)
 
 
-def verdict_charts(verdict: dict[str, Any]) -> list[Chart]:
+def gate_charts(verdict: dict[str, Any]) -> list[Chart]:
     """TTFT p50 and throughput per concurrency per arm, and the TTFT distribution at each concurrency."""
     charts = []
     metrics = verdict.get("metrics") or []
@@ -248,6 +248,8 @@ def verdict_charts(verdict: dict[str, Any]) -> list[Chart]:
     for phase in phases:
         suffix = "" if phase == "measure" else f" — {phase}"
         ttft = by_concurrency(metrics, "ttft_p50", phase=phase)
+        if len({p.x for points in ttft.values() for p in points}) < 2:
+            continue  # one concurrency level: the distribution chart below says more than a single dot
         if ttft:
             charts.append(Chart(f"ttft-p50-{phase}", _("TTFT p50 by concurrency") + suffix, line_chart(
                 ttft, title=_("TTFT p50 by concurrency") + suffix, x_label=concurrency_label,

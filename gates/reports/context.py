@@ -76,7 +76,7 @@ def gate_context(gate: Gate) -> dict[str, Any]:
 def signoff_context(signoff: SignOff) -> dict[str, Any]:
     return {
         "party": signoff.party, "party_label": str(signoff.get_party_display()), "person": _person(signoff.person),
-        "role": str(signoff.get_role_display()), "decision": signoff.decision,
+        "role": signoff.role, "role_label": str(signoff.get_role_display()), "decision": signoff.decision,
         "decision_label": str(signoff.get_decision_display()), "comment": signoff.comment,
         "created": _iso(signoff.created), "evidence_sha256": signoff.evidence_sha256,
         "subject": signoff.gate.label if signoff.gate_id else f"plan v{signoff.plan_version.number}",
@@ -200,7 +200,7 @@ def projections(evaluations: dict[int, Evaluation], concurrency: int) -> list[di
                    "baseline": criterion.get("baseline"), "phase": criterion.get("phase"),
                    "verdict": criterion.get("verdict"), "unit": criterion.get("unit", ""),
                    "levels": sorted(int(c["concurrency"]) for c in cells)}
-            if not cells:
+            if criterion.get("phase") == "replay" or not cells:
                 # A replay of the customer's own trace already is their traffic: no projection needed.
                 row.update(value=criterion.get("value"), low=(criterion.get("ci") or [None])[0], how="own-traffic"
                            if criterion.get("phase") == "replay" else "measured-overall")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
@@ -20,12 +19,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from weasyprint import HTML, Attachment
 
-from gates.reports.charts import verdict_charts
+from gates.models import Gate, Party, Pilot, Role, SignOff
+from gates.reports.charts import gate_charts
 from gates.reports.context import read_attachment
 from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
-
-# WeasyPrint logs every layout step at INFO; a report is one line in the audit log instead.
-logging.getLogger("weasyprint.progress").setLevel(logging.WARNING)
 
 VERDICT_LABELS = {
     "pass": gettext_lazy("Pass"), "marginal": gettext_lazy("Marginal"), "fail": gettext_lazy("Fail"),
@@ -80,7 +77,8 @@ def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any
             "n": f"{cell.get('n_candidate', '—')} / {cell.get('n_baseline', '—')}",
             "verdict": cell.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(cell.get("verdict"), cell.get("verdict")),
         } for cell in criterion.get("cells") or []]
-        description = (criterion.get("description_zh") if language.startswith("zh") else "") or criterion.get("description", "")
+        zh = language.startswith("zh")
+        description = (criterion.get("description_zh") if zh else "") or criterion.get("description", "")
         arms = criterion.get("candidate", "") + (f" vs {criterion['baseline']}" if criterion.get("baseline") else "")
         rows.append({
             "key": criterion.get("key", ""), "description": description, "metric": criterion.get("metric", ""),
@@ -93,7 +91,8 @@ def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any
             "confidence": f"{criterion.get('confidence', 0.95) * 100:.0f} %", "n": criterion.get("n", "—"),
             "concurrency": ", ".join(str(c.get("concurrency")) for c in criterion.get("cells") or [] if c.get("concurrency")) or "—",
             "verdict": criterion.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(criterion.get("verdict"), ""),
-            "rule": criterion.get("rule", ""), "explanation": criterion.get("explanation", ""), "cells": cells,
+            "rule": (criterion.get("rule_zh") if zh else "") or criterion.get("rule", ""),
+            "explanation": (criterion.get("explanation_zh") if zh else "") or criterion.get("explanation", ""), "cells": cells,
         })
     return rows
 
@@ -210,19 +209,44 @@ def _watermark_url(text: str) -> str:
     return "data:image/svg+xml," + urllib.parse.quote(svg)
 
 
+def _localised(context: dict[str, Any]) -> dict[str, Any]:
+    """State, party, role and decision labels in the active language (the context was built in another)."""
+    def signoffs(rows: list[dict]) -> list[dict]:
+        return [dict(row, party_label=_label(Party, row["party"]), role_label=_label(Role, row["role"]),
+                     decision_label=_label(SignOff.Decision, row["decision"])) for row in rows]
+
+    def gate(item: dict | None) -> dict | None:
+        return dict(item, state_label=_label(Gate.State, item["state"])) if item else item
+
+    out = dict(context, gate=gate(context.get("gate")), signoffs=signoffs(context.get("signoffs") or []),
+               plan_signoffs=signoffs(context.get("plan_signoffs") or []))
+    out["pilot"] = dict(context["pilot"], state_label=_label(Pilot.State, context["pilot"]["state"]))
+    if "gates" in context:
+        out["gates"] = [dict(item, gate=gate(item["gate"]), signoffs=signoffs(item["signoffs"])) for item in context["gates"]]
+    return out
+
+
+def _label(choices, value: str) -> str:
+    try:
+        return str(choices(value).label)
+    except ValueError:
+        return value
+
+
 def render_html(context: dict[str, Any], language: str, files: list[dict[str, Any]] | None = None) -> str:
     with translation.override(language):
+        context = _localised(context)
         kind = context["kind"]
         extra: dict[str, Any] = {}
         if kind == "gate":
             extra["criteria"] = criterion_rows(context["verdict"], language)
-            extra["charts"] = verdict_charts(context["verdict"])
+            extra["charts"] = gate_charts(context["verdict"])
         else:
             extra["summary"] = procurement_summary(context, language.lower().startswith("zh"))
             extra["gate_sections"] = [
                 dict(item, criteria=criterion_rows(item["verdict"], language),
                      verdict_label=VERDICT_LABELS.get((item["evaluation"] or {}).get("verdict"), ""),
-                     charts=verdict_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
+                     charts=gate_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
                 for item in context["gates"]]
             extra["sizing_display"] = {
                 "per_token": fmt_bytes(context["sizing"]["kv_bytes_per_token"]),
@@ -234,6 +258,7 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
                                              low_display=fmt_value(row["low"], row["unit"]))
                                         for row in context["projections"]]
         is_zh = language.lower().startswith("zh")
+        explanation = (context.get("verdict") or {}).get("explanation_zh" if is_zh else "explanation") or ""
         gate = context.get("gate") or {}
         verdict = (context.get("evaluation") or {}).get("verdict")
         css = {
@@ -249,7 +274,7 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
             "html_lang": "zh-Hans" if is_zh else "en",
             "manifest_files": files if files is not None else context["attachments"],
             "watermark": _watermark_url(_("SIMULATION")) if context["simulated"] else "",
-            "created_display": _display_time(context["created"]), "verdict_labels": VERDICT_LABELS, "css": css, "verdict_label": VERDICT_LABELS.get(verdict, verdict),
+            "gate_explanation": explanation, "created_display": _display_time(context["created"]), "verdict_labels": VERDICT_LABELS, "css": css, "verdict_label": VERDICT_LABELS.get(verdict, verdict),
         })
 
 

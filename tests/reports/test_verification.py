@@ -187,6 +187,7 @@ def test_every_page_of_a_simulated_report_says_simulation(signed):
     assert len(pages) >= 3
     assert all("SIMULATION" in page for page in pages)
     assert "It proves nothing about" in pages[0]
+    assert "No time-stamp authority was used" in " ".join(pages[0].split())
 
 
 def test_a_countersignature_keeps_both_signatures_verifiable(signed, ca, tmp_path):

@@ -1,0 +1,74 @@
+"""signing_setup creates the embedded CA once and never overwrites; approver certificates; RSA only."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import KeyUsage
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from gates.reports import sign
+from gates.reports.service import signing_directory
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("signing_setup", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_signing_setup_creates_the_embedded_ca_once_and_never_overwrites(demo):
+    folder = signing_directory()
+    first = _run()
+    files = {name: (folder / name).read_bytes() for name in ("root-key.pem", "root-cert.pem", "signer-key.pem", "signer-cert.pem")}
+    second = _run()
+    assert "nothing changed" in second or "created" not in second
+    assert {name: (folder / name).read_bytes() for name in files} == files
+    assert "created" in first or "already exist" in first
+    cert = sign.load_cert(folder / "signer-cert.pem")
+    usage = cert.extensions.get_extension_for_class(KeyUsage).value
+    assert usage.digital_signature and usage.content_commitment
+    assert cert.public_key().key_size == 3072
+    assert oct((folder / "signer-key.pem").stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_approver_certificate_is_issued_by_the_same_root(demo):
+    _run()
+    out = _run("--approver", "bob")
+    key, cert = sign.approver_paths(signing_directory(), "bob")
+    assert str(cert) in out and key.exists()
+    issued = sign.load_cert(cert)
+    assert issued.issuer == sign.load_cert(signing_directory() / "root-cert.pem").subject
+    assert "Bob Wang" in issued.subject.rfc4514_string()
+
+
+def test_only_customer_approvers_get_a_countersigning_certificate(demo):
+    with pytest.raises(CommandError, match="alice is not a customer approver"):
+        _run("--approver", "alice")
+    with pytest.raises(CommandError, match="no such user"):
+        _run("--approver", "nobody")
+
+
+def test_a_half_present_ca_is_refused_rather_than_replaced(tmp_path):
+    sign.setup_authority(tmp_path)
+    (tmp_path / "root-key.pem").unlink()
+    with pytest.raises(sign.SigningError, match="without the other"):
+        sign.setup_authority(tmp_path)
+
+
+def test_an_ecdsa_key_is_refused_because_it_breaks_pdf_a(tmp_path, ca):
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = Path(tmp_path / "ec.pem")
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    with pytest.raises(sign.SigningError, match="must be RSA"):
+        sign.load_signer(path, ca / "signer-cert.pem")
+
+
+def test_a_certificate_of_another_key_is_refused(ca, other_ca):
+    with pytest.raises(sign.SigningError, match="does not belong to the key"):
+        sign.load_signer(ca / "signer-key.pem", other_ca / "signer-cert.pem")

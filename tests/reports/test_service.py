@@ -1,0 +1,120 @@
+"""Reports made from the database: a G3 report from the real judge, countersigning, the procurement report."""
+from __future__ import annotations
+
+import stat
+import subprocess
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+
+from gates.judge import synthetic, verdicts
+from gates.models import AuditEvent, Evaluation, Report
+from gates.plan import load_plan
+from gates.reports import service
+from gates.reports.context import interpolate, procurement_report_context
+from gates.reports.verify import verify_pdf
+from runners.artifacts import store_bytes
+from runners.models import Job
+
+
+def _evaluate(pilot, number: int) -> Evaluation:
+    """Judge synthetic Table-1 inputs with the real judge, storing them as the job's artifacts."""
+    files = synthetic.gate_inputs(number)
+    gate = pilot.gate(number)
+    job = Job.objects.create(pilot=pilot, gate=gate)
+    for name, data in files:
+        store_bytes(job, name, data, kind="records" if name.endswith(".jsonl") else "probe", simulated=True)
+    result = verdicts.evaluate(load_plan(), number, files)
+    return Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict=result["verdict"],
+                                     result=result, inputs=result["inputs"], simulated=result["simulated"])
+
+
+@pytest.fixture
+def g3(signed_pilot):
+    return _evaluate(signed_pilot.pilot, 3)
+
+
+def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
+    report = service.create_gate_report(g3.gate, g3, language="en", who=signed_pilot.alice)
+    path = service.report_path(report)
+    assert path.is_file() and not path.stat().st_mode & stat.S_IWUSR
+    assert report.kind == Report.Kind.GATE and report.simulated and report.signatures == 1
+    result = service.verify_report_bytes(path.read_bytes())
+    assert result.ok, result.reasons
+    assert result.report["pilot_code"] == str(signed_pilot.pilot.code) and result.report["gate"] == 3
+    assert {a.name for a in result.attachments} == {"verdict.json", "records.jsonl", "records.summary.json",
+                                                    "node1/inventory.json", "node2/inventory.json"}
+    assert AuditEvent.objects.filter(action="report.created", object_id=str(report.pk)).exists()
+    done = subprocess.run(["python", "manage.py", "verify_report", str(path)], cwd=settings.BASE_DIR,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_customer_approver_countersigns_into_a_new_file(signed_pilot, g3):
+    report = service.create_gate_report(g3.gate, g3, language="en")
+    original = service.report_path(report).read_bytes()
+    second = service.countersign(report, signed_pilot.bob)
+    assert second.pk != report.pk and second.signatures == 2 and second.path != report.path
+    assert service.report_path(report).read_bytes() == original
+    result = verify_pdf(service.report_path(second).read_bytes(), service.trust_roots())
+    assert result.ok, result.reasons
+    assert [s.signer.split("Common Name: ")[-1] for s in result.signatures][1] == "Bob Wang"
+
+
+def test_nobody_but_a_customer_approver_of_the_pilot_countersigns(signed_pilot, g3):
+    report = service.create_gate_report(g3.gate, g3, language="en")
+    for person in (signed_pilot.charlie, signed_pilot.alice, signed_pilot.carol):
+        with pytest.raises(PermissionDenied):
+            service.countersign(report, person)
+    assert Report.objects.count() == 1
+
+
+def test_a_report_whose_evidence_changed_on_disk_is_refused(signed_pilot, g3):
+    artifact = g3.job.artifacts.get(name="records.jsonl")
+    original = artifact.path.read_bytes()
+    artifact.path.chmod(0o644)
+    artifact.path.write_bytes(original + b"\n")
+    try:
+        with pytest.raises(service.ReportError, match="records.jsonl"):
+            service.create_gate_report(g3.gate, g3)
+    finally:
+        # The store is content-addressed and shared by the whole test run: put the evidence back.
+        artifact.path.write_bytes(original)
+        artifact.path.chmod(0o444)
+    assert not Report.objects.exists()
+
+
+def test_an_unknown_language_is_refused_by_name(g3):
+    with pytest.raises(ValueError, match="'fr'"):
+        service.create_gate_report(g3.gate, g3, language="fr")
+
+
+def test_the_procurement_report_projects_the_gain_at_the_customers_concurrency(signed_pilot, g3):
+    pilot = signed_pilot.pilot
+    _evaluate(pilot, 4)
+    context = procurement_report_context(pilot)
+    ttft = next(row for row in context["projections"] if row["key"] == "g3-ttft-vs-local")
+    cells = {c["concurrency"]: c["value"] for c in next(c for c in g3.result["criteria"] if c["key"] == "g3-ttft-vs-local")["cells"]}
+    assert pilot.customer_concurrency == 24 and ttft["how"] == "interpolated"
+    assert min(cells[16], cells[32]) <= ttft["value"] <= max(cells[16], cells[32])
+    replay = next(row for row in context["projections"] if row["key"] == "g4-replay-speedup")
+    assert replay["how"] == "own-traffic"
+    sizing = context["sizing"]
+    assert sizing["kv_bytes_per_token"] == 2 * 62 * 8 * 128 * 2
+    assert sizing["session_tokens_mean"] and "replay" in sizing["session_source"]
+    assert sizing["capacity_bytes"] == pytest.approx(sizing["kv_bytes_per_token"] * sizing["session_tokens_mean"] * 10000)
+    report = service.create_procurement_report(pilot, language="zh-hans")
+    result = service.verify_report_bytes(service.report_path(report).read_bytes())
+    assert result.ok, result.reasons
+    assert result.report["kind"] == "procurement" and result.report["language"] == "zh-hans"
+    assert any(a.name == "G4/verdict.json" for a in result.attachments)
+
+
+def test_interpolation_is_linear_in_log2_concurrency_and_never_extrapolates():
+    points = [(8.0, 0.30), (16.0, 0.20), (32.0, 0.10)]
+    assert interpolate(points, 16) == (0.20, "measured")
+    value, how = interpolate(points, 24)
+    assert how == "interpolated" and value == pytest.approx(0.20 - 0.10 * 0.5849625, rel=1e-6)
+    assert interpolate(points, 64) == (None, "outside")
+    assert interpolate([(16.0, 0.2)], 24) == (None, "outside")

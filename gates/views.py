@@ -35,6 +35,7 @@ from gates.models import (
     Gate,
     Membership,
     Notification,
+    Party,
     Pilot,
     PlanVersion,
     Profile,
@@ -370,7 +371,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     result = evaluation.result if evaluation else {}
     from runners.models import Job
 
-    runs = list(Job.objects.filter(gate=gate).select_related("created_by")[:20])
+    runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:20])
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
     decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
     may_sign = [p for p in _parties_of(roles) if p not in decided]
@@ -399,14 +400,33 @@ def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             messages.error(request, " ".join(errors))
         return redirect("gate", gate.pilot.code, gate.number)
     try:
-        lifecycle.sign_off_gate(gate, request.user, decision=form.cleaned_data["decision"],
+        signoff = lifecycle.sign_off_gate(gate, request.user, decision=form.cleaned_data["decision"],
                                 comment=form.cleaned_data["comment"])
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
     else:
         messages.success(request, _("Your decision is recorded."))
+        if signoff.decision == SignOff.Decision.APPROVE and signoff.party == Party.CUSTOMER:
+            _countersign(request, signoff)
         notifications.sweep([Pilot.objects.get(pk=gate.pilot_id)])
     return redirect("gate", gate.pilot.code, gate.number)
+
+
+def _countersign(request: HttpRequest, signoff: SignOff) -> None:
+    """The customer approver's signature added to the report of the evidence they approved, when one exists."""
+    report = Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation).order_by("-signatures", "-created").first()
+    if report is None or report.signatures > 1:
+        return
+    try:
+        from gates.reports.service import countersign
+    except ImportError:
+        return
+    try:
+        countersign(report, request.user)
+    except Exception as error:  # the decision stands; the report keeps the vendor's signature only
+        messages.warning(request, _("The report could not be countersigned: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("Your signature was added to the gate report."))
 
 
 @login_required
@@ -452,30 +472,25 @@ def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
     return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports})
 
 
-def _trust_roots() -> list[str]:
-    root = Path(settings.FXPILOT_SIGNING_ROOT)
-    return [str(root)] if root.is_file() else []
-
-
 @login_required
 def report_verify(request: HttpRequest) -> HttpResponse:
+    """Upload a PDF: signatures, whole-file coverage and attachment hashes checked against our trust root."""
     result = error = None
     form = PdfUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        roots = _trust_roots()
         try:
-            from gates.reports.verify import verify_pdf
+            from gates.reports.service import trust_roots, verify_report_bytes
         except ImportError:
-            verify_pdf = None
-        if verify_pdf is None:
+            verify_report_bytes = None
+        if verify_report_bytes is None:
             error = _("Report verification is not installed.")
-        elif not roots:
+        elif not all(Path(root).is_file() for root in trust_roots()):
             error = _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
         else:
             try:
-                result = verify_pdf(form.cleaned_data["file"].read(), roots)
-            except Exception as exc:  # a damaged upload must give a message, not a server error
-                error = _("The file could not be read as a signed PDF: %(error)s") % {"error": type(exc).__name__}
+                result = verify_report_bytes(form.cleaned_data["file"].read())
+            except Exception as exc:  # a damaged upload gets a message, not a server error
+                error = _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
     return render(request, "gates/verify.html", {"form": form, "result": result, "error": error,
                                                   "max_mb": MAX_REPORT_BYTES // 2**20})
 

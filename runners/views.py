@@ -112,6 +112,7 @@ def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     from runners.orchestration import start_gate_run
 
     try:
+        lifecycle.require_runnable(gate)
         job = start_gate_run(gate, request.user)
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)

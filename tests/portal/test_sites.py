@@ -1,0 +1,108 @@
+"""Sites, nodes and credentials: strict validation, keys never shown back, host keys accepted explicitly."""
+from __future__ import annotations
+
+from django.urls import reverse
+
+from gates.models import AuditEvent
+from runners.models import Credential, Node, Site
+from tests.portal.conftest import private_key_text
+
+
+def post_node(client, site, **fields):
+    data = {"name": "node2", "host": "10.0.0.2", "port": "22", "username": "fx", "role": "gpu", **fields}
+    return client.post(reverse("node_create", args=[site.code]), {f"n-{site.code}-{k}": v for k, v in data.items()},
+                       follow=True)
+
+
+def test_a_vendor_engineer_adds_a_site(client, world):
+    client.force_login(world.alice)
+    client.post(reverse("site_create", args=[world.pilot.code]), {"name": "DC 2", "queue": "dc-2"})
+    assert Site.objects.filter(pilot=world.pilot, queue="dc-2").exists()
+
+
+def test_a_site_queue_already_used_is_refused(client, world):
+    client.force_login(world.alice)
+    response = client.post(reverse("site_create", args=[world.pilot.code]), {"name": "Dup", "queue": world.site.queue},
+                           follow=True)
+    assert "already used" in response.content.decode()
+
+
+def test_a_node_with_a_valid_address_is_added(client, world):
+    client.force_login(world.alice)
+    post_node(client, world.site, credential=str(world.credential.pk))
+    node = Node.objects.get(site=world.site, name="node2")
+    assert node.credential == world.credential and node.host_key_state == Node.HostKeyState.UNKNOWN
+    assert AuditEvent.objects.filter(action="node.created").exists()
+
+
+def test_a_host_that_is_not_a_host_name_is_refused_with_its_value(client, world):
+    client.force_login(world.alice)
+    response = post_node(client, world.site, host="bad host;rm -rf /")
+    assert "bad host;rm -rf /" in response.content.decode()
+    assert not Node.objects.filter(name="node2").exists()
+
+
+def test_a_port_out_of_range_and_a_bad_user_name_are_refused(client, world):
+    client.force_login(world.alice)
+    page = post_node(client, world.site, port="70000", username="$(id)").content.decode()
+    assert "SSH port" in page and "User name" in page
+    assert not Node.objects.filter(name="node2").exists()
+
+
+def test_a_credential_of_another_site_cannot_be_chosen(client, world):
+    other = Site.objects.create(pilot=world.pilot, name="Other", queue="other-q")
+    client.force_login(world.alice)
+    post_node(client, other, credential=str(world.credential.pk))
+    assert not Node.objects.filter(site=other).exists()
+
+
+def test_a_private_key_is_stored_encrypted_and_never_shown_back(client, world):
+    client.force_login(world.alice)
+    key = private_key_text()
+    prefix = f"c-{world.site.code}"
+    client.post(reverse("credential_create", args=[world.site.code]), {f"{prefix}-name": "second", f"{prefix}-private_key": key})
+    credential = Credential.objects.get(name="second")
+    body = key.splitlines()[1]
+    assert body not in credential.private_key_encrypted
+    for name, args in (("sites", [world.pilot.code]), ("audit", [world.pilot.code]), ("node", [world.node.code])):
+        page = client.get(reverse(name, args=args)).content.decode()
+        assert body not in page and "PRIVATE KEY" not in page
+    assert credential.public_fingerprint in client.get(reverse("sites", args=[world.pilot.code])).content.decode()
+
+
+def test_a_file_that_is_not_a_private_key_is_refused_and_nothing_is_stored(client, world):
+    client.force_login(world.alice)
+    prefix = f"c-{world.site.code}"
+    response = client.post(reverse("credential_create", args=[world.site.code]),
+                           {f"{prefix}-name": "bad", f"{prefix}-private_key": "ssh-ed25519 AAAA public"}, follow=True)
+    assert "not a private key" in response.content.decode()
+    assert not Credential.objects.filter(name="bad").exists()
+
+
+def test_the_waiting_host_key_is_shown_with_its_fingerprint_and_accepted_by_the_engineer(client, world):
+    client.force_login(world.alice)
+    page = client.get(reverse("node", args=[world.node.code])).content.decode()
+    assert "SHA256:examplefingerprint" in page
+    client.post(reverse("node_accept_host_key", args=[world.node.code]), {"fingerprint": "SHA256:examplefingerprint"})
+    world.node.refresh_from_db()
+    assert world.node.host_key_state == Node.HostKeyState.ACCEPTED and world.node.host_key_accepted_by == world.alice
+    assert AuditEvent.objects.filter(action="node.host_key_accepted").exists()
+
+
+def test_a_host_key_other_than_the_one_shown_is_not_accepted(client, world):
+    client.force_login(world.alice)
+    response = client.post(reverse("node_accept_host_key", args=[world.node.code]), {"fingerprint": "SHA256:other"},
+                           follow=True)
+    world.node.refresh_from_db()
+    assert world.node.host_key_state == Node.HostKeyState.PENDING
+    assert "SHA256:examplefingerprint" in response.content.decode()
+
+
+def test_the_node_page_shows_the_inventory_of_the_last_probe(client, world):
+    Node.objects.filter(pk=world.node.pk).update(inventory={
+        "schema": "fxpilot.inventory/1", "simulated": True, "gpus": {"count": 8, "model": "AMD Instinct MI308X"},
+        "rocm": "7.2.1", "nics": [{"name": "ens1f0np0", "state": "up", "speed_gbps": 100}],
+        "fio": {"fx": {"read_gbps": 21.3}}})
+    client.force_login(world.carol)
+    page = client.get(reverse("node", args=[world.node.code])).content.decode()
+    assert "AMD Instinct MI308X" in page and "7.2.1" in page and "100 Gb/s" in page and "21.3" in page

@@ -26,6 +26,11 @@ from runners.ssh import NodeConnection, SSHError, connect, shell_path
 DETACH_SCRIPT = Path(__file__).resolve().parent / "remote" / "detach.sh"
 DEFAULT_ROOT = "~/.fxpilot/detached"
 POLL_MAX_BYTES = 256 * 1024
+
+
+def _alive(pgid: int) -> str:
+    """Shell test: does the group still hold a live process? Zombies do not count (a PID 1 may be slow to reap)."""
+    return f"ps -eo pgid=,stat= | awk -v g={pgid} '$1 == g && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'"
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
@@ -130,7 +135,7 @@ def poll(target: Node | NodeConnection, proc: RemoteProcess | dict, *, job: Job 
     script = (
         f"cd {d} || exit 4; "
         f"if [ -f exit_code ]; then st=\"exited $(cat exit_code)\"; elif [ -f canceled ]; then st=canceled; "
-        f"elif kill -0 -- -{proc.pgid} 2>/dev/null; then st=running; else st=vanished; fi; "
+        f"elif {_alive(proc.pgid)}; then st=running; else st=vanished; fi; "
         f"so=$(stat -c %s stdout 2>/dev/null || echo 0); se=$(stat -c %s stderr 2>/dev/null || echo 0); "
         f"echo \"$st $so $se\"; "
         f"n=$(( so > {proc.stdout_offset} ? so - {proc.stdout_offset} : 0 )); n=$(( n > {max_bytes} ? {max_bytes} : n )); "
@@ -171,12 +176,12 @@ def cancel(target: Node | NodeConnection, proc: RemoteProcess | dict, *, grace_s
     pg = proc.pgid
     script = (
         f"cd {shell_path(proc.dir)} || exit 4; sig=no; "
-        f"if [ ! -f exit_code ] && kill -0 -- -{pg} 2>/dev/null; then sig=yes; kill -TERM -- -{pg} 2>/dev/null; "
-        f"for i in $(seq {tenths}); do kill -0 -- -{pg} 2>/dev/null || break; sleep 0.1; done; "
-        f"kill -KILL -- -{pg} 2>/dev/null; "
-        f"for i in $(seq 50); do kill -0 -- -{pg} 2>/dev/null || break; sleep 0.1; done; fi; "
+        f"if {_alive(pg)}; then sig=yes; kill -TERM -- -{pg} 2>/dev/null; "
+        f"for i in $(seq {tenths}); do {_alive(pg)} || break; sleep 0.1; done; "
+        f"if {_alive(pg)}; then kill -KILL -- -{pg} 2>/dev/null; fi; "
+        f"for i in $(seq 50); do {_alive(pg)} || break; sleep 0.1; done; fi; "
         f"[ -f exit_code ] || date -u +%Y-%m-%dT%H:%M:%SZ > canceled; "
-        f"echo \"signalled=$sig\"; pgrep -g {pg} | tr '\\n' ' '; echo"
+        f"echo \"signalled=$sig\"; ps -eo pid=,pgid=,stat= | awk -v g={pg} '$2 == g && $3 !~ /^Z/ {{print $1}}' | tr '\\n' ' '; echo"
     )
     with _conn(target) as conn:
         res = conn.run(script, echo=False, timeout=grace_seconds + 60)

@@ -1,0 +1,74 @@
+"""The ORM adapter: a job's artifacts → a stored Evaluation that replays bit for bit."""
+from __future__ import annotations
+
+import pytest
+
+from gates.evaluation import ReplayMismatch, evaluate_job, replay_evaluation, replays_identically
+from gates.judge import RecordError, canonical_json, synthetic
+from gates.models import Evaluation
+from runners.artifacts import ArtifactMismatch, store_bytes
+from runners.models import Job
+
+KINDS = {"records.jsonl": "records", "records.summary.json": "phase-summary", "retrieve.jsonl": "retrieve"}
+
+
+def job_with_inputs(pilot, gate_number: int, files: list[tuple[str, bytes]]) -> Job:
+    job = Job.objects.create(pilot=pilot, gate=pilot.gate(gate_number), kind=Job.Kind.GATE_RUN)
+    for name, data in files:
+        store_bytes(job, name, data, kind=KINDS.get(name, "inventory"), simulated=True)
+    store_bytes(job, "server.log", b"not judged\n", kind="server-log", simulated=True)
+    return job
+
+
+@pytest.mark.parametrize("gate_number", [2, 3])
+def test_an_evaluation_replays_bit_for_bit(signed_pilot, gate_number):
+    job = job_with_inputs(signed_pilot.pilot, gate_number, synthetic.gate_inputs(gate_number))
+    evaluation = evaluate_job(job)
+    stored = Evaluation.objects.get(pk=evaluation.pk)
+    assert stored.verdict == "pass" and stored.simulated and stored.job_id == job.pk
+    assert stored.plan_version == signed_pilot.pilot.signed_plan
+    assert stored.result["plan_sha256"] == stored.plan_version.to_plan().sha256
+    assert stored.inputs == {a.name: a.sha256 for a in job.artifacts.exclude(kind="server-log")}
+    assert stored.result["inputs"] == stored.inputs
+    assert canonical_json(replay_evaluation(stored)) == canonical_json(stored.result)
+    assert replays_identically(stored)
+
+
+def test_the_gate_state_is_left_to_the_lifecycle(signed_pilot):
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3, slowdown={"fx": 1.3}))
+    gate = signed_pilot.pilot.gate(3)
+    before = (gate.state, gate.verdict)
+    evaluation = evaluate_job(job)
+    gate.refresh_from_db()
+    assert evaluation.verdict == "fail" and (gate.state, gate.verdict) == before
+
+
+def test_an_altered_artifact_is_refused_on_replay(signed_pilot):
+    # its own seed: the content-addressed file is not shared with any other test
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3, seed=41))
+    evaluation = evaluate_job(job)
+    artifact = job.artifacts.get(name="records.jsonl")
+    original = artifact.path.read_bytes()
+    artifact.path.chmod(0o644)
+    artifact.path.write_bytes(original.replace(b'"fx"', b'"xf"', 1))
+    try:
+        with pytest.raises(ArtifactMismatch):
+            replay_evaluation(evaluation)
+    finally:
+        artifact.path.write_bytes(original)
+        artifact.path.chmod(0o444)
+
+
+def test_a_missing_artifact_is_refused_on_replay(signed_pilot):
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
+    evaluation = evaluate_job(job)
+    job.artifacts.filter(name="records.summary.json").delete()
+    with pytest.raises(ReplayMismatch, match="records.summary.json"):
+        replay_evaluation(evaluation)
+
+
+def test_bad_input_stores_no_evaluation(signed_pilot):
+    job = job_with_inputs(signed_pilot.pilot, 3, [("records.jsonl", b'{"schema": "fxpilot.request/1"\n')])
+    with pytest.raises(RecordError, match="records.jsonl, line 1"):
+        evaluate_job(job)
+    assert not Evaluation.objects.filter(job=job).exists()

@@ -1,0 +1,74 @@
+"""Properties: record order never matters; a stricter bar never improves a verdict."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gates.judge import canonical_json, evaluate, synthetic
+from gates.judge.verdicts import SEVERITY
+from gates.plan import Plan, load_plan
+
+PLAN = load_plan("default")
+FRAME = synthetic.table1_frame(seed=3, requests_per_cell=8, noise=0.2)
+RECORDS = synthetic.records(FRAME)
+OTHERS = [("records.summary.json", synthetic.jsonl(synthetic.phase_summaries(FRAME))),
+          ("node1/inventory.json", synthetic.jsonl([synthetic.inventory()]))]
+
+
+def without_digests(verdict: dict) -> str:
+    """The verdict apart from its input hashes (a shuffled file has other bytes, so another SHA-256)."""
+    return canonical_json({key: value for key, value in verdict.items() if key != "inputs"})
+
+
+BASELINE = without_digests(evaluate(PLAN, 3, [("records.jsonl", synthetic.jsonl(RECORDS)), *OTHERS]))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.permutations(range(len(RECORDS))))
+def test_permuting_records_changes_nothing(order):
+    shuffled = [RECORDS[i] for i in order]
+    verdict = evaluate(PLAN, 3, [("records.jsonl", synthetic.jsonl(shuffled)), *OTHERS])
+    assert without_digests(verdict) == BASELINE
+
+
+def with_threshold(plan: Plan, gate: int, index: int, threshold: float) -> Plan:
+    gates = []
+    for g in plan.gates:
+        if g.number == gate:
+            criteria = list(g.criteria)
+            criteria[index] = dataclasses.replace(criteria[index], threshold=threshold)
+            g = dataclasses.replace(g, criteria=tuple(criteria))
+        gates.append(g)
+    return dataclasses.replace(plan, gates=tuple(gates))
+
+
+FILES = [("records.jsonl", synthetic.jsonl(RECORDS)), *OTHERS]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, 3), low=st.floats(-0.5, 15.0), step=st.floats(0.0, 5.0))
+def test_a_stricter_threshold_never_improves_a_verdict(index, low, step):
+    criterion = PLAN.gate(3).criteria[index]
+    # stricter means a higher bar for ≥ and a lower one for ≤
+    lenient, strict = (low, low + step) if criterion.op in (">=", ">") else (low + step, low)
+    if criterion.metric == "error_rate":
+        lenient, strict = lenient / 10, strict / 10
+    a = evaluate(with_threshold(PLAN, 3, index, lenient), 3, FILES)
+    b = evaluate(with_threshold(PLAN, 3, index, strict), 3, FILES)
+    assert SEVERITY[b["criteria"][index]["verdict"]] >= SEVERITY[a["criteria"][index]["verdict"]]
+    assert SEVERITY[b["verdict"]] >= SEVERITY[a["verdict"]]
+    for cell_a, cell_b in zip(a["criteria"][index]["cells"], b["criteria"][index]["cells"], strict=True):
+        assert SEVERITY[cell_b["verdict"]] >= SEVERITY[cell_a["verdict"]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(values=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=40), seed=st.integers(0, 2**32 - 1))
+def test_the_bootstrap_does_not_depend_on_sample_order(values, seed):
+    from gates.judge import bootstrap
+
+    a = bootstrap.resample(np.sort(values), "p90", 200, bootstrap.rng_for(seed, "k"))
+    b = bootstrap.resample(np.sort(list(reversed(values))), "p90", 200, bootstrap.rng_for(seed, "k"))
+    assert np.array_equal(a, b)

@@ -73,7 +73,7 @@ def fx_mount(state: dict) -> str | None:
 
 def mounts(state: dict) -> list[dict]:
     """Mounts the simulated node shows: the root fs, the local NVMe, and FX when mounted."""
-    rows = [{"device": "/dev/nvme0n1p2", "path": "/", "fstype": "ext4", "options": "rw,relatime"}]
+    rows = [{"device": "/dev/sda2", "path": "/", "fstype": "ext4", "options": "rw,relatime"}]
     local = state.get("local_nvme", {})
     if local.get("path"):
         rows.append({"device": local["namespace"], "path": local["path"], "fstype": "xfs",

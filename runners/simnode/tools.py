@@ -534,7 +534,7 @@ def fio(args: list[str]) -> None:
                                                              "32": 100.0, ">=64": 0.0},
            "latency_ns": {"2": 0.0, "4": 0.0, "10": 0.0, "20": 0.0, "50": 0.0, "100": 0.0, "250": 0.0, "500": 0.0,
                           "750": 0.0, "1000": 0.0}}
-    device = {"fx": state["fx"]["namespace"], "local_nvme": state["local_nvme"]["namespace"]}.get(kind, "/dev/nvme0n1p2")
+    device = {"fx": state["fx"]["namespace"], "local_nvme": state["local_nvme"]["namespace"]}.get(kind, "/dev/sda2")
     now = time.time()
     _print_json({"fio version": "fio-3.36", "timestamp": int(now), "timestamp_ms": int(now * 1000),
                  "time": time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(now)),

@@ -105,6 +105,14 @@ def get_kind(name: str) -> StepKind:
         raise StepError(f"no step kind named {name!r} is known to this worker") from None
 
 
+def _known_kind(name: str) -> StepKind:
+    """The kind, or defaults where only a worker knows it (a process that dispatches but never runs it)."""
+    try:
+        return get_kind(name)
+    except StepError:
+        return StepKind(name)
+
+
 @dataclass
 class StepContext:
     step: Step
@@ -217,7 +225,7 @@ def dispatch_advance(job_id: int, countdown: float = 0) -> None:
 def _dispatch_step(step: Step, countdown: float = 0) -> None:
     from runners import tasks
 
-    kind = get_kind(step.name)
+    kind = _known_kind(step.name)
     queue = queue_for_step(step)
     limit = kind.soft_time_limit
     transaction.on_commit(lambda: tasks.run_step.apply_async(
@@ -305,7 +313,7 @@ def advance(job_id: int) -> Job:
 def _close(job: Job, steps: list[Step]) -> None:
     if job.cancel_requested:
         status = Status.CANCELED
-    elif any(s.status == Status.ERROR and get_kind(s.name).affects_status for s in steps):
+    elif any(s.status == Status.ERROR and _known_kind(s.name).affects_status for s in steps):
         status = Status.ERROR
     elif any(s.status == Status.FAILED for s in steps):
         status = Status.FAILED
@@ -542,8 +550,8 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
     counts = {"repolled": 0, "requeued": 0, "gave_up": 0, "jobs": 0}
     for step in Step.objects.select_related("job", "node__site").filter(
             status=Status.RUNNING, job__status__in=UNFINISHED, heartbeat__lt=stale):
-        kind = get_kind(step.name)
-        if kind.detached and step.remote.get("pid"):
+        kind = _known_kind(step.name)
+        if step.remote.get("pid"):  # a detached process was started: follow it, never start it again
             token = new_token("reconcile")
             if Step.objects.filter(pk=step.pk, status=Status.RUNNING, heartbeat=step.heartbeat).update(
                     claimed_by=token, heartbeat=timezone.now()):

@@ -24,7 +24,14 @@ class Command(BaseCommand):
         interval = interval if interval is not None else settings.FXPILOT_RECONCILE_SECONDS
         try:
             while True:
-                counts = reconcile(stale)
+                try:
+                    counts = reconcile(stale)
+                except Exception as exc:  # noqa: BLE001 — one bad sweep must not end the loop
+                    if not loop:
+                        raise
+                    self.stderr.write(f"reconcile: the sweep broke ({type(exc).__name__}: {exc}); trying again")
+                    time.sleep(interval)
+                    continue
                 if counts["repolled"] or counts["requeued"] or counts["gave_up"] or not loop:
                     self.stdout.write(f"reconcile: {counts['repolled']} re-polled, {counts['requeued']} re-queued, "
                                       f"{counts['gave_up']} given up, {counts['jobs']} unfinished runs looked at")

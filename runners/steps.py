@@ -1,0 +1,2 @@
+"""The kinds of step a gate run is made of (probe, deploy, workload, collect, teardown, evaluate, report)."""
+from __future__ import annotations

@@ -1,0 +1,154 @@
+"""Real Celery workers for the orchestration tests: subprocesses on the test database and a real broker.
+
+The broker is Redis when CELERY_BROKER_URL says so (CI), else the embedded filesystem broker in
+this test session's data folder. Workers read the same test database: SQLite's test database is
+a file; for PostgreSQL the test database's name goes to the worker through DATABASE_URL.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from runners.models import Node, Site
+from runners.queues import CONTROL_QUEUE
+
+ROOT = Path(__file__).resolve().parents[2]
+# Fast clocks for the tests: poll often, call a heartbeat stale after a few seconds.
+FAST = {"FXPILOT_POLL_SECONDS": 0.25, "FXPILOT_STALE_SECONDS": 4.0, "FXPILOT_RECONCILE_SECONDS": 1.0}
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return "sqlite:///" + str(Path(db["NAME"]).resolve())
+    auth = quote(db["USER"] or "") + (":" + quote(db["PASSWORD"]) if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def purge(queues: list[str]) -> None:
+    """Messages left by an earlier test must not reach this test's workers."""
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
+        folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
+        for path in folder.glob("*.msg"):
+            path.unlink(missing_ok=True)
+    elif url.startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        client.delete(*queues)
+
+
+class Worker:
+    def __init__(self, name: str, queues: list[str], env: dict, log_dir: Path, concurrency: int = 2):
+        self.name, self.queues, self.env, self.concurrency = name, queues, env, concurrency
+        self.log = log_dir / f"worker-{name}-{uuid.uuid4().hex[:6]}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Worker:
+        argv = [sys.executable, "-m", "celery", "-A", "fxpilot", "worker", "-Q", ",".join(self.queues),
+                "-c", str(self.concurrency), "-P", "prefork", "-n", f"{self.name}@%h", "-l", "INFO",
+                "--without-gossip", "--without-mingle", "--without-heartbeat", "--include", "tests.orchestration.kinds"]
+        handle = open(self.log, "ab")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if " ready." in self.log.read_text(errors="replace"):
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"worker {self.name} not ready:\n{self.log.read_text(errors='replace')[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children), as a crash would."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Reconciler:
+    """`manage.py reconcile --loop`, as production runs it next to the workers."""
+
+    def __init__(self, env: dict, log_dir: Path):
+        self.env, self.log = env, log_dir / f"reconcile-{uuid.uuid4().hex[:6]}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Reconciler:
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "reconcile", "--loop", "--interval", "1"], cwd=ROOT,
+                                     env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+
+
+@pytest.fixture
+def fast_settings(settings):
+    for name, value in FAST.items():
+        setattr(settings, name, value)
+    return settings
+
+
+@pytest.fixture
+def cluster(transactional_db, fast_settings, tmp_path):
+    """Start workers and a reconcile loop on demand; everything started is stopped at the end."""
+    env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(ROOT),
+           **{name: str(value) for name, value in FAST.items()}}
+    started: list = []
+
+    class Cluster:
+        control = CONTROL_QUEUE
+
+        def worker(self, name: str, queues: list[str], concurrency: int = 2) -> Worker:
+            purge(queues)
+            worker = Worker(name, queues, env, tmp_path, concurrency).start()
+            started.append(worker)
+            return worker
+
+        def reconciler(self) -> Reconciler:
+            loop = Reconciler(env, tmp_path).start()
+            started.append(loop)
+            return loop
+
+        def logs(self) -> str:
+            return "\n".join(f"==== {p.log.name}\n{p.log.read_text(errors='replace')[-4000:]}" for p in started)
+
+    yield Cluster()
+    for proc in reversed(started):
+        proc.stop()
+
+
+@pytest.fixture
+def local_site(signed_pilot):
+    """A site with two nodes that the local test kinds never contact (their steps run on the worker)."""
+    suffix = uuid.uuid4().hex[:6]
+    site = Site.objects.create(pilot=signed_pilot.pilot, name=f"lab-{suffix}", queue=f"site-lab-{suffix}")
+    nodes = [Node.objects.create(site=site, name=f"node{i}", host="127.0.0.1", port=22, username="fxpilot")
+             for i in (1, 2)]
+    return site, nodes

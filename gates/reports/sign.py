@@ -17,9 +17,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+from pyhanko.pdf_utils.metadata.model import VENDOR
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign import fields, signers, timestamps
+from pyhanko.sign.timestamps import TimestampRequestError
 
 RSA_BITS = 3072
 VENDOR_FIELD = "VendorSignature"
@@ -206,14 +209,29 @@ def sign_pdf(pdf: bytes, signer: signers.SimpleSigner, *, field_name: str, reaso
              certify: bool = False, tsa_url: str | None = None) -> bytes:
     """Append one PAdES signature as an incremental update; the input bytes are kept as they are."""
     writer = IncrementalPdfFileWriter(BytesIO(pdf), strict=False)
+    _align_producer(writer)
     meta = signers.PdfSignatureMetadata(
         field_name=field_name, md_algorithm="sha256", subfilter=fields.SigSeedSubFilter.PADES,
         reason=reason, location=location or None, certify=certify,
         docmdp_permissions=fields.MDPPerm.FILL_FORMS,
     )
     timestamper = timestamps.HTTPTimeStamper(tsa_url, timeout=20) if tsa_url else None
-    out = signers.PdfSigner(meta, signer=signer, timestamper=timestamper).sign_pdf(writer)
+    try:
+        out = signers.PdfSigner(meta, signer=signer, timestamper=timestamper).sign_pdf(writer)
+    except TimestampRequestError as error:
+        raise SigningError(f"the time-stamp authority {tsa_url} did not answer usably ({error}); "
+                           "fix FXPILOT_TSA_URL or unset it to sign without a time-stamp") from None
     return out.getvalue()
+
+
+def _align_producer(writer: IncrementalPdfFileWriter) -> None:
+    """PDF/A wants Info and XMP to agree; pyHanko writes its own name to XMP but appends it in Info."""
+    info_ref = writer.trailer.raw_get("/Info") if "/Info" in writer.trailer else None
+    if isinstance(info_ref, generic.IndirectObject):
+        info = info_ref.get_object()
+        if str(info.get("/Producer", "")) != VENDOR:
+            info["/Producer"] = generic.TextStringObject(VENDOR)
+            writer.mark_update(info_ref)
 
 
 def next_approver_field(pdf: bytes) -> str:

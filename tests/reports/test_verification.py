@@ -203,3 +203,16 @@ def test_a_countersignature_keeps_both_signatures_verifiable(signed, ca, tmp_pat
     assert not result.signatures[0].covers_whole_file and result.signatures[1].covers_whole_file
     out = _pdfsig(_write(tmp_path, twice))
     assert out.count("Signature is Valid") == 2 and "Total document signed" in out
+
+
+def test_signing_keeps_the_pdf_a_identification_and_agreeing_metadata(signed):
+    """PDF/A-3b: pdfaid part 3 / B in XMP, no PDF 2.0 bump, Info and XMP naming the same producer."""
+    from pyhanko.pdf_utils.reader import PdfFileReader
+
+    reader = PdfFileReader(BytesIO(signed.read_bytes()), strict=False)
+    xmp = reader.root["/Metadata"].get_object().data.decode()
+    assert 'pdfaid:part="3"' in xmp and 'pdfaid:conformance="B"' in xmp
+    assert "/Version" not in reader.root
+    producer = str(reader.trailer_view["/Info"].get_object()["/Producer"])
+    assert f'pdf:Producer="{producer}"' in xmp
+    assert len(reader.root["/AF"]) >= 3  # every attachment is an associated file of the document

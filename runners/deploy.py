@@ -231,7 +231,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "RUN_ID": deployment.run_id, "ARM": arm, "NODE": node.name, "SIMULATED": node.simulated,
         "MODEL": settings.model, "TP": settings.tensor_parallel_size, "PORT": settings.ports.for_arm(arm),
         "CACHE_DIR": disk_dir, "SHARED_DIR": pool_dir if deployment.share_pool else None,
-        "LMCACHE_CONFIG": deployment.config_path, "USE_ODIRECT": settings.use_odirect,
+        "KV_CONFIG_PATH": deployment.config_path, "USE_ODIRECT": settings.use_odirect,
         "DROP_PAGE_CACHE": settings.drop_page_cache, "PAGE_CACHE_METHOD": settings.page_cache_method,
         "MAX_LOCAL_DISK_SIZE": settings.sizes.max_local_disk_size, "EXTRA_VLLM_FLAGS": list(settings.extra_vllm_flags),
         "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,

@@ -7,7 +7,7 @@
 #   deploy.sh cleanup ARM_DIR            remove this arm's KV cache files
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
-# RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR LMCACHE_CONFIG USE_ODIRECT DROP_PAGE_CACHE
+# RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH USE_ODIRECT DROP_PAGE_CACHE
 # PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE.
 set -euo pipefail
 
@@ -114,20 +114,22 @@ preflight() {
     versions=$(versions_json)
     build_argv "$port"
     ARGV_JSON=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}") \
-    VERSIONS="$versions" SERVE_PORT="$port" python3 - "$arm_dir/manifest.json" <<'PY'
+    VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
+    TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
+    DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
 env = os.environ
 manifest = {
     "schema": "fxpilot.manifest/1", "run_id": env["RUN_ID"], "arm": env["ARM"], "node": env["NODE"],
     "simulated": env["SIMULATED"] == "1", "hostname": os.uname().nodename, "model": env["MODEL"],
     "tensor_parallel_size": int(env["TP"]), "port": int(env["SERVE_PORT"]),
-    "kv_connector": "LMCacheConnectorV1" if env["LMCACHE_CONFIG"] else None,
-    "lmcache_config": env["LMCACHE_CONFIG"] or None, "cache_dir": env["CACHE_DIR"] or None,
+    "kv_connector": "LMCacheConnectorV1" if env["KV_CONFIG_PATH"] else None,
+    "lmcache_config": env["KV_CONFIG_PATH"] or None, "cache_dir": env["CACHE_DIR"] or None,
     "shared_pool": env.get("SHARED_DIR") or None,
     "page_cache": {"use_odirect": env["USE_ODIRECT"] == "1", "drop_page_cache": env["DROP_PAGE_CACHE"] == "1",
                    "method": env["PAGE_CACHE_METHOD"]},
     "command": json.loads(env["ARGV_JSON"]),
-    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE") if env.get(k)},
+    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "FXPILOT_SIM_TIME_SCALE") if env.get(k)},
     "versions": json.loads(env["VERSIONS"]), "prepared_at": time.time(),
 }
 if env.get("SIM_TIME_SCALE"):
@@ -142,24 +144,24 @@ PY
 
 build_argv() {
     argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host 127.0.0.1 --port "$1")
-    if [[ -n "$LMCACHE_CONFIG" ]]; then
+    if [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
     fi
     argv+=("${EXTRA_VLLM_FLAGS[@]}")
 }
 
+# Only what the launch needs reaches vLLM; inherited LMCACHE_* variables would override the rendered file.
 export_environment() {
+    local name
+    for name in $(compgen -e | grep '^LMCACHE_' || true); do unset "$name"; done
     export VLLM_SERVER_DEV_MODE=1
     export PROMETHEUS_MULTIPROC_DIR="$arm_dir/prometheus"
-    if [[ -n "$LMCACHE_CONFIG" ]]; then
-        export LMCACHE_CONFIG_FILE="$LMCACHE_CONFIG"
-    else
-        unset LMCACHE_CONFIG_FILE
+    if [[ -n "$KV_CONFIG_PATH" ]]; then
+        export LMCACHE_CONFIG_FILE="$KV_CONFIG_PATH"
     fi
     if [[ -n "${SIM_TIME_SCALE:-}" ]]; then
         export FXPILOT_SIM_TIME_SCALE="$SIM_TIME_SCALE"
     fi
-    export RUN_ID ARM NODE SIMULATED MODEL TP LMCACHE_CONFIG CACHE_DIR SHARED_DIR USE_ODIRECT DROP_PAGE_CACHE PAGE_CACHE_METHOD
 }
 
 serve() {

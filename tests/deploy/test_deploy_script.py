@@ -21,7 +21,7 @@ def arm_params(sandbox, arm: str, **overrides) -> str:
         (arm_dir / "lmcache.yaml").write_text(render_lmcache_config(settings, arm, run_id="r1", simulated=True))
     values = {
         "RUN_ID": "r1", "ARM": arm, "NODE": "node1", "SIMULATED": True, "MODEL": settings.model, "TP": 8, "PORT": 0,
-        "CACHE_DIR": disk_dir, "SHARED_DIR": None, "LMCACHE_CONFIG": config, "USE_ODIRECT": True,
+        "CACHE_DIR": disk_dir, "SHARED_DIR": None, "KV_CONFIG_PATH": config, "USE_ODIRECT": True,
         "DROP_PAGE_CACHE": False, "PAGE_CACHE_METHOD": "odirect", "MAX_LOCAL_DISK_SIZE": 200.0,
         "EXTRA_VLLM_FLAGS": ["--max-model-len", "131072"], "SIM_TIME_SCALE": 0.001,
     }

@@ -383,7 +383,8 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         "pilot": pilot, "gate": gate, "evaluation": evaluation, "result": result,
         "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
         "validity": result.get("validity") or {}, "charts": _charts(result), "runs": runs, "signoffs": signoffs,
-        "can_sign_off": can_sign_off, "signoff_form": GateSignOffForm(), "sign_party": may_sign[0] if may_sign else "",
+        "can_sign_off": can_sign_off, "signoff_form": GateSignOffForm(),
+        "sign_party_label": Party(may_sign[0]).label if may_sign else "",
         "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
         "can_start": can_start, "run_available": run_ok, "run_unavailable_reason": run_why,
         "reports": list(gate.reports.all()), "can_download_raw": bool(roles & RAW_DATA)})

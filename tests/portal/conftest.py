@@ -98,3 +98,8 @@ def build_world(demo) -> SimpleNamespace:
 @pytest.fixture
 def world(demo) -> SimpleNamespace:
     return build_world(demo)
+
+
+# The browser test's full flow drives real simulated nodes and real workers with the runner engineers' fixtures.
+from tests.orchestration.conftest import cluster, fast_settings  # noqa: E402, F401
+from tests.runners.conftest import simnodes, user_key  # noqa: E402, F401

@@ -1,0 +1,582 @@
+"""The simulated vLLM + LMCache server: OpenAI-compatible HTTP over the engine in model time.
+
+Every response says it is simulated (``"simulated": true`` in JSON, ``X-Fxpilot-Simulated: 1``);
+/metrics carries ``fxpilot_simulated 1`` and ``fxpilot_sim_time_scale``. Tokens leave when the
+engine's model clock, mapped to the wall clock by the time scale, reaches them.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import sys
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from aiohttp import web
+
+from runners.sim.config import ServeConfig
+from runners.sim.engine import Engine, SimRequest
+from runners.sim.model import GB, GIB, Hardware, ModelSpec, hbm_kv_capacity_tokens
+from runners.sim.tiers import DiskTier, FsPool, LruTier, Writer, chunk_keys
+from runners.simnode.storage import fx_read_gbps, local_read_gbps
+
+VERSION = "0.20.1+rocm721"
+HBM_BLOCK = 256                   # HBM residency is tracked per 256 tokens (vLLM's blocks are 16; hits round down)
+PROMPT_IDS = re.compile(rb'"prompt"\s*:\s*\[(?=\s*\d)')
+TOKEN_BASE, TOKEN_SPAN = 1000, 30000
+WORDS = ("the", "cache", "token", "array", "flash", "read", "write", "model", "layer", "block", "return",
+         "value", "index", "chunk", "prefix", "tier", "disk", "link", "queue", "batch", "step", "time")
+SIMULATED_HEADER = {"X-Fxpilot-Simulated": "1"}
+
+log = logging.getLogger("fxpilot.sim")
+
+
+def lmcache_log(message: str) -> None:
+    """A line in LMCache's format on stdout (the deploy keeps stdout as the server log)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    print(f"[{stamp},{int(time.time() * 1000) % 1000:03d}] LMCache INFO: {message}", flush=True)
+
+
+def vllm_log(level: str, message: str) -> None:
+    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} [simulated] {message}", flush=True)
+
+
+def parse_body(raw: bytes) -> dict:
+    """JSON body; a long token-id prompt is parsed by numpy (the stdlib takes ~10 ms for 50k ids, which
+    at a small time scale would show up as seconds of model time)."""
+    match = PROMPT_IDS.search(raw)
+    if match:
+        end = raw.find(b"]", match.end())
+        ids = raw[match.end():end]
+        if end > 0 and b"[" not in ids:
+            tokens = np.fromstring(ids, dtype=np.int64, sep=",")
+            if tokens.size == ids.count(b",") + 1:
+                body = json.loads(raw[:match.end()] + raw[end:])
+                body["prompt"] = tokens
+                return body
+    return json.loads(raw)
+
+
+def tokenize(text: str) -> list[int]:
+    """Deterministic stand-in for a tokenizer: one id per word or punctuation mark."""
+    return [TOKEN_BASE + zlib.crc32(piece.encode()) % TOKEN_SPAN for piece in re.findall(r"\w+|[^\w\s]", text)]
+
+
+def detokenize(token: int) -> str:
+    return " " + WORDS[token % len(WORDS)]
+
+
+def output_tokens(prompt: bytes, count: int, temperature: float, seed: int | None) -> list[int]:
+    """Greedy (temperature 0) output depends on the prompt alone, so a cache hit changes no answer."""
+    digest = hashlib.sha256(prompt).hexdigest()
+    if temperature > 0:
+        digest += f":{seed if seed is not None else random.getrandbits(64)}"
+    rng = random.Random(digest)
+    return [TOKEN_BASE + rng.randrange(TOKEN_SPAN) for _ in range(count)]
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+@dataclass
+class Counters:
+    values: dict = field(default_factory=dict)
+
+    def add(self, name: str, amount: float) -> None:
+        self.values[name] = self.values.get(name, 0.0) + amount
+
+
+class SimServer:
+    def __init__(self, config: ServeConfig):
+        self.config = config
+        self.model = ModelSpec(kv_cache_bytes=config.kv_cache_bytes)
+        self.hw = Hardware(gpus=config.tensor_parallel, gpu_memory_utilization=config.gpu_memory_utilization)
+        capacity = hbm_kv_capacity_tokens(self.model, self.hw)
+        if capacity <= 0:
+            raise SystemExit(f"ValueError: not enough GPU memory for the KV cache: the model's weights "
+                             f"({self.model.total_params * self.model.weight_bytes / GB:.0f} GB) do not fit in "
+                             f"{self.hw.gpus} x 192 GB at gpu_memory_utilization={self.hw.gpu_memory_utilization} "
+                             f"(simulated); raise --tensor-parallel-size")
+        self.hbm = LruTier("hbm", capacity // HBM_BLOCK if config.prefix_caching else 0)
+        self.counters = Counters()
+        self.requests_seen = 0
+        self.clock0 = time.monotonic()
+        self.scale = config.time_scale
+        lm = config.lmcache
+        self.tiers: list = []
+        self.writer = Writer()
+        self.rank_chunk_bytes = 0
+        if lm is not None:
+            self.rank_chunk_bytes = int(lm.chunk_size * self.model.kv_bytes_per_token() / self.hw.gpus)
+            if lm.local_cpu and lm.max_local_cpu_size > 0:
+                self.tiers.append(LruTier("dram", int(lm.max_local_cpu_size * GB // self.rank_chunk_bytes)))
+            if lm.local_disk is not None:
+                self.tiers.append(DiskTier("local_disk", lm.local_disk,
+                                           int(lm.max_local_disk_size * GB // self.rank_chunk_bytes),
+                                           lm.chunk_size, self.rank_chunk_bytes, self.writer))
+            if lm.fs_pool is not None:
+                self.tiers.append(FsPool("fs", lm.fs_pool, lm.chunk_size, self.rank_chunk_bytes, self.writer))
+        cold_read = self.hw.cold_read_patched if lm is None or lm.parallel_read else self.hw.cold_read_unpatched
+        self.engine = Engine(model=self.model, hw=self.hw, max_batched_tokens=config.max_batched_tokens,
+                             cold_read=cold_read, device_bandwidth=self._bandwidth, listener=self._on_event)
+        self.streams: dict[int, asyncio.Queue] = {}
+        self.wake = asyncio.Event()
+        self.fx_warned = False
+
+    # --- clock and engine ----------------------------------------------------------------------------
+    def model_now(self) -> float:
+        return (time.monotonic() - self.clock0) / self.scale
+
+    def _bandwidth(self, device: str) -> float:
+        faults = self.config.node.faults()
+        return (fx_read_gbps(faults) if device == "fx" else local_read_gbps(faults)) * GB
+
+    def _on_event(self, request: SimRequest, kind: str, now: float, info: dict) -> None:
+        queue = self.streams.get(id(request))
+        if kind == "retrieved":
+            self._log_retrieval(request, info)
+        if queue is not None:
+            queue.put_nowait(kind)
+
+    async def drive(self) -> None:
+        """Advance the engine with the wall clock; sleep until its next event or a new request."""
+        while True:
+            self.engine.advance_to(self.model_now())
+            upcoming = self.engine.next_event_time()
+            self.wake.clear()
+            if upcoming is None:
+                await self.wake.wait()
+                continue
+            delay = self.clock0 + upcoming * self.scale - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), delay)
+                except TimeoutError:
+                    pass
+
+    # --- the prefix index ----------------------------------------------------------------------------
+    def _kv_seed(self) -> str:
+        return f"{self.config.model}|tp{self.hw.gpus}|kv{self.model.kv_cache_bytes:g}"
+
+    def _tier_usable(self, tier) -> bool:
+        if isinstance(tier, (DiskTier, FsPool)) and self.config.node.storage_kind(tier.path) == "fx":
+            if not self.config.node.fx_up():
+                if not self.fx_warned:
+                    lmcache_log(f"WARNING: storage backend {tier.name} at {tier.path} is unreachable "
+                                f"(FX path down); falling back to recompute")
+                    self.fx_warned = True
+                return False
+            self.fx_warned = False
+        return True
+
+    def lookup(self, rid: str, prompt: np.ndarray, data: bytes) -> SimRequest:
+        lm = self.config.lmcache
+        every = [] if not (self.config.prefix_caching or lm) else chunk_keys(data, HBM_BLOCK, self._kv_seed())
+        blocks = every if self.config.prefix_caching else []
+        keys = []
+        if lm is not None:
+            step = lm.chunk_size // HBM_BLOCK
+            same_chain = lm.chunk_size % HBM_BLOCK == 0
+            keys = every[step - 1::step] if same_chain else chunk_keys(data, lm.chunk_size, self._kv_seed())
+        hbm_blocks = 0
+        for key in blocks:
+            if key not in self.hbm:
+                break
+            self.hbm.touch(key)
+            hbm_blocks += 1
+        hbm_hit = hbm_blocks * HBM_BLOCK
+        if self.config.prefix_caching:
+            self.counters.add("vllm:prefix_cache_queries_total", len(prompt))
+            self.counters.add("vllm:prefix_cache_hits_total", hbm_hit)
+        request = SimRequest(rid=rid, prompt_tokens=len(prompt), output_tokens=1, cached_hbm=hbm_hit)
+        request.keys = (blocks, keys)
+        if lm is None:
+            return request
+        usable = [tier for tier in self.tiers if self._tier_usable(tier)]
+        found: list[str] = []
+        for key in keys:
+            tier = next((t for t in usable if key in t), None)
+            if tier is None:
+                break
+            tier.touch(key)
+            found.append(tier.name)
+        hit = len(found) * lm.chunk_size
+        load = max(min(hit, len(prompt) - 1) - hbm_hit, 0)
+        request.store = True
+        # tokens past the HBM hit, split by the tier each chunk comes from
+        dram = disk = 0
+        device = "local_nvme"
+        for index, name in enumerate(found):
+            start = max(index * lm.chunk_size, hbm_hit)
+            end = min((index + 1) * lm.chunk_size, hbm_hit + load)
+            if end <= start:
+                continue
+            if name == "dram":
+                dram += end - start
+            else:
+                disk += end - start
+                if disk == end - start:
+                    tier = next(t for t in self.tiers if t.name == name)
+                    device = self.config.node.storage_kind(tier.path)
+                    device = device if device in ("fx", "local_nvme") else "local_nvme"
+        request.cached_dram, request.cached_disk, request.disk_device = dram, disk, device
+        self.counters.add("vllm:external_prefix_cache_queries_total", len(prompt) - hbm_hit)
+        self.counters.add("vllm:external_prefix_cache_hits_total", load)
+        self.counters.add("lmcache:num_requested_tokens_total", len(prompt))
+        self.counters.add("lmcache:num_lookup_tokens_total", len(prompt))
+        self.counters.add("lmcache:num_hit_tokens_total", hit)
+        self.counters.add("lmcache:num_lookup_hits_total", hit)
+        self.counters.add("lmcache:num_vllm_hit_tokens_total", hbm_hit)
+        for name in set(found):
+            self.counters.add(f'fxpilot_sim_tier_hit_tokens_total{{tier="{name}"}}', found.count(name) * lm.chunk_size)
+        if disk and request.disk_device == "fx" and any(t.name == "fs" for t in self.tiers):
+            self.counters.add("lmcache:num_remote_read_bytes_total", disk * self.model.kv_bytes_per_token())
+        lmcache_log(f"Reqid: {rid}, Total tokens {len(prompt)}, LMCache hit tokens: {hit}, need to load: {load}")
+        return request
+
+    def store(self, rid: str, request: SimRequest) -> None:
+        """After prefill: the prompt's blocks stay in HBM; LMCache writes its chunks to every enabled tier."""
+        blocks, keys = request.keys
+        for key in blocks:
+            self.hbm.put(key)
+        lm = self.config.lmcache
+        if lm is None:
+            return
+        stored = 0
+        for tier in self.tiers:
+            if not self._tier_usable(tier):
+                continue
+            try:
+                stored = max(stored, sum(1 for key in keys if tier.put(key)))
+            except OSError as error:
+                lmcache_log(f"WARNING: failed to store to {tier.name}: {error}")
+        if stored:
+            self.counters.add("lmcache:num_stored_tokens_total", stored * lm.chunk_size)
+            lmcache_log(f"Storing KV cache for {stored * lm.chunk_size} out of {request.prompt_tokens} tokens "
+                        f"for request {rid}")
+
+    def _log_retrieval(self, request: SimRequest, info: dict) -> None:
+        size_gib = info["rank_bytes"] / GIB
+        seconds = info["seconds"]
+        for rank in range(self.hw.gpus):
+            lmcache_log(f"Retrieved {info['tokens']} out of {info['tokens']} required tokens (from "
+                        f"{request.prompt_tokens} total tokens). size: {size_gib:.4f} gb, cost {seconds * 1000:.4f} "
+                        f"ms, throughput: {size_gib / seconds:.4f} GB/s [rank {rank}] (simulated)")
+
+    def reset_prefix_cache(self, external: bool) -> None:
+        self.hbm.clear()
+        if external:
+            for tier in self.tiers:
+                if tier.name == "dram":
+                    tier.clear()
+
+    # --- faults ----------------------------------------------------------------------------------------
+    def crash_due(self) -> bool:
+        limit = self.config.node.faults().get("server_crash_after_requests")
+        return limit is not None and self.requests_seen > int(limit)
+
+    # --- metrics ----------------------------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        name = self.config.served_names[0]
+        label = f'model_name="{name}",engine="0"'
+        lines = ["# fxpilot simulated server: every figure below comes from a model, not from hardware",
+                 "# HELP fxpilot_simulated 1 when this server is the fxpilot simulator.",
+                 "# TYPE fxpilot_simulated gauge", "fxpilot_simulated 1",
+                 "# HELP fxpilot_sim_time_scale Wall seconds per model second.",
+                 "# TYPE fxpilot_sim_time_scale gauge", f"fxpilot_sim_time_scale {self.scale:g}"]
+        counters = ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
+                    "vllm:prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
+                    "vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_cached_total",
+                    "vllm:num_preemptions_total"]
+        if self.config.lmcache is not None:
+            counters += ["lmcache:num_requested_tokens_total", "lmcache:num_hit_tokens_total",
+                         "lmcache:num_stored_tokens_total", "lmcache:num_lookup_tokens_total",
+                         "lmcache:num_lookup_hits_total", "lmcache:num_vllm_hit_tokens_total",
+                         "lmcache:num_remote_read_bytes_total"]
+        for metric in counters:
+            lines += [f"# TYPE {metric[:-6]} counter", f"{metric}{{{label}}} {self.counters.values.get(metric, 0.0)}"]
+        lines += ["# TYPE vllm:request_success counter",
+                  f'vllm:request_success_total{{{label},finished_reason="length"}} '
+                  f'{self.counters.values.get("vllm:request_success_total", 0.0)}']
+        for key, value in sorted(self.counters.values.items()):
+            if key.startswith("fxpilot_sim_tier_hit_tokens_total"):
+                lines.append(f"{key} {value}")
+        engine = self.engine
+        lines += ["# TYPE vllm:num_requests_running gauge",
+                  f"vllm:num_requests_running{{{label}}} {len(engine.running) + len(engine.queue)}",
+                  "# TYPE vllm:num_requests_waiting gauge",
+                  f"vllm:num_requests_waiting{{{label}}} {len(engine.loading)}",
+                  "# TYPE vllm:kv_cache_usage_perc gauge",
+                  f"vllm:kv_cache_usage_perc{{{label}}} "
+                  f"{len(self.hbm) / self.hbm.capacity if self.hbm.capacity else 0.0:.6f}"]
+        return "\n".join(lines) + "\n"
+
+
+# --- HTTP ------------------------------------------------------------------------------------------------
+
+def _error(message: str, status: int, kind: str, param: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}, "simulated": True}
+    return web.json_response(body, status=status, headers=SIMULATED_HEADER)
+
+
+def _prompt_tokens(body: dict, chat: bool) -> np.ndarray:
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages must be a non-empty list", param="messages")
+        text = ""
+        for message in messages:
+            if not isinstance(message, dict) or "role" not in message:
+                raise BadRequest("every message needs a role and content", param="messages")
+            content = message.get("content") or ""
+            if isinstance(content, list):
+                content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            text += f"<|im_start|>{message['role']}\n{content}<|im_end|>\n"
+        return np.array(tokenize(text + "<|im_start|>assistant\n"), dtype=np.uint32)
+    prompt = body.get("prompt")
+    if isinstance(prompt, np.ndarray):
+        if prompt.size and int(prompt.min()) >= 0 and int(prompt.max()) < 2 ** 32:
+            return prompt.astype(np.uint32)
+        raise BadRequest("prompt token ids must be non-negative 32-bit integers", param="prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return np.array(tokenize(prompt), dtype=np.uint32)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and 0 <= t < 2 ** 32 for t in prompt):
+        return np.array(prompt, dtype=np.uint32)
+    raise BadRequest("prompt must be a string, a list of token ids, or a list holding one of these "
+                     "(the simulated server takes one prompt per request)", param="prompt")
+
+
+def _number(body: dict, key: str, default, kind=float, low=None):
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadRequest(f"{key} must be a number", param=key)
+    value = kind(value)
+    if low is not None and value < low:
+        raise BadRequest(f"{key} must be at least {low}", param=key)
+    return value
+
+
+def build_app(server: SimServer) -> web.Application:
+    config = server.config
+
+    @web.middleware
+    async def simulated_header(request: web.Request, handler):
+        try:
+            response = await handler(request)
+        except web.HTTPException as error:
+            if error.status == 404:
+                return _error(f"Not Found: {request.path}", 404, "NotFoundError")
+            raise
+        if not response.prepared:
+            response.headers.update(SIMULATED_HEADER)
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION, "simulated": True})
+
+    async def models(request: web.Request) -> web.Response:
+        data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                 "root": config.model, "parent": None, "max_model_len": config.max_model_len}
+                for name in config.served_names]
+        return web.json_response({"object": "list", "data": data, "simulated": True})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=server.metrics_text(), content_type="text/plain", charset="utf-8")
+
+    async def reset(request: web.Request) -> web.Response:
+        external = request.query.get("reset_external", "false").lower() in ("1", "true")
+        server.reset_prefix_cache(external)
+        vllm_log("INFO", f"Resetting prefix cache (external={external})")
+        return web.Response(status=200)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=False)
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=True)
+
+    async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = parse_body(await request.read())
+        except (ValueError, UnicodeDecodeError):
+            return _error("the request body is not valid JSON", 400, "BadRequestError")
+        if not isinstance(body, dict):
+            return _error("the request body must be a JSON object", 400, "BadRequestError")
+        if body.get("model") not in config.served_names:
+            return _error(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError", "model")
+        try:
+            prompt = _prompt_tokens(body, chat)
+            limit = body.get("max_completion_tokens") if chat else None
+            max_tokens = _number(body, "max_tokens", None, int, 1)
+            max_tokens = _number(body, "max_completion_tokens", max_tokens, int, 1) if limit is not None else max_tokens
+            if max_tokens is None:
+                max_tokens = min(128 if chat else 16, config.max_model_len - len(prompt))
+            temperature = _number(body, "temperature", 1.0, float, 0.0)
+            seed = body.get("seed")
+            if len(prompt) + max_tokens > config.max_model_len:
+                raise BadRequest(f"This model's maximum context length is {config.max_model_len} tokens. However, "
+                                 f"you requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the messages, "
+                                 f"{max_tokens} in the completion).")
+            if not len(prompt):
+                raise BadRequest("the prompt is empty", param="prompt")
+        except BadRequest as error:
+            return _error(str(error), error.status, error.kind, error.param)
+        stream = bool(body.get("stream"))
+        usage_in_stream = bool((body.get("stream_options") or {}).get("include_usage"))
+        want_ids = bool(body.get("return_token_ids"))
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        server.requests_seen += 1
+        crash = server.crash_due()
+        data = prompt.tobytes()
+        tokens = output_tokens(data, max_tokens, temperature, seed if isinstance(seed, int) else None)
+        server.engine.advance_to(server.model_now())
+        sim = server.lookup(rid, prompt, data)
+        sim.output_tokens = max_tokens
+        queue: asyncio.Queue = asyncio.Queue()
+        server.streams[id(sim)] = queue
+        server.engine.submit(sim)
+        server.wake.set()
+        created = int(time.time())
+        name = body["model"]
+        response: web.StreamResponse | None = None
+        sent = 0
+        try:
+            if stream:
+                response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                                       **SIMULATED_HEADER})
+                await response.prepare(request)
+            while True:
+                kind = await queue.get()
+                if kind == "first_token":
+                    server.store(rid, sim)
+                if kind in ("first_token", "token"):
+                    sent += 1
+                    if stream:
+                        chunks = []
+                        if chat and sent == 1:
+                            chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
+                        final = "length" if sent >= max_tokens else None
+                        chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids))
+                        await response.write(b"".join(chunks))
+                        if crash and sent >= 1:
+                            vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
+                            os._exit(70)
+                if kind == "finished":
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            server.engine.cancel(sim)
+            server.streams.pop(id(sim), None)
+            raise
+        server.streams.pop(id(sim), None)
+        cached = min(sim.cached_hbm + sim.external_hit, sim.prompt_tokens - 1)
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": sent, "total_tokens": len(prompt) + sent,
+                 "prompt_tokens_details": {"cached_tokens": cached}}
+        server.counters.add("vllm:prompt_tokens_total", len(prompt))
+        server.counters.add("vllm:prompt_tokens_cached_total", cached)
+        server.counters.add("vllm:generation_tokens_total", sent)
+        server.counters.add("vllm:request_success_total", 1)
+        if stream:
+            if usage_in_stream:
+                final = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                         "created": created, "model": name, "choices": [], "usage": usage, "simulated": True}
+                await response.write(b"data: " + json.dumps(final, separators=(",", ":")).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        text = "".join(detokenize(t) for t in tokens[:sent])
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": "length", "stop_reason": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
+        if want_ids:
+            choice["token_ids"] = tokens[:sent]
+        return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
+                                  "created": created, "model": name, "choices": [choice], "usage": usage,
+                                  "simulated": True}, headers=SIMULATED_HEADER)
+
+    app = web.Application(middlewares=[simulated_header], client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/health", health)
+    app.router.add_get("/ping", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat)
+    if config.dev_mode:
+        app.router.add_post("/reset_prefix_cache", reset)
+
+    async def start_driver(app: web.Application) -> None:
+        app["driver"] = asyncio.ensure_future(server.drive())
+
+    async def stop_driver(app: web.Application) -> None:
+        app["driver"].cancel()
+        server.writer.flush()
+
+    app.on_startup.append(start_driver)
+    app.on_cleanup.append(stop_driver)
+    return app
+
+
+def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, finish: str | None, *,
+           role: bool = False, want_ids: bool = False) -> bytes:
+    if chat:
+        delta = {"role": "assistant", "content": ""} if role else {"content": detokenize(token)}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": detokenize(token), "logprobs": None, "finish_reason": finish,
+                  "stop_reason": None}
+        obj = "text_completion"
+    if want_ids and token is not None:
+        choice["token_ids"] = [token]
+    payload = {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": None,
+               "simulated": True}
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def describe(server: SimServer) -> str:
+    config, lm = server.config, server.config.lmcache
+    parts = [f"model={config.model}", f"tp={config.tensor_parallel}", f"time_scale={config.time_scale:g}",
+             f"prefix_caching={config.prefix_caching}", f"hbm_kv_tokens={server.hbm.capacity * HBM_BLOCK}"]
+    if lm is None:
+        parts.append("kv_connector=none (recompute)")
+    else:
+        for tier in server.tiers:
+            where = f" at {tier.path} ({config.node.storage_kind(tier.path)})" if hasattr(tier, "path") else ""
+            size = f" capacity={tier.capacity} chunks/rank" if isinstance(tier, LruTier) else ""
+            parts.append(f"tier {tier.name}{where}{size}")
+        parts.append(f"parallel_read={lm.parallel_read} config={lm.source}")
+    return "simulated server: " + ", ".join(parts)
+
+
+def run(config: ServeConfig) -> None:
+    """Serve until killed (as `vllm serve` does)."""
+    server = SimServer(config)
+    vllm_log("INFO", describe(server))
+    app = build_app(server)
+    try:
+        web.run_app(app, host=config.host, port=config.port, print=lambda message: vllm_log("INFO", message),
+                    access_log=None, handle_signals=True)
+    except OSError as error:
+        print(f"ERROR: cannot listen on {config.host}:{config.port}: {error.strerror or error}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(1) from None

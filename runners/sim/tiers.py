@@ -1,0 +1,173 @@
+"""The prefix index of the simulated server: HBM (vLLM prefix cache), host DRAM, local disk, fs pool.
+
+A prompt is cut into chunks; a chunk is identified by a hash chained over every token up to its end,
+so a chunk matches only when the whole prefix before it matches (as vLLM's block hashes and
+LMCache's chunk keys do). HBM and DRAM are in-memory LRU sets. The disk tier and the ``fs`` pool
+keep one small file per chunk — the key and its logical size, not the KV bytes — so they survive a
+restart and an ``fs`` pool on a shared mount is seen by every instance that mounts it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def token_bytes(tokens: Sequence[int]) -> bytes:
+    return array("I", [t & 0xFFFFFFFF for t in tokens]).tobytes()
+
+
+def chunk_keys(tokens: Sequence[int] | bytes, chunk: int, seed: str) -> list[str]:
+    """Hex key of every full chunk: hash(key of the previous chunk, this chunk's tokens)."""
+    data = tokens if isinstance(tokens, bytes) else token_bytes(tokens)
+    step = chunk * 4
+    previous = hashlib.blake2b(seed.encode(), digest_size=16).digest()
+    keys = []
+    for start in range(0, (len(data) // step) * step, step):
+        previous = hashlib.blake2b(previous + data[start:start + step], digest_size=16).digest()
+        keys.append(previous.hex())
+    return keys
+
+
+class Writer:
+    """Tier files are written and removed off the request path, in order, by one thread."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tier-writer")
+
+    def submit(self, function, *args) -> None:
+        self.pool.submit(_quietly, function, *args)
+
+    def flush(self) -> None:
+        self.pool.submit(lambda: None).result()
+
+
+def _quietly(function, *args) -> None:
+    try:
+        function(*args)
+    except OSError as error:
+        print(f"LMCache WARNING: tier file operation failed: {error}", flush=True)
+
+
+def _write(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+class LruTier:
+    """A set of keys with a capacity in entries; touching a key makes it the most recent."""
+
+    def __init__(self, name: str, capacity: int):
+        self.name = name
+        self.capacity = max(int(capacity), 0)
+        self.entries: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def touch(self, key: str) -> None:
+        self.entries.move_to_end(key)
+
+    def put(self, key: str) -> bool:
+        """Insert (or refresh) ``key``; False when the tier has no room at all."""
+        if self.capacity <= 0:
+            return False
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return False
+        self.entries[key] = None
+        while len(self.entries) > self.capacity:
+            self._evict(self.entries.popitem(last=False)[0])
+        return True
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def _evict(self, key: str) -> None:
+        """Hook for tiers that hold something outside memory."""
+
+
+class DiskTier(LruTier):
+    """LMCache ``local_disk``: one file per chunk under ``path``, LRU within ``capacity`` chunks.
+
+    On start the index is rebuilt from the files already there (oldest first), so a restart on a
+    persistent path keeps its entries.
+    """
+
+    suffix = ".pt"
+
+    def __init__(self, name: str, path: Path, capacity: int, chunk_tokens: int, rank_bytes: int, writer: Writer):
+        super().__init__(name, capacity)
+        self.path = path
+        self.writer = writer
+        self.meta = json.dumps({"tokens": chunk_tokens, "bytes_per_rank": rank_bytes, "simulated": True}).encode()
+        path.mkdir(parents=True, exist_ok=True)
+        found = sorted(self.path.glob("*" + self.suffix), key=lambda p: p.stat().st_mtime)
+        for file in found:
+            self.entries[file.name[: -len(self.suffix)]] = None
+        while len(self.entries) > self.capacity:
+            self._evict(self.entries.popitem(last=False)[0])
+
+    def _file(self, key: str) -> Path:
+        return self.path / (key + self.suffix)
+
+    def put(self, key: str) -> bool:
+        added = super().put(key)
+        if added:
+            self.writer.submit(_write, self._file(key), self.meta)
+        return added
+
+    def clear(self) -> None:
+        for key in list(self.entries):
+            self._evict(key)
+        super().clear()
+
+    def _evict(self, key: str) -> None:
+        self.writer.submit(_remove, self._file(key))
+
+
+class FsPool:
+    """LMCache ``fs`` remote backend: ``<key>.data`` files under a base path shared by instances.
+
+    Lookups ask the file system, not memory, so what another instance wrote is found. No eviction:
+    the pool is sized by the array, as LMCache's fs connector leaves it to the operator.
+    """
+
+    suffix = ".data"
+
+    def __init__(self, name: str, path: Path, chunk_tokens: int, rank_bytes: int, writer: Writer):
+        self.name = name
+        self.path = path
+        self.writer = writer
+        self.written: set[str] = set()
+        self.meta = json.dumps({"tokens": chunk_tokens, "bytes_per_rank": rank_bytes, "simulated": True}).encode()
+        path.mkdir(parents=True, exist_ok=True)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.written or os.path.exists(self.path / (key + self.suffix))
+
+    def touch(self, key: str) -> None:
+        """Reads do not reorder a pool without eviction."""
+
+    def put(self, key: str) -> bool:
+        if key in self:
+            return False
+        self.written.add(key)
+        self.writer.submit(_write, self.path / (key + self.suffix), self.meta)
+        return True
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.path.glob("*" + self.suffix))

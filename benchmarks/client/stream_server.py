@@ -12,9 +12,11 @@ running stream, then yields to the event loop; there is no sleep anywhere.
 
 For tests, the model name selects a misbehaviour: `http-500`, `close-mid-stream`, `malformed-sse`,
 `no-token`, `hang`, `not-streaming`, `error-event`, `no-done`, `cached` (reports every prompt token as
-cached in usage). Any other model name behaves.
+cached, in usage and as GPU prefix-cache hits in /metrics: a cache still hot in HBM). Any other model
+name behaves. `--hang-after N` makes every request after the N-th hang.
 
-    python3 stream_server.py --port 8020 [--host 127.0.0.1] [--simulated]
+    python3 stream_server.py --port 8020 [--host 127.0.0.1] [--simulated] [--hang-after N]
+    (--port 0 picks a free port; the first line printed says which)
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ MISBEHAVIOURS = {"http-500", "close-mid-stream", "malformed-sse", "no-token", "h
 class Stats:
     def __init__(self) -> None:
         self.started = self.done = self.tokens = self.in_flight = self.resets = 0
-        self.prompt_tokens = 0
+        self.prompt_tokens = self.cached_tokens = 0
         self.stamps: list[tuple] = []
 
 
@@ -47,7 +49,8 @@ class Stream:
 class Engine:
     """Decode steps over all running streams; one SSE event per stream per step."""
 
-    def __init__(self, simulated: bool):
+    def __init__(self, simulated: bool, hang_after: int = 0):
+        self.hang_after = hang_after
         self.running: list[Stream] = []
         self.stats = Stats()
         self.simulated = simulated
@@ -186,7 +189,7 @@ class Connection(asyncio.Protocol):
             text = (f"{sim}vllm:prompt_tokens_total{{model_name=\"mock\"}} {s.prompt_tokens}\n"
                     f"vllm:generation_tokens_total{{model_name=\"mock\"}} {s.tokens}\n"
                     f"vllm:prefix_cache_queries_total{{model_name=\"mock\"}} {s.prompt_tokens}\n"
-                    "vllm:prefix_cache_hits_total{model_name=\"mock\"} 0\n"
+                    f"vllm:prefix_cache_hits_total{{model_name=\"mock\"}} {s.cached_tokens}\n"
                     f"vllm:external_prefix_cache_queries_total{{model_name=\"mock\"}} {s.prompt_tokens}\n"
                     "vllm:external_prefix_cache_hits_total{model_name=\"mock\"} 0\n")
             self.reply("200 OK", text.encode(), "text/plain; version=0.0.4")
@@ -210,11 +213,15 @@ class Connection(asyncio.Protocol):
             prompt = prompt[0]
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         engine.stats.prompt_tokens += n_prompt
+        if model == "cached":
+            engine.stats.cached_tokens += n_prompt
         if model == "http-500":
             self.reply("500 Internal Server Error", b'{"error":{"message":"the engine is on fire"}}')
             return
         engine.seq += 1
         rid = f"cmpl-{engine.seq}"
+        if engine.hang_after and engine.seq > engine.hang_after:
+            model = "hang"
         if not req.get("stream") or model == "not-streaming":
             text = "".join(f" t{1000 + (i * 7919) % 30000}" for i in range(tokens))
             self.reply("200 OK", json.dumps({"id": rid, "object": "text_completion", "model": model,
@@ -229,10 +236,11 @@ class Connection(asyncio.Protocol):
         engine.add(Stream(self, rid, model, tokens, bool(req.get("return_token_ids")), usage, n_prompt))
 
 
-async def serve(host: str, port: int, simulated: bool = False) -> None:
-    engine = Engine(simulated)
+async def serve(host: str, port: int, simulated: bool = False, hang_after: int = 0) -> None:
+    engine = Engine(simulated, hang_after)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Connection(engine), host, port, backlog=1024)
+    port = server.sockets[0].getsockname()[1]
     print(f"listening on http://{host}:{port}", flush=True)
     async with server:
         await engine.run()
@@ -243,9 +251,10 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8020)
     p.add_argument("--simulated", action="store_true", help="say so in /metrics")
+    p.add_argument("--hang-after", type=int, default=0, help="requests after this many hang (0: never)")
     a = p.parse_args()
     try:
-        asyncio.run(serve(a.host, a.port, a.simulated))
+        asyncio.run(serve(a.host, a.port, a.simulated, a.hang_after))
     except KeyboardInterrupt:
         pass
 

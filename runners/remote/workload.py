@@ -42,12 +42,14 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
 import time
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -259,7 +261,9 @@ class _Connection(asyncio.Protocol):
             if not self._head(i):
                 return
         if raw.mode == "chunked":
-            self._chunks()
+            # walk the chunk sizes only when the bytes so far may end with the last chunk
+            if buf.endswith(b"\r\n\r\n") or len(buf) - self._scan > 1 << 20:
+                self._chunks()
         elif raw.mode == "length" and len(buf) - raw.head_end >= int(raw.headers["content-length"]):
             del buf[raw.head_end + int(raw.headers["content-length"]):]
             self._done()
@@ -290,37 +294,44 @@ class _Connection(asyncio.Protocol):
         return True
 
     def _chunks(self) -> None:
+        status = self._walk()
+        if status == "end":
+            self._done()
+        elif status != "more":
+            self._fail(status)
+
+    def _walk(self) -> str:
+        """Find the chunks after the last one found: 'end' at the last chunk, 'more' when bytes are
+        missing, else what is wrong with the framing."""
         raw = self.raw
         buf, pos, n = raw.buf, self._scan, len(raw.buf)
+        status = "more"
         while True:
             i = buf.find(b"\r\n", pos)
             if i < 0:
                 if n - pos > 4096:
-                    self._fail("malformed chunked encoding: no chunk-size line")
-                    return
+                    status = "malformed chunked encoding: no chunk-size line"
                 break
             try:
                 size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
             except ValueError:
-                self._fail(f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}")
-                return
+                status = f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}"
+                break
             if size == 0:
-                if buf.find(b"\r\n\r\n", i) < 0 and buf[i:i + 2] != b"\r\n":
-                    break
-                if buf.find(b"\r\n\r\n", i) < 0:
-                    break
-                self._done()
-                return
+                if buf.find(b"\r\n\r\n", i) >= 0:  # else the trailer section is not complete yet
+                    status = "end"
+                break
             start = i + 2
             if start + size + 2 > n:
                 break
             if buf[start + size:start + size + 2] != b"\r\n":
-                self._fail("malformed chunked encoding: a chunk is longer than its size says")
-                return
+                status = "malformed chunked encoding: a chunk is longer than its size says"
+                break
             raw.starts.append(start)
             raw.lens.append(size)
             pos = start + size + 2
         self._scan = pos
+        return status
 
     def _done(self) -> None:
         raw, waiter = self.raw, self.waiter
@@ -333,6 +344,8 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(raw)
 
     def _fail(self, reason: str) -> None:
+        if self.raw is not None and self.raw.mode == "chunked":
+            self._walk()  # the chunks that did arrive, so the record can say how many tokens came
         raw, waiter = self.raw, self.waiter
         self.raw = self.waiter = None
         self.closed = True
@@ -382,8 +395,8 @@ class Lane:
                         _Connection, self.endpoint.host, self.endpoint.port), min(self.timeout, 60.0))
                 except (OSError, asyncio.TimeoutError) as error:
                     raw = _Raw()
-                    reason = error.strerror if isinstance(error, OSError) and error.strerror else (
-                        str(error) or type(error).__name__)
+                    errno = getattr(error, "errno", None)
+                    reason = os.strerror(errno) if errno else (str(error) or "no answer within the timeout")
                     raw.error, raw.t_fail = f"cannot connect to {self.endpoint.name}: {reason}", time.monotonic()
                     self.conn = None
                     return t_send, raw
@@ -430,7 +443,6 @@ def sse_payloads(body: bytes) -> list[tuple[int, bytes]]:
         if body and not body.endswith(b"\n\n") and out and out[-1][0] == len(body):
             raise StreamError("the stream ended inside an SSE event")
         return out
-    import re
     pos = 0
     for sep in re.finditer(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)", body):
         part = body[pos:sep.start()]
@@ -469,8 +481,66 @@ class Parsed:
     done: bool = False
 
 
+TEXT_RE = re.compile(rb'"text":"((?:[^"\\]|\\.)*)"')
+IDS_RE = re.compile(rb'"token_ids":\[([0-9, ]*)\]')
+
+
 def parse_stream(body: bytes) -> Parsed:
-    """Token events, usage and errors of an OpenAI completions stream (one choice)."""
+    """Token events, usage and errors of an OpenAI completions stream (one choice).
+
+    The common shape (`data: {...}` events of one line, `data: [DONE]` last, no error) is read with a
+    few whole-body operations: the first event and the usage event are parsed as JSON, the others
+    are checked to be one JSON object each and their `text` / `token_ids` values are taken by
+    pattern (a `"text":"` outside a JSON string is always a key). Anything else takes the slow path,
+    which parses every event and names the bad one."""
+    n = body.count(b"\n\n")
+    if (not body.startswith(b"data: {") or not body.endswith(b"}\n\ndata: [DONE]\n\n") or b"\r" in body
+            or body.count(b"\n") != 2 * n or body.count(b"\n\ndata: {") != n - 2 or body.count(b"}\n\n") != n - 1
+            or b'"error"' in body):
+        return parse_stream_slow(body)
+    p = Parsed(done=True)
+    texts = list(TEXT_RE.finditer(body))
+    if len(texts) != body.count(b'"choices":[{'):
+        return parse_stream_slow(body)
+    first_end = body.find(b"\n\n")
+    usage_at = body.rfind(b'"usage":{')
+    try:
+        first = json.loads(body[6:first_end])
+        usage = None
+        if usage_at >= 0:
+            start = body.rfind(b"\n\ndata: ", 0, usage_at) + 8
+            usage = json.loads(body[start:body.find(b"\n\n", usage_at)]).get("usage")
+        text = json.loads(b'"' + b"".join([m.group(1) for m in texts]) + b'"')
+        ids_found = IDS_RE.findall(body)
+        ids = json.loads(b"[" + b",".join([i for i in ids_found if i.strip()]) + b"]") if ids_found else []
+    except (ValueError, AttributeError):
+        return parse_stream_slow(body)
+    if not isinstance(first, dict):
+        return parse_stream_slow(body)
+    p.request_id = first.get("id") if isinstance(first.get("id"), str) else None
+    bearing = [m for m in texts if m.end() - m.start() > 9]  # a non-empty "text" value
+    if len(ids_found) == len(texts):
+        bearing = [m for m, i in zip(texts, ids_found) if i.strip() or m.end() - m.start() > 9]
+    if bearing:
+        p.first = bearing[0].end()
+        p.last = bearing[-1].end()
+    with_ids = bool(ids) and len(ids_found) == len(texts)
+    tokens = len(ids) if with_ids else len(bearing)
+    if isinstance(usage, dict):
+        if isinstance(usage.get("completion_tokens"), int):
+            tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            p.cached = details["cached_tokens"]
+    if p.first is not None:
+        p.tokens = tokens
+        digest = json.dumps(ids, separators=(",", ":")).encode() if with_ids else text.encode()
+        p.sha256 = hashlib.sha256(digest).hexdigest()
+    return p
+
+
+def parse_stream_slow(body: bytes) -> Parsed:
+    """Token events, usage and errors of an OpenAI completions stream (one choice), every event parsed."""
     p = Parsed()
     try:
         events = sse_payloads(body)
@@ -844,6 +914,9 @@ class RunContext:
     quiet: bool = False
     endpoints: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.finalizer = Finalizer(self)
+
     def say(self, line: str) -> None:
         if not self.quiet:
             print(line, flush=True)
@@ -857,30 +930,66 @@ class PhaseStats:
         self.t_first, self.t_last = math.inf, -math.inf
 
 
-async def send_one(ctx: RunContext, lane: Lane, job: Job, phase: str, st: PhaseStats) -> dict:
-    """Send one job on `lane`, write its record, count it in `st`; returns the record."""
+class Finalizer:
+    """Turns finished exchanges into records one per event-loop turn, after the lanes have sent their
+    next requests: parsing never delays reading another stream's first token. The backlog is bounded
+    (past `cap` items are finished at once), so records still reach the file within milliseconds."""
+
+    def __init__(self, ctx: RunContext, cap: int = 256):
+        self.ctx, self.cap = ctx, cap
+        self.queue: deque = deque()
+        self.scheduled = False
+
+    def submit(self, item: tuple) -> None:
+        self.queue.append(item)
+        while len(self.queue) > self.cap:
+            self._finish(self.queue.popleft())
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.scheduled = False
+        if self.queue:
+            self._finish(self.queue.popleft())
+        if self.queue:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def drain(self) -> None:
+        while self.queue:
+            self._finish(self.queue.popleft())
+
+    def _finish(self, item: tuple) -> None:
+        job, phase, st, t_send, raw = item
+        ctx = self.ctx
+        result = outcome(raw)
+        record = {
+            "schema": REQUEST_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": job.instance or ctx.instance,
+            "phase": phase, "concurrency": job.concurrency, "repetition": job.repetition, "session": job.session,
+            "turn": job.turn, "prompt_tokens": job.prompt_tokens, "cached_tokens": result["cached_tokens"],
+            "output_tokens": result["output_tokens"], "t_send": round(t_send, 6),
+            "t_first_token": None if result["t_first_token"] is None else round(result["t_first_token"], 6),
+            "t_end": round(result["t_end"] or time.monotonic(), 6), "wall_anchor": round(ctx.anchor, 6),
+            "status": result["status"], "error": result["error"], "output_sha256": result["output_sha256"],
+            "request_id": result["request_id"], "simulated": ctx.simulated,
+        }
+        ctx.recorder.write(record)
+        st.requests += 1
+        st.errors += result["status"] != "ok"
+        st.tokens += result["output_tokens"]
+        st.t_first = min(st.t_first, t_send)
+        st.t_last = max(st.t_last, record["t_end"])
+
+
+async def send_one(ctx: RunContext, lane: Lane, job: Job, phase: str, st: PhaseStats) -> None:
+    """Send one job on `lane`; its record is written by the finalizer moments later."""
     st.in_flight += 1
-    st.max_in_flight = max(st.max_in_flight, st.in_flight)
+    if st.in_flight > st.max_in_flight:
+        st.max_in_flight = st.in_flight
     t_send, raw = await lane.exchange(completion_body(ctx.model, job))
     st.in_flight -= 1
-    result = outcome(raw)
-    record = {
-        "schema": REQUEST_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": job.instance or ctx.instance,
-        "phase": phase, "concurrency": job.concurrency, "repetition": job.repetition, "session": job.session,
-        "turn": job.turn, "prompt_tokens": job.prompt_tokens, "cached_tokens": result["cached_tokens"],
-        "output_tokens": result["output_tokens"], "t_send": round(t_send, 6),
-        "t_first_token": None if result["t_first_token"] is None else round(result["t_first_token"], 6),
-        "t_end": round(result["t_end"] or time.monotonic(), 6), "wall_anchor": round(ctx.anchor, 6),
-        "status": result["status"], "error": result["error"], "output_sha256": result["output_sha256"],
-        "request_id": result["request_id"], "simulated": ctx.simulated,
-    }
-    ctx.recorder.write(record)
-    st.requests += 1
-    st.errors += result["status"] != "ok"
-    st.tokens += result["output_tokens"]
-    st.t_first = min(st.t_first, t_send)
-    st.t_last = max(st.t_last, record["t_end"])
-    return record
+    ctx.finalizer.submit((job, phase, st, t_send, raw))
 
 
 def lane_for(ctx: RunContext, lanes: dict, job: Job) -> Lane:
@@ -924,6 +1033,7 @@ async def closed_loop(ctx: RunContext, jobs: Iterable[Job] | Callable[[], Job | 
     try:
         await asyncio.gather(*(lane_loop(mine) for mine in lanes))
     finally:
+        ctx.finalizer.drain()
         for mine in lanes:
             for lane in mine.values():
                 lane.close()
@@ -1283,7 +1393,11 @@ async def cmd_replay(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTu
         start = time.monotonic()
         cpu0 = _cpu()
 
-        await asyncio.gather(*(_replay_session(ctx, a, sid, by_session[sid], rep, start, gate, stats) for sid in chosen))
+        try:
+            await asyncio.gather(*(_replay_session(ctx, a, sid, by_session[sid], rep, start, gate, stats)
+                                   for sid in chosen))
+        finally:
+            ctx.finalizer.drain()
         cpu1 = _cpu()
         after, error_after, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
         write_summaries(ctx, stats, tuple(y - x for x, y in zip(cpu0, cpu1)), before, after,

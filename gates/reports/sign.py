@@ -210,6 +210,8 @@ def sign_pdf(pdf: bytes, signer: signers.SimpleSigner, *, field_name: str, reaso
     """Append one PAdES signature as an incremental update; the input bytes are kept as they are."""
     writer = IncrementalPdfFileWriter(BytesIO(pdf), strict=False)
     _align_producer(writer)
+    if certify:
+        _dedupe_associated_files(writer)
     meta = signers.PdfSignatureMetadata(
         field_name=field_name, md_algorithm="sha256", subfilter=fields.SigSeedSubFilter.PADES,
         reason=reason, location=location or None, certify=certify,
@@ -232,6 +234,18 @@ def _align_producer(writer: IncrementalPdfFileWriter) -> None:
         if str(info.get("/Producer", "")) != VENDOR:
             info["/Producer"] = generic.TextStringObject(VENDOR)
             writer.mark_update(info_ref)
+
+
+def _dedupe_associated_files(writer: IncrementalPdfFileWriter) -> None:
+    """WeasyPrint 70 lists each attachment twice in the catalog's /AF; list each once (first revision only)."""
+    associated = writer.root.get("/AF")
+    if associated is None:
+        return
+    refs = [associated.raw_get(i) for i in range(len(associated))]
+    unique = list(dict.fromkeys(refs))
+    if len(unique) != len(refs):
+        writer.root["/AF"] = generic.ArrayObject(unique)
+        writer.update_root()
 
 
 def next_approver_field(pdf: bytes) -> str:

@@ -118,3 +118,21 @@ def test_interpolation_is_linear_in_log2_concurrency_and_never_extrapolates():
     assert how == "interpolated" and value == pytest.approx(0.20 - 0.10 * 0.5849625, rel=1e-6)
     assert interpolate(points, 64) == (None, "outside")
     assert interpolate([(16.0, 0.2)], 24) == (None, "outside")
+
+
+def test_a_fresh_pilot_gets_a_procurement_report_that_proves_nothing(signed_pilot):
+    report = service.create_procurement_report(signed_pilot.pilot)
+    path = service.report_path(report)
+    assert service.verify_report_bytes(path.read_bytes()).ok
+    text = " ".join(subprocess.run(["pdftotext", str(path), "-"], capture_output=True, text=True).stdout.split())
+    assert "Nothing has been proven yet" in text and "not evaluated" in text
+    assert not report.simulated and "SIMULATION" not in text
+
+
+@pytest.mark.parametrize("number", [1, 2, 4])
+def test_every_other_gate_renders_from_the_real_judge(signed_pilot, number):
+    evaluation = _evaluate(signed_pilot.pilot, number)
+    report = service.create_gate_report(evaluation.gate, evaluation, language="zh-hans" if number == 2 else "en")
+    result = service.verify_report_bytes(service.report_path(report).read_bytes())
+    assert result.ok, result.reasons
+    assert result.report["gate"] == number and result.report["verdict"] == evaluation.verdict

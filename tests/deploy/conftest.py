@@ -11,6 +11,7 @@ import pytest
 
 from runners.config import shell_env_file as _env_file
 from runners.simnode.state import default_state, load_state, save_state, update_state
+from tests.runners.conftest import credential, make_node, pilot, site, user_key  # noqa: F401  (shared fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 REMOTE = REPO / "runners" / "remote"
@@ -61,44 +62,35 @@ def fx_env(sandbox) -> str:
 
 
 @pytest.fixture(scope="module")
-def sim_servers(tmp_path_factory) -> SimpleNamespace:
+def sim_servers(tmp_path_factory, user_key) -> list:  # noqa: F811  (fixture parameters)
     """Two simulated GPU nodes (runners.simnode SSH servers on loopback), shared by a module's tests."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from runners.simnode.server import SimNodeServer, generate_ed25519
+    from runners.simnode.server import SimNodeServer
 
     base = tmp_path_factory.mktemp("simnodes")
-    client_key = base / "client_key"
-    generate_ed25519(client_key, comment="fxpilot-tests")
-    servers = [SimNodeServer(base / name, name, authorized_keys=base / "client_key.pub", time_scale=0.001).start()
+    (base / "authorized_keys").write_text(user_key.public)
+    servers = [SimNodeServer(base / name, name, authorized_keys=base / "authorized_keys", time_scale=0.001).start()
                for name in ("node1", "node2")]
     try:
-        yield SimpleNamespace(servers=servers, client_key=client_key)
+        yield servers
     finally:
         with ThreadPoolExecutor(len(servers)) as pool:
             list(pool.map(lambda server: server.stop(), servers))
 
 
 @pytest.fixture
-def sim_nodes(demo, sim_servers) -> SimpleNamespace:
-    """The two simulated nodes registered with accepted host keys, their state fresh, and a job."""
+def sim_nodes(pilot, site, make_node, sim_servers) -> SimpleNamespace:  # noqa: F811  (fixture parameters)
+    """The two simulated nodes registered with accepted host keys, their state fresh, and a gate-run job."""
     import shutil
 
-    from runners.credentials import create_credential
-    from runners.models import Job, Node, Site
+    from runners.models import Job
 
-    site = Site.objects.create(pilot=demo.pilot, name="Simulated site", queue="sim-deploy")
-    credential = create_credential(site, "sim", sim_servers.client_key.read_text())
-    nodes = []
-    for server in sim_servers.servers:
+    for server in sim_servers:
         for leftover in ("fxpilot-runs", "mnt"):
             shutil.rmtree(server.root / leftover, ignore_errors=True)
         save_state(server.root, default_state(server.root, server.name, 0.001))
         server.prepare()
-        key = server.host_key
-        nodes.append(Node.objects.create(
-            site=site, name=server.name, host="127.0.0.1", port=server.port, username="fxpilot", credential=credential,
-            simulated=True, host_key_state=Node.HostKeyState.ACCEPTED, host_key_type=key.get_name(),
-            host_key=key.get_base64(), host_key_fingerprint=key.fingerprint))
-    job = Job.objects.create(pilot=demo.pilot, site=site, params={"time_scale": 0.001})
-    return SimpleNamespace(job=job, site=site, nodes=nodes, servers=sim_servers.servers, pilot=demo.pilot)
+    nodes = [make_node(server) for server in sim_servers]
+    job = Job.objects.create(pilot=pilot, site=site, params={"time_scale": 0.001})
+    return SimpleNamespace(job=job, site=site, nodes=nodes, servers=sim_servers, pilot=pilot)

@@ -121,3 +121,24 @@ def test_allowed_extra_flags_pass_as_given():
     data = settings_with("extra_vllm_flags", ["--max-model-len", "131072", "--enforce-eager", "--gpu-memory-utilization=0.9"])
     assert validate_deployment(data).extra_vllm_flags == ("--max-model-len", "131072", "--enforce-eager",
                                                           "--gpu-memory-utilization=0.9")
+
+
+def test_values_reach_bash_exactly_as_given_and_never_run(tmp_path):
+    import subprocess
+
+    from runners.config import shell_env_file
+
+    hostile = {"A": "$(touch pwned)", "B": "it's `id` & \"quoted\"", "C": ["--x", "a b", "$HOME"], "D": None, "E": True}
+    env = tmp_path / "params.env"
+    env.write_text(shell_env_file(hostile))
+    out = subprocess.run(["bash", "-c", f'source {env}; printf "%s|" "$A" "$B" "${{C[@]}}" "$D" "$E"'], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "$(touch pwned)|it's `id` & \"quoted\"|--x|a b|$HOME||1|"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_line_break_never_reaches_the_env_file():
+    from runners.config import shell_env_file
+
+    with pytest.raises(ValueError, match="line break"):
+        shell_env_file({"A": "x\nrm -rf /"})

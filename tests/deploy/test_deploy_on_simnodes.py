@@ -55,3 +55,17 @@ def test_an_unreachable_fx_target_fails_with_the_reason(sim_nodes):
     sim_nodes.pilot.save()
     with pytest.raises(DeployError, match="192.168.100.99:4420 is unreachable over rdma"):
         deploy_arm(sim_nodes.job, None, node, "fx")
+
+
+def test_a_server_that_dies_at_start_fails_the_deploy_with_its_log(sim_nodes):
+    node = sim_nodes.nodes[1]
+    sim_nodes.pilot.deployment = default_simulated() | {"extra_vllm_flags": ["--no-such-vllm-flag"]}
+    sim_nodes.pilot.save()
+    step = Step.objects.create(job=sim_nodes.job, seq=1, name="deploy", node=node, arm="local_nvme")
+    with pytest.raises(DeployError, match="the server exited before it was healthy") as caught:
+        deploy_arm(sim_nodes.job, step, node, "local_nvme")
+    assert "--no-such-vllm-flag" in caught.value.log_tail
+    assert "last lines of the server log" in str(caught.value)
+    assert sim_nodes.job.artifacts.filter(kind="server-log", name__startswith=caught.value.deployment.name_prefix).exists()
+    step.refresh_from_db()
+    assert step.result["deployment"]["torn_down"] is True

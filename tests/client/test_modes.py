@@ -1,0 +1,65 @@
+"""Modes for the other gates: probe (G2), share, soak and fault (G4)."""
+from __future__ import annotations
+
+from tests.client.conftest import read_jsonl, run_client, summaries
+
+
+def test_probe_warms_evicts_and_answers_the_same_prompts_with_hashes(server_url, tmp_path):
+    hashes = {}
+    for arm in ("fx", "recompute"):
+        out = tmp_path / f"{arm}.jsonl"
+        result = run_client("probe", "--url", server_url, "--arm", arm, "--out", str(out), "--prompts", "3",
+                            "--prompt-tokens", "64", "--output-tokens", "6", "-c", "2", "--evict", "reset")
+        assert result.returncode == 0, result.stderr
+        records = read_jsonl(out)
+        assert [r["phase"] for r in records] == ["populate"] * 3 + ["probe"] * 3
+        hashes[arm] = {r["session"]: r["output_sha256"] for r in records if r["phase"] == "probe"}
+        assert all(len(h) == 64 for h in hashes[arm].values())
+    assert hashes["fx"] == hashes["recompute"]
+
+
+def test_share_writes_through_a_and_reads_through_b(start_server, tmp_path):
+    a, b = start_server(), start_server()
+    out = tmp_path / "share.jsonl"
+    result = run_client("share", "--url", a, "--url-b", b, "--instance", "node1:8000", "--instance-b", "node2:8000",
+                        "--arm", "fx", "--out", str(out), "--sessions", "4", "--prompt-tokens", "64",
+                        "--turn-tokens", "8", "--output-tokens", "4", "-c", "2", "--simulated", "yes")
+    assert result.returncode == 0, result.stderr
+    records = read_jsonl(out)
+    assert {(r["phase"], r["instance"]) for r in records} == {("populate", "node1:8000"), ("share", "node2:8000")}
+    populated = {r["session"] for r in records if r["phase"] == "populate"}
+    assert populated == {r["session"] for r in records if r["phase"] == "share"}
+    assert all(r["simulated"] is True for r in records)
+    share = [s for s in summaries(out) if s["phase"] == "share"][0]
+    assert share["instance"] == "node2:8000" and share["metrics_after"]["vllm:prompt_tokens_total"] == 4 * 72
+
+
+def test_soak_labels_each_request_with_its_window(server_url, tmp_path):
+    out = tmp_path / "soak.jsonl"
+    result = run_client("soak", "--url", server_url, "--arm", "fx", "--out", str(out), "--duration-s", "1.2",
+                        "--windows", "3", "-c", "2", "--prompt-tokens", "32", "--turn-tokens", "4",
+                        "--output-tokens", "4")
+    assert result.returncode == 0, result.stderr
+    records = read_jsonl(out)
+    assert {r["phase"] for r in records} == {"soak"}
+    assert {r["repetition"] for r in records} == {1, 2, 3}
+    assert [s["repetition"] for s in summaries(out)] == [1, 2, 3]
+
+
+def test_fault_runs_the_cut_and_restore_commands_and_labels_by_time(server_url, tmp_path):
+    out, marks = tmp_path / "fault.jsonl", tmp_path / "marks"
+    result = run_client("fault", "--url", server_url, "--arm", "fx", "--out", str(out), "--fault-start", "0.4",
+                        "--fault-seconds", "0.6", "--duration-s", "1.6", "-c", "2", "--prompt-tokens", "32",
+                        "--turn-tokens", "4", "--output-tokens", "4", "--evict", "reset",
+                        "--cut-cmd", f"echo cut >> {marks}", "--restore-cmd", f"echo restore >> {marks}")
+    assert result.returncode == 0, result.stderr
+    assert marks.read_text().split() == ["cut", "restore"]
+    records = read_jsonl(out)
+    phases = [r["phase"] for r in records]
+    assert phases[:4] == ["populate"] * 4
+    assert {"measure", "fault", "recovery"} <= set(phases)
+    order = {"populate": 0, "measure": 1, "fault": 2, "recovery": 3}
+    by_send = sorted(records, key=lambda r: r["t_send"])
+    assert [order[r["phase"]] for r in by_send] == sorted(order[r["phase"]] for r in by_send)
+    fault = [s for s in summaries(out) if s["phase"] == "fault"][0]
+    assert fault["fault"]["cut_exit"] == 0 and fault["fault"]["restore_exit"] == 0

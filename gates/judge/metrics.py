@@ -21,20 +21,21 @@ METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "h
 
 
 def derive(requests: pd.DataFrame) -> pd.DataFrame:
-    """Add per-request columns: ok, ttft (ok requests with a first token), hit (cached ÷ prompt), failed."""
-    frame = requests
-    ok = (frame["status"] == "ok").to_numpy()
-    ttft = (frame["t_first_token"] - frame["t_send"]).to_numpy()
-    frame = frame.assign(
-        ok=ok,
-        failed=(~ok).astype(np.float64),
-        ttft=np.where(ok, ttft, np.nan),
-    )
-    prompt = frame["prompt_tokens"].to_numpy(dtype=np.float64)
-    cached = frame["cached_tokens"].to_numpy(dtype=np.float64)
+    """The judge's working frame: only the columns it computes with, plus ok, failed, ttft (ok requests
+    with a first token) and hit (cached ÷ prompt tokens). Same index as the request rows."""
+    ok = (requests["status"] == "ok").to_numpy()
+    t_send = requests["t_send"].to_numpy()
+    prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64)
+    cached = requests["cached_tokens"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         hit = np.where(ok & (prompt > 0), cached / prompt, np.nan)
-    return frame.assign(hit=hit)
+    return pd.DataFrame({
+        "arm": requests["arm"], "phase": requests["phase"], "concurrency": requests["concurrency"],
+        "repetition": requests["repetition"], "t_send": t_send, "t_end": requests["t_end"].to_numpy(),
+        "output_tokens": requests["output_tokens"].to_numpy(), "prompt_tokens": requests["prompt_tokens"].to_numpy(),
+        "cached_tokens": cached, "ok": ok, "failed": (~ok).astype(np.float64),
+        "ttft": np.where(ok, requests["t_first_token"].to_numpy() - t_send, np.nan), "hit": hit,
+    }, index=requests.index)
 
 
 def request_values(frame: pd.DataFrame, metric: str) -> np.ndarray:

@@ -210,8 +210,9 @@ def normalise_requests(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     fail(frame["arm"].astype(str).str.len() == 0, "arm", "is empty")
     fail(frame["t_end"] < frame["t_send"], "t_end", "is earlier than t_send")
     fail(frame["t_first_token"] < frame["t_send"], "t_first_token", "is earlier than t_send")
-    fail(frame["simulated"].map(lambda v: not isinstance(v, (bool, np.bool_))), "simulated", "is not true or false")
-    frame["simulated"] = frame["simulated"].astype(bool)
+    if frame["simulated"].dtype != bool:
+        fail(frame["simulated"].map(lambda v: not isinstance(v, (bool, np.bool_))), "simulated", "is not true or false")
+        frame["simulated"] = frame["simulated"].astype(bool)
     for name in ("run_id", "arm", "instance", "phase", "session", "status"):
         frame[name] = frame[name].astype(str)
     return frame
@@ -384,8 +385,39 @@ def _add_file(out: _Collected, name: str, data: bytes) -> None:
 
 
 def _frame_digest(frame: pd.DataFrame) -> str:
-    hashed = pd.util.hash_pandas_object(frame.reset_index(drop=True), index=False).to_numpy()
-    return hashlib.sha256(hashed.tobytes()).hexdigest()
+    """SHA-256 over each column in turn: numbers by their bytes, text by pandas' stable hash."""
+    digest = hashlib.sha256()
+    for name in frame.columns:
+        column = frame[name]
+        digest.update(name.encode() + b"\0")
+        if column.dtype.kind in "biuf":
+            digest.update(column.to_numpy().tobytes())
+        else:
+            digest.update(pd.util.hash_pandas_object(column.astype(object), index=False).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+CATEGORIES = ("arm", "phase", "status")
+
+
+def canonical_order(requests: pd.DataFrame) -> pd.DataFrame:
+    """Request rows in one order whatever order they came in; repeated text columns become categories
+    (lexically ordered, so their codes sort like the text)."""
+    requests = requests.assign(**{name: pd.Categorical(requests[name].astype(str)) for name in CATEGORIES})
+    keys = [requests[name].cat.codes.to_numpy() if name in CATEGORIES else requests[name].to_numpy()
+            for name in CANONICAL_ORDER if name != "session"]
+    order = np.lexsort(keys[::-1])
+    tied = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for key in keys:
+        ordered = key[order]
+        same = ordered[1:] == ordered[:-1]
+        if ordered.dtype.kind == "f":
+            same |= np.isnan(ordered[1:]) & np.isnan(ordered[:-1])
+        tied &= same
+    if tied.any():  # rows equal on every timing key: let the session and the rest decide
+        return requests.sort_values(CANONICAL_ORDER + ["output_sha256", "_source", "_line"], kind="stable",
+                                    na_position="last").reset_index(drop=True)
+    return requests.take(order).reset_index(drop=True)
 
 
 def load_inputs(items: list | tuple) -> Inputs:
@@ -422,8 +454,7 @@ def load_inputs(items: list | tuple) -> Inputs:
                               "(name, bytes), a DataFrame of request records or a JSON object")
     requests = (pd.concat(out.requests, ignore_index=True) if out.requests
                 else normalise_requests(pd.DataFrame(columns=REQUEST_COLUMNS), "<none>"))
-    requests = requests.sort_values(CANONICAL_ORDER + ["_source", "_line"], kind="stable", na_position="last")
-    requests = requests.reset_index(drop=True)
+    requests = canonical_order(requests)
     retrieves = (pd.concat(out.retrieves, ignore_index=True) if out.retrieves
                  else pd.DataFrame(columns=list(RETRIEVE_FIELDS) + ["_source", "_line"]))
     if len(retrieves):

@@ -40,8 +40,10 @@ def cell_frame(arm: str, phase: str, concurrency: int, repetition: int, *, ttft_
                requests: int | None = None, noise: float = 0.03, prompt_tokens: int = PROMPT_TOKENS,
                output_tokens: int = OUTPUT_TOKENS, cached_fraction: float | None = None, error_rate: float = 0.0,
                start: float = 0.0, rng: np.random.Generator | None = None, simulated: bool = True,
-               run_id: str = "synthetic", instance: str = "node1:8000", session_prefix: str = "") -> pd.DataFrame:
-    """One cell of closed-loop requests whose TTFT p50 and throughput match the figures given."""
+               run_id: str = "synthetic", instance: str = "node1:8000", session_prefix: str = "",
+               hashes: bool = True) -> pd.DataFrame:
+    """One cell of closed-loop requests whose TTFT p50 and throughput match the figures given
+    (`hashes=False` leaves output_sha256 null, for speed when building millions of records)."""
     rng = rng or np.random.default_rng(0)
     n = requests or 2 * concurrency
     waves = math.ceil(n / concurrency)
@@ -64,7 +66,7 @@ def cell_frame(arm: str, phase: str, concurrency: int, repetition: int, *, ttft_
         "t_send": t_send, "t_first_token": np.where(failed, np.nan, t_send + ttft), "t_end": t_send + spans,
         "wall_anchor": WALL_ANCHOR, "status": np.where(failed, "error", "ok"),
         "error": np.where(failed, "HTTP 503 Service Unavailable", None), "simulated": simulated,
-        "output_sha256": [None if f else output_hash(s, 1) for s, f in zip(sessions, failed, strict=True)],
+        "output_sha256": [None if f or not hashes else output_hash(s, 1) for s, f in zip(sessions, failed, strict=True)],
         "turn": 1.0, "client_cpu_s": np.nan,
     })
     return frame[REQUEST_COLUMNS]
@@ -73,7 +75,7 @@ def cell_frame(arm: str, phase: str, concurrency: int, repetition: int, *, ttft_
 def table1_frame(*, arms: tuple[str, ...] = ("fx", "local_nvme", "recompute"), repetitions: int = 3,
                  requests_per_cell: int | None = None, noise: float = 0.03, slowdown: dict[str, float] | None = None,
                  table: dict | None = None, phase: str = "measure", seed: int = 0, simulated: bool = True,
-                 error_rate: float = 0.0) -> pd.DataFrame:
+                 error_rate: float = 0.0, hashes: bool = True) -> pd.DataFrame:
     """The Table 1 measurement: every arm × concurrency × repetition; `slowdown` multiplies an arm's times."""
     rng = np.random.default_rng(seed)
     table = table or TABLE_1
@@ -85,7 +87,7 @@ def table1_frame(*, arms: tuple[str, ...] = ("fx", "local_nvme", "recompute"), r
             for repetition in range(1, repetitions + 1):
                 cell = cell_frame(arm, phase, concurrency, repetition, ttft_p50=ttft * factor, throughput=tput / factor,
                                   requests=requests_per_cell, noise=noise, start=start, rng=rng, simulated=simulated,
-                                  error_rate=error_rate)
+                                  error_rate=error_rate, hashes=hashes)
                 frames.append(cell)
                 start = float(cell["t_end"].max()) + 30.0
     return pd.concat(frames, ignore_index=True)

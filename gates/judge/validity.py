@@ -80,7 +80,7 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict) ->
     checks.append(_hit_behaviour(gate, inputs, frame))
     checks.append(_client(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
-        checks.append(_hashes(gate, frame))
+        checks.append(_hashes(gate, inputs.requests, frame))
     return checks
 
 
@@ -133,7 +133,7 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
                         few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} repetition; {spec.statistic if spec.statistic == 'cv' else 'drift'} needs at least 2")
                 if spec.phase == "any" or spec.metric == "output_match":
                     continue
-                for (phase, conc, rep), sub in cell.groupby(["phase", "concurrency", "repetition"], sort=True):
+                for (phase, conc, rep), sub in cell.groupby(["phase", "concurrency", "repetition"], sort=True, observed=True):
                     key = (arm, phase, conc, rep)
                     if key in seen:
                         continue
@@ -224,7 +224,7 @@ def _client(inputs: Inputs) -> dict:
     return _check("client-not-bottleneck", problems, detail)
 
 
-def _hashes(gate: GatePlan, frame: pd.DataFrame) -> dict:
+def _hashes(gate: GatePlan, requests: pd.DataFrame, frame: pd.DataFrame) -> dict:
     problems = []
     for spec in gate.criteria:
         if spec.metric != "output_match":
@@ -232,7 +232,7 @@ def _hashes(gate: GatePlan, frame: pd.DataFrame) -> dict:
         for arm in (spec.candidate, spec.baseline):
             rows = select(frame, arm, spec.phase)
             rows = rows[rows["ok"]]
-            if len(rows) and rows["output_sha256"].isna().all():
+            if len(rows) and requests.loc[rows.index, "output_sha256"].isna().all():
                 problems.append(f"{spec.key}: arm {arm!r} records carry no output_sha256 in phase {spec.phase!r}")
     return _check("output-hashes-present", problems, "probe outputs carry output_sha256")
 

@@ -172,7 +172,7 @@ class _Judge:
     def output_match_cell(self, spec: CriterionSpec) -> dict:
         def outputs(arm: str) -> dict[str, frozenset]:
             rows = validity.select(self.frame, arm, spec.phase)
-            rows = rows[rows["ok"]]
+            rows = self.inputs.requests.loc[rows.index[rows["ok"].to_numpy()]]
             turns = rows["turn"].fillna(-1).astype(np.int64).astype(str)
             keyed = rows["session"].astype(str) + "\0" + turns + "\0" + rows["output_sha256"].fillna("").astype(str)
             out: dict[str, set] = {}
@@ -243,7 +243,7 @@ def _metrics(frame: pd.DataFrame) -> list[dict]:
 def _distributions(frame: pd.DataFrame) -> dict[str, list]:
     out = {}
     rows = frame[frame["ok"] & frame["ttft"].notna() & (frame["phase"] != "populate")]
-    for (arm, phase, level), sub in rows.groupby(["arm", "phase", "concurrency"], sort=True):
+    for (arm, phase, level), sub in rows.groupby(["arm", "phase", "concurrency"], sort=True, observed=True):
         key = f"{arm}@{level}" if phase == "measure" else f"{arm}@{level}/{phase}"
         out[key] = [num(v) for v in ttft_distribution(np.sort(sub["ttft"].to_numpy()))]
     return out

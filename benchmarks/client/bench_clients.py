@@ -17,6 +17,7 @@ Results: benchmarks/out/client-<UTC time>.json and a table on stdout (copied to 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -33,26 +34,37 @@ OUT = HERE.parent / "out"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user+system, own and reaped children) of `root` and its live descendants."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every live process below it (a full /proc walk: done twice a second, not per sample)."""
+    parents = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        parents[pid] = int(fields[1])
-        times[pid] = sum(int(v) for v in fields[11:15]) / TICKS
-    total, todo = 0.0, [root]
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields:
+                parents[int(entry)] = int(fields[1])
+    found, todo = [], [root]
     while todo:
         pid = todo.pop()
-        total += times.get(pid, 0.0)
+        found.append(pid)
         todo += [p for p, parent in parents.items() if parent == pid]
+    return found
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """CPU seconds (user+system, own and reaped children) of these processes."""
+    total = 0.0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields:
+            total += sum(int(v) for v in fields[11:15]) / TICKS
     return total
 
 
@@ -61,14 +73,28 @@ def get(url: str) -> bytes:
         return response.read()
 
 
-def run_client(name: str, cmd: list[str], server: str, requests: int, env: dict, log: Path) -> dict:
-    stats0 = json.loads(get(server + "/stats"))
+class Stats:
+    """The server's /stats over one kept-alive connection (the sampler must cost the server little)."""
+
+    def __init__(self, host: str, port: int):
+        self.conn = http.client.HTTPConnection(host, port, timeout=10)
+
+    def get(self) -> dict:
+        self.conn.request("GET", "/stats")
+        return json.loads(self.conn.getresponse().read())
+
+
+def run_client(name: str, cmd: list[str], stats: Stats, requests: int, env: dict, log: Path) -> dict:
+    stats0 = stats.get()
     samples = []
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        pids, found_at = [proc.pid], 0.0
         while proc.poll() is None:
-            s = json.loads(get(server + "/stats"))
-            samples.append((time.monotonic(), tree_cpu(proc.pid), s["done"] - stats0["done"],
+            if time.monotonic() - found_at > 0.5:
+                pids, found_at = descendants(proc.pid), time.monotonic()
+            s = stats.get()
+            samples.append((time.monotonic(), tree_cpu(pids), s["done"] - stats0["done"],
                             s["tokens"] - stats0["tokens"], s["in_flight"]))
             time.sleep(0.02)
     done = samples[-1][2] if samples else 0
@@ -182,7 +208,7 @@ def main() -> int:
                 continue
             get(server_url + "/stamps")
             print(f"running {name} …", flush=True)
-            result = run_client(name, cmd, server_url, a.requests, env, work / f"{name}.log")
+            result = run_client(name, cmd, Stats("127.0.0.1", a.port), a.requests, env, work / f"{name}.log")
             if name == "ours":
                 result["ttft"] = stamp_check(work / "ours.jsonl", json.loads(get(server_url + "/stamps")))
                 summary = json.loads((work / "ours.summary.json").read_text().splitlines()[-1])

@@ -85,6 +85,26 @@ def test_pdfsig_says_valid_and_total_document_signed(signed):
     assert "Signature is Valid" in out and "Total document signed" in out and "Not total" not in out
 
 
+@pytest.fixture(scope="module")
+def nss_db(tmp_path_factory, ca) -> Path:
+    """An NSS database trusting only the vendor's root, for pdfsig's certificate check (Debian libnss3-tools)."""
+    folder = tmp_path_factory.mktemp("nss")
+    subprocess.run(["certutil", "-N", "-d", f"sql:{folder}", "--empty-password"], check=True, timeout=60)
+    subprocess.run(["certutil", "-A", "-d", f"sql:{folder}", "-n", "fxpilot-root", "-t", "CT,C,C", "-a",
+                    "-i", str(ca / "root-cert.pem")], check=True, timeout=60)
+    return folder
+
+
+def test_pdfsig_trusts_the_signer_through_the_vendor_root(signed, nss_db, other_ca, tmp_path):
+    out = subprocess.run(["pdfsig", "-nssdir", f"sql:{nss_db}", str(signed)], capture_output=True, text=True).stdout
+    assert "Certificate is Trusted" in out and "Signature is Valid" in out
+    stranger = sign.load_signer(other_ca / "signer-key.pem", other_ca / "signer-cert.pem", [other_ca / "root-cert.pem"])
+    forged = _write(tmp_path, sign.sign_pdf(HTML(string="<p>x</p>").write_pdf(pdf_variant="pdf/a-3b"), stranger,
+                                            field_name=sign.VENDOR_FIELD, reason="forged"))
+    out = subprocess.run(["pdfsig", "-nssdir", f"sql:{nss_db}", str(forged)], capture_output=True, text=True).stdout
+    assert "Certificate is Trusted" not in out
+
+
 def test_one_flipped_byte_fails(signed, ca, tmp_path):
     data = bytearray(signed.read_bytes())
     position = len(data) // 3

@@ -305,31 +305,35 @@ class _Connection(asyncio.Protocol):
         missing, else what is wrong with the framing."""
         raw = self.raw
         buf, pos, n = raw.buf, self._scan, len(raw.buf)
+        find, starts, lens = buf.find, raw.starts, raw.lens
         status = "more"
         while True:
-            i = buf.find(b"\r\n", pos)
+            i = find(b"\r\n", pos)
             if i < 0:
                 if n - pos > 4096:
                     status = "malformed chunked encoding: no chunk-size line"
                 break
             try:
-                size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
+                size = int(buf[pos:i], 16)
             except ValueError:
-                status = f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}"
-                break
-            if size == 0:
-                if buf.find(b"\r\n\r\n", i) >= 0:  # else the trailer section is not complete yet
+                try:  # a chunk extension (`size;name=value`) is allowed and ignored
+                    size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
+                except ValueError:
+                    status = f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}"
+                    break
+            if not size:
+                if find(b"\r\n\r\n", i) >= 0:  # else the trailer section is not complete yet
                     status = "end"
                 break
-            start = i + 2
-            if start + size + 2 > n:
+            end = i + 2 + size
+            if end + 2 > n:
                 break
-            if buf[start + size:start + size + 2] != b"\r\n":
+            if buf[end:end + 2] != b"\r\n":
                 status = "malformed chunked encoding: a chunk is longer than its size says"
                 break
-            raw.starts.append(start)
-            raw.lens.append(size)
-            pos = start + size + 2
+            starts.append(i + 2)
+            lens.append(size)
+            pos = end + 2
         self._scan = pos
         return status
 

@@ -25,7 +25,6 @@ from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 SCRIPTS = ("deploy.sh", "attach_fx.sh", "workload.py")
-KV_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 HEALTH_POLL_S = 20          # one SSH command waits at most this long; the loop re-connects between looks
 LOG_TAIL_LINES = 40
 _METRICS_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\]):\d{1,5}(/[A-Za-z0-9_/.-]*)?$")
@@ -195,15 +194,19 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
         deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
         try:
             _deploy(job, step, node, conn, settings, deployment, time_scale)
-        except (ssh.SSHError, DeployError) as exc:
+        except Exception as exc:
+            # Whatever stopped the deploy (a time limit included), what it started is stopped too.
             _say(job, step, node, f"deploy of {arm} failed; tearing down")
-            log_tail = exc.log_tail if isinstance(exc, DeployError) else ""
             try:
                 teardown_arm(job, step, node, deployment)
             except (ssh.SSHError, DeployError) as teardown_exc:
                 _say(job, step, node, f"teardown after the failed deploy also failed: {teardown_exc}")
-            message = str(exc).split("\n--- last lines", 1)[0]
-            raise DeployError(message, deployment=deployment, log_tail=log_tail) from exc
+            if isinstance(exc, DeployError):
+                exc.deployment = deployment
+                raise
+            if isinstance(exc, ssh.SSHError):
+                raise DeployError(str(exc), deployment=deployment) from exc
+            raise
     return deployment
 
 
@@ -263,8 +266,8 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
 
 def _script(conn: ssh.NodeConnection, job: Job, step: Step | None, node: Node, deployment: Deployment, script: str,
             *args: str, what: str) -> str:
-    command = " ".join([f"bash {ssh.shell_path(deployment.bin_dir + '/' + script)}"] + [ssh.shell_path(a) if a.startswith(("/", "~/"))
-                                                                                          else shlex.quote(a) for a in args])
+    quoted = [ssh.shell_path(a) if a.startswith(("/", "~/")) else shlex.quote(a) for a in args]
+    command = " ".join([f"bash {ssh.shell_path(deployment.bin_dir + '/' + script)}", *quoted])
     try:
         return conn.run(command, job=job, step=step, timeout=600).stdout
     except ssh.CommandFailed as exc:
@@ -292,12 +295,9 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
 
 
 def server_log_paths(deployment: Deployment) -> list[str]:
-    """Where the detached server's output went (the detached runner's log files)."""
+    """Where the detached server's output went (runners.detached keeps stdout and stderr apart)."""
     server = deployment.server or {}
-    paths = [server[key] for key in ("log", "stdout", "stderr") if server.get(key)]
-    if not paths and server.get("dir"):
-        paths = [f"{server['dir']}/{name}" for name in ("stdout", "stderr")]
-    return paths
+    return [server[key] for key in ("stdout", "stderr") if server.get(key)]
 
 
 def server_log_tail(conn: ssh.NodeConnection, deployment: Deployment, lines: int = LOG_TAIL_LINES) -> str:

@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import json
 import shlex
+import tarfile
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from runners.artifacts import read_artifact, store_bytes
+from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.inventory import build_inventory, parse_fx_write
-from runners.models import Job, Node, Step
+from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
-from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, shell_path
+from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, TransferMismatch, shell_path
 from runners.validators import validate_host, validate_nqn, validate_remote_path
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "remote" / "probe.sh"
+MAX_RAW_BYTES = 64 * 1024 * 1024
 
 
 class ProbeSettingsError(ValueError):
@@ -76,13 +80,15 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
         conn.run(f"bash {shell_path(run_dir + '/probe.sh')} --out {shell_path(out_dir)} --fx-mount {shell_path(settings.fx_mount)} "
                  f"--local-path {shell_path(settings.local_nvme_path)} --fio-size {shlex.quote(fio_size)} "
                  f"--fio-runtime {int(fio_runtime)}", job=job, step=step, timeout=2 * int(fio_runtime) + 600)
-        prefix = f"{node.name}/probe/"
-        sums = conn.download(f"{out_dir}/SHA256SUMS", job=job, name=prefix + "SHA256SUMS", kind="probe", step=step)
-        listed = _sha256sums(read_artifact(sums).decode(), node)
-        artifacts = {name: conn._fetch(f"{out_dir}/{name}", digest, job=job, name=prefix + name, kind="probe", step=step)
-                     for name, digest in listed.items()}
+        scratch = Path(django_settings.DATA_DIR) / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=scratch, prefix="probe-") as folder:
+            archive = Path(folder) / "probe-out.tar"
+            conn.fetch_to(f"{run_dir}/probe-out.tar", archive)
+            files = _unpack(archive, node)
         conn.run(f"rm -rf -- {shell_path(run_dir)}", echo=False, timeout=60)
-    raw = {name: read_artifact(artifact) for name, artifact in artifacts.items()}
+    artifacts = _store(files, node=node, job=job, step=step)
+    raw = {name: files[name] for name in artifacts}
     exit_codes = _index(raw.get("index.tsv", b""))
     fx_path = parse_fx_write(raw.get("fx-write.txt"))["path"] or settings.fx_mount
     inventory = build_inventory(node.name, raw, simulated=node.simulated, fx_mount=fx_path, fx_nqn=settings.fx_nqn,
@@ -111,6 +117,42 @@ def probe_nodes(nodes: list[Node], *, job: Job, max_workers: int = 16, **kwargs)
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(nodes)))) as pool:
         return dict(zip([n.name for n in nodes], pool.map(one, nodes), strict=True))
+
+
+def _unpack(archive: Path, node: Node) -> dict[str, bytes]:
+    """The regular files at the top of the probe archive (nothing else is trusted: no paths, no links)."""
+    files = {}
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                name = member.name.removeprefix("./")
+                if not member.isfile() or "/" in name or name.startswith(".") or member.size > MAX_RAW_BYTES:
+                    raise SSHError(f"probe archive holds an unexpected entry {member.name!r}", node=node)
+                files[name] = tar.extractfile(member).read()
+    except tarfile.TarError as exc:
+        raise SSHError(f"probe archive cannot be read ({exc})", node=node) from None
+    if "SHA256SUMS" not in files:
+        raise SSHError("probe archive holds no SHA256SUMS", node=node)
+    return files
+
+
+def _store(files: dict[str, bytes], *, node: Node, job: Job, step: Step | None) -> dict[str, Artifact]:
+    """Every file listed in SHA256SUMS, kept only if it hashes here to what the node computed."""
+    prefix = f"{node.name}/probe/"
+    listed = _sha256sums(files["SHA256SUMS"].decode(errors="replace"), node)
+    missing = sorted(set(listed) - set(files))
+    if missing:
+        raise SSHError(f"probe archive lacks {', '.join(missing)} listed in SHA256SUMS", node=node)
+    store_bytes(job, prefix + "SHA256SUMS", files["SHA256SUMS"], kind="probe", step=step, node=node,
+                simulated=node.simulated)
+    stored = {}
+    for name, digest in listed.items():
+        try:
+            stored[name] = store_bytes(job, prefix + name, files[name], kind="probe", step=step, node=node,
+                                       simulated=node.simulated, remote_sha256=digest)
+        except ArtifactMismatch as exc:
+            raise TransferMismatch(str(exc), node=node) from None
+    return stored
 
 
 def _sha256sums(text: str, node: Node) -> dict[str, str]:

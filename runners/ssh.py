@@ -449,21 +449,27 @@ class NodeConnection:
         """Fetch a file into the artifact store, hashed on the node and again here."""
         return self._fetch(remote_path, self.remote_sha256(remote_path), job=job, name=name, kind=kind, step=step)
 
-    def _fetch(self, remote_path: str, remote: str, *, job: Job, name: str, kind: str, step: Step | None) -> Artifact:
-        tmp_dir = Path(settings.DATA_DIR) / "tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=tmp_dir, prefix="download-") as tmp:
+    def fetch_to(self, remote_path: str, local_path: Path | str, *, remote_sha256: str | None = None) -> str:
+        """Copy a remote file to a local path, hashed on the node and again here; returns the SHA-256."""
+        remote = remote_sha256 or self.remote_sha256(remote_path)
+        with open(local_path, "wb") as handle:
             try:
-                self.sftp.getfo(sftp_path(remote_path), tmp)
+                self.sftp.getfo(sftp_path(remote_path), handle)
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 if not self.transport.is_active():
                     raise ConnectionLost(f"connection lost while downloading {remote_path}", node=self.node) from None
                 raise SSHError(f"cannot read {remote_path} ({exc})", node=self.node) from None
-            tmp.flush()
-            local = sha256_file(tmp.name)
-            if local != remote:
-                raise TransferMismatch(f"download of {remote_path} corrupted: the node computed SHA-256 {remote}, "
-                                       f"the bytes received hash to {local}", node=self.node)
+        local = sha256_file(local_path)
+        if local != remote:
+            raise TransferMismatch(f"download of {remote_path} corrupted: the node computed SHA-256 {remote}, "
+                                   f"the bytes received hash to {local}", node=self.node)
+        return local
+
+    def _fetch(self, remote_path: str, remote: str, *, job: Job, name: str, kind: str, step: Step | None) -> Artifact:
+        tmp_dir = Path(settings.DATA_DIR) / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=tmp_dir, prefix="download-") as tmp:
+            self.fetch_to(remote_path, tmp.name, remote_sha256=remote)
             return store_file(job, name, tmp.name, kind=kind, step=step, node=self.node, simulated=self.node.simulated,
                               remote_sha256=remote)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fxpilot G1 probe: run the node's own tools and keep each raw output in one file of --out.
 # Needs only bash and the tools a ROCm GPU node has; parsing happens in fxpilot (runners/inventory.py).
-# Writes index.tsv (name, exit code, seconds) and SHA256SUMS, so every file can be re-hashed later.
+# Writes index.tsv (name, exit code, seconds) and SHA256SUMS, so every file can be re-hashed later, and packs
+# the directory into probe-out.tar next to it.
 #
 # usage: probe.sh --out DIR --fx-mount DIR --local-path DIR [--fio-size 4G] [--fio-runtime 30] [--python python3]
 set -u
@@ -152,4 +153,6 @@ capture nproc.txt nproc
 capture free.txt free -b
 capture df.txt df -P -B1 / "$local_path" "$fx_mount"
 cd "$out" && sha256sum -- * > SHA256SUMS.part && mv SHA256SUMS.part SHA256SUMS
+# one archive to fetch instead of a file at a time; every file is checked against SHA256SUMS on arrival
+tar -cf ../probe-out.tar.part -- * && mv ../probe-out.tar.part ../probe-out.tar
 echo "probe: done"

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from runners.simnode.state import default_state, load_state, save_state, state_path
 
 log = logging.getLogger(__name__)
+# A client hanging up is routine for a test server; paramiko would log each reset as an ERROR.
+logging.getLogger("paramiko.simnode").setLevel(logging.CRITICAL)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(__file__).resolve().parent / "bin"
@@ -151,6 +153,7 @@ class SimNodeServer:
 
     def _serve(self, sock: socket.socket) -> None:
         transport = paramiko.Transport(sock)
+        transport.set_log_channel("paramiko.simnode")
         transport.add_server_key(self.host_key)
         transport.set_subsystem_handler("sftp", paramiko.SFTPServer, SandboxSFTP, root=self.root, node=self)
         with self._lock:

@@ -21,6 +21,12 @@ source "$params"
 record="$RUN_DIR/fx-attach.json"
 mkdir -p "$RUN_DIR"
 
+# Attaching needs root: use password-less sudo when the SSH user is not root (a simulated node needs neither).
+SUDO=()
+if [[ $EUID -ne 0 && "${FXPILOT_SIMULATED:-0}" != 1 ]] && sudo -n true 2>/dev/null; then
+    SUDO=(sudo -n)
+fi
+
 host_nqn_args=()
 [[ -n "${FX_HOST_NQN:-}" ]] && host_nqn_args=(--hostnqn "$FX_HOST_NQN")
 
@@ -144,7 +150,7 @@ check_writable() {
     local probe="$FX_MOUNT/.fxpilot-write-test.$$"
     if ! { printf 'fxpilot write test\n' > "$probe" && sync "$probe" 2>/dev/null; rm -f "$probe"; }; then
         rm -f "$probe" 2>/dev/null || true
-        fail "the FX mount $FX_MOUNT is not writable by $(id -un)"
+        fail "the FX mount $FX_MOUNT is not writable by $(id -un); give that user a writable directory there"
     fi
 }
 
@@ -159,16 +165,16 @@ attach() {
     info=$(subsystem_info)
     if [[ -z "$info" ]]; then
         say "connecting to $FX_NQN at $FX_ADDRESS:$FX_SERVICE_ID over rdma"
-        modprobe nvme-rdma 2>/dev/null || true
+        "${SUDO[@]}" modprobe nvme-rdma 2>/dev/null || true
         local discovery
-        if ! discovery=$(nvme discover -t rdma -a "$FX_ADDRESS" -s "$FX_SERVICE_ID" "${host_nqn_args[@]}" 2>&1); then
+        if ! discovery=$("${SUDO[@]}" nvme discover -t rdma -a "$FX_ADDRESS" -s "$FX_SERVICE_ID" "${host_nqn_args[@]}" 2>&1); then
             fail "the FX target $FX_ADDRESS:$FX_SERVICE_ID is unreachable over rdma (nvme discover: $(echo "$discovery" | tail -n 3 | tr '\n' ' '))"
         fi
         if ! grep -qF "$FX_NQN" <<<"$discovery"; then
             fail "the FX target $FX_ADDRESS:$FX_SERVICE_ID does not offer subsystem $FX_NQN (check deployment.fx_target.nqn)"
         fi
         local output
-        if ! output=$(nvme connect -t rdma -n "$FX_NQN" -a "$FX_ADDRESS" -s "$FX_SERVICE_ID" "${host_nqn_args[@]}" 2>&1); then
+        if ! output=$("${SUDO[@]}" nvme connect -t rdma -n "$FX_NQN" -a "$FX_ADDRESS" -s "$FX_SERVICE_ID" "${host_nqn_args[@]}" 2>&1); then
             fail "nvme connect to $FX_NQN at $FX_ADDRESS:$FX_SERVICE_ID failed: $(echo "$output" | tail -n 3 | tr '\n' ' ')"
         fi
         record_set "connected_by_run=true" >/dev/null
@@ -206,12 +212,12 @@ attach() {
                 fail "the FX namespace $namespace holds no filesystem; set deployment.mkfs_if_empty to true to create $FX_FSTYPE on it"
             fi
             say "creating $FX_FSTYPE on $namespace (mkfs_if_empty is set and blkid finds no filesystem)"
-            "mkfs.$FX_FSTYPE" "$namespace" || fail "mkfs.$FX_FSTYPE $namespace failed"
+            "${SUDO[@]}" "mkfs.$FX_FSTYPE" "$namespace" || fail "mkfs.$FX_FSTYPE $namespace failed"
             record_set "mkfs_by_run=true" >/dev/null
         elif [[ "$fstype" != "$FX_FSTYPE" ]]; then
             fail "the FX namespace $namespace holds $fstype, not $FX_FSTYPE (deployment.fx_target.fstype); nothing was changed"
         fi
-        mount -t "$FX_FSTYPE" -o noatime "$namespace" "$FX_MOUNT" || fail "mount -t $FX_FSTYPE $namespace $FX_MOUNT failed"
+        "${SUDO[@]}" mount -t "$FX_FSTYPE" -o noatime "$namespace" "$FX_MOUNT" || fail "mount -t $FX_FSTYPE $namespace $FX_MOUNT failed"
         record_set "mounted_by_run=true" >/dev/null
         say "mounted $namespace at $FX_MOUNT"
     fi
@@ -235,13 +241,13 @@ detach() {
     local status=0
     if [[ "$(record_get mounted_by_run)" == "true" ]]; then
         if [[ -n "$(mounted_device)" ]]; then
-            umount "$FX_MOUNT" || { echo "fxpilot: error: umount $FX_MOUNT failed" >&2; status=1; }
+            "${SUDO[@]}" umount "$FX_MOUNT" || { echo "fxpilot: error: umount $FX_MOUNT failed" >&2; status=1; }
         fi
         [[ $status == 0 ]] && say "unmounted $FX_MOUNT"
     fi
     if [[ $status == 0 && "$(record_get connected_by_run)" == "true" ]]; then
         if [[ -n "$(subsystem_info)" ]]; then
-            nvme disconnect -n "$FX_NQN" || { echo "fxpilot: error: nvme disconnect -n $FX_NQN failed" >&2; status=1; }
+            "${SUDO[@]}" nvme disconnect -n "$FX_NQN" || { echo "fxpilot: error: nvme disconnect -n $FX_NQN failed" >&2; status=1; }
         fi
         [[ $status == 0 ]] && say "disconnected $FX_NQN"
     fi

@@ -793,7 +793,7 @@ def wait_healthy(endpoint: Endpoint, timeout: float) -> None:
 
 
 def evict(endpoint: Endpoint, methods: Iterable[str], restart_cmd: str | None = None,
-          health_timeout: float = 600.0) -> dict:
+          health_timeout: float = 600.0, simulated: bool = False) -> dict:
     """Empty the caches the measure must not hit. Returns what was done, in words."""
     done: dict[str, str] = {}
     for method in methods:
@@ -817,7 +817,8 @@ def evict(endpoint: Endpoint, methods: Iterable[str], restart_cmd: str | None = 
                 raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered HTTP {status}{hint}")
             done["reset"] = "prefix cache reset"
         elif method == "drop-caches":
-            done["drop-caches"] = drop_page_cache()
+            # a simulated server models its tiers; dropping this machine's page cache would change nothing
+            done["drop-caches"] = ("page cache not dropped: simulated server" if simulated else drop_page_cache())
         else:
             raise WorkloadError(f"--evict: unknown method {method!r} (reset, drop-caches, restart, none)", 2)
     return done
@@ -1143,7 +1144,7 @@ def run_phase(url: str, *, model: str, arm: str, phase: str, concurrency: int, r
 
 async def _evict(ctx: RunContext, a: argparse.Namespace) -> dict:
     done = await asyncio.get_running_loop().run_in_executor(
-        None, evict, ctx.endpoint, a.evict, a.restart_cmd, a.health_timeout)
+        None, evict, ctx.endpoint, a.evict, a.restart_cmd, a.health_timeout, ctx.simulated)
     ctx.say("EVICT " + ("; ".join(done.values()) or "nothing (--evict none)"))
     return done
 
@@ -1258,7 +1259,7 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
     ctx.say(f"PHASE populate sessions={len(sessions)}")
     await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
     await _evict(ctx, a)
-    duration = a.duration_s or a.fault_start + a.fault_seconds + max(a.fault_seconds, 30.0)
+    duration = a.duration_s or a.fault_start + 2 * a.fault_seconds  # recovery as long as the cut
     start = time.monotonic()
     cut, back = start + a.fault_start, start + a.fault_start + a.fault_seconds
     events: dict[str, Any] = {}
@@ -1280,7 +1281,7 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
             events["restore_exit"] = await _shell(a.restore_cmd)
         # what HBM kept during the cut must not pass for hits that returned from FX
         events["eviction"] = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd,
-                                                        a.health_timeout)
+                                                        a.health_timeout, ctx.simulated)
 
     take = _cycling_jobs(ctx, sessions, a, conc, start + duration, lambda now: 1)
     switcher = asyncio.ensure_future(switch())
@@ -1508,7 +1509,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--url-b", help="instance B (reads what instance A wrote)")
     g.add_argument("--instance-b")
     g = p.add_argument_group("soak and fault")
-    g.add_argument("--duration-s", type=_positive(float), default=0.0)
+    g.add_argument("--duration-s", type=_positive(float), default=0.0,
+                   help="soak: required; fault: default fault start + 2 × fault seconds")
     g.add_argument("--windows", type=_positive(int), default=6)
     g.add_argument("--fault-start", type=_positive(float), default=10.0, help="seconds of load before the cut")
     g.add_argument("--fault-seconds", type=_positive(float), default=60.0)

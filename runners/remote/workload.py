@@ -221,7 +221,7 @@ class _Raw:
 
 class _Connection(asyncio.Protocol):
     """A keep-alive HTTP/1.1 connection carrying one request at a time. Work per read is small on
-    purpose: stamp, append, find where chunks end; parsing happens once the response is complete."""
+    purpose: stamp, append, note where the chunks of this read are; parsing happens later."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -261,9 +261,7 @@ class _Connection(asyncio.Protocol):
             if not self._head(i):
                 return
         if raw.mode == "chunked":
-            # walk the chunk sizes only when the bytes so far may end with the last chunk
-            if buf.endswith(b"\r\n\r\n") or len(buf) - self._scan > 1 << 20:
-                self._chunks()
+            self._chunks()  # incremental: each chunk header is read once, as it arrives
         elif raw.mode == "length" and len(buf) - raw.head_end >= int(raw.headers["content-length"]):
             del buf[raw.head_end + int(raw.headers["content-length"]):]
             self._done()

@@ -404,7 +404,8 @@ def collect_deployment(job: Job, step: Step | None, node: Node, deployment: Depl
     mapping = {f"{deployment.arm_dir}/{rel}": f"{deployment.name_prefix}/{rel}" for rel in ["manifest.json", *sorted(listing)]}
     mapping.update({path: f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}" for path in extra})
     if has_fx:
-        mapping[f"{deployment.run_dir}/fx-attach.json"] = f"{deployment.node}/fx-attach.json"
+        # The attach record is rewritten for each arm, so it is kept per arm.
+        mapping[f"{deployment.run_dir}/fx-attach.json"] = f"{deployment.name_prefix}/fx-attach.json"
     return collect(job, step, node, mapping, deployment=deployment)
 
 

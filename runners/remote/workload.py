@@ -28,7 +28,7 @@ Commands (each takes the common options: --model, --run-id, --instance, --simula
                  --fault-seconds, `recovery` after; runs --cut-cmd / --restore-cmd at those moments
 
 Exit status: 0 done (failed requests are records, not exit codes), 2 bad arguments or bad trace CSV,
-3 the server or the eviction could not be used.
+3 the server or the eviction could not be used, 143 terminated by SIGTERM (finished requests recorded).
 """
 # ruff: noqa: B905, UP041  (runs on Python 3.8: no zip(strict=); asyncio.TimeoutError is not TimeoutError there)
 from __future__ import annotations
@@ -44,6 +44,7 @@ import os
 import random
 import re
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -230,6 +231,7 @@ class _Connection(asyncio.Protocol):
         self.raw: _Raw | None = None
         self.waiter: asyncio.Future | None = None
         self._scan = 0
+        self._keep = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -1549,6 +1551,24 @@ def _first_model(endpoint: Endpoint) -> str:
         raise WorkloadError(f"--model not given and {endpoint.name}/v1/models did not name one") from None
 
 
+async def _until_terminated(run: Any) -> None:
+    """SIGTERM (a cancel) stops the run but first records every request that had finished."""
+    task = asyncio.current_task()
+    terminated = []
+
+    def stop() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+    try:
+        await run
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        raise WorkloadError("terminated by SIGTERM; every request that had finished is recorded", 143) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -1583,7 +1603,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = cmd_replay(ctx, a, turns)
             else:
                 run = {"probe": cmd_probe, "share": cmd_share, "soak": cmd_soak, "fault": cmd_fault}[a.command](ctx, a)
-            asyncio.run(run)
+            asyncio.run(_until_terminated(run))
             recorder.progress()
             ctx.say("DONE")
         finally:

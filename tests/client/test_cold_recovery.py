@@ -135,3 +135,19 @@ vllm:time_to_first_token_seconds_bucket{le="0.1"} 2
 """
     assert parse_metrics(text) == {"vllm:prefix_cache_hits_total": 15.0, "lmcache:num_hit_tokens_total": 3.0,
                                    'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': 7.0}
+
+
+def test_sigterm_records_what_finished_and_exits_143(start_server, tmp_path):
+    url = start_server("--hang-after", "4")
+    out = tmp_path / "fx.jsonl"
+    proc = subprocess.Popen([sys.executable, str(CLIENT), "populate", "--url", url, "--arm", "fx", "--out", str(out),
+                             "--sessions", "8", "--prompt-tokens", "32", "-c", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stderr
+    assert "terminated by SIGTERM" in stderr
+    assert [json.loads(line)["status"] for line in out.read_text().splitlines()] == ["ok"] * 4

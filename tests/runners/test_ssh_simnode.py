@@ -181,3 +181,22 @@ def test_many_connections_are_served_at_once(simnodes, make_node):
         t.join()
     connection.close()
     assert not errors and sorted(results, key=int) == [str(i) for i in range(8)]
+
+
+def test_a_slow_node_runs_into_the_command_time_limit(simnodes, make_node):
+    node = make_node(simnodes(1, slow_command_seconds=2)[0])
+    with pytest.raises(ssh.CommandTimeout):
+        ssh.run(node, "echo late", timeout=0.5)
+
+
+def test_a_passphrase_protected_key_from_the_store_logs_in(simnodes, make_node, site, tmp_path):
+    import subprocess
+
+    from runners.credentials import create_credential
+
+    server = simnodes(1)[0]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "open sesame", "-f", str(tmp_path / "k")], check=True)
+    with open(server.authorized_keys, "a") as handle:
+        handle.write((tmp_path / "k.pub").read_text())
+    credential = create_credential(site, "locked", (tmp_path / "k").read_text(), "open sesame")
+    assert ssh.run(make_node(server, credential=credential), "whoami >/dev/null; echo in").stdout == "in\n"

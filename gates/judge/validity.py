@@ -17,6 +17,7 @@ RECOMPUTE_MAX_HIT = 0.05      # a recompute arm that serves more than 5 % of its
 CACHE_MIN_HIT = 0.5           # a cache arm that recovers less than half its prompt did not exercise the tier
 GPU_COLD_MAX_HIT = 0.05       # after eviction the GPU prefix cache must be cold, or HBM was measured, not the tier
 HIT_PHASES = ("measure",)     # phases that come right after an eviction
+CLIENT_CPU_MAX = 0.9          # a single-threaded client busy 90 % of the time could not keep up
 
 
 def select(frame: pd.DataFrame, arm: str, phase: str) -> pd.DataFrame:
@@ -216,9 +217,13 @@ def _client(inputs: Inputs) -> dict:
         wanted = summary["concurrency"]
         if summary.get("requests") is not None:
             wanted = min(wanted, summary["requests"])
+        where = f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}"
         if in_flight < wanted:
-            problems.append(f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}: "
-                            f"at most {in_flight} requests in flight, not {wanted}: the client was the bottleneck")
+            problems.append(f"{where}: at most {in_flight} requests in flight, not {wanted}: the client was the bottleneck")
+        cpu, duration = summary.get("client_cpu_s"), summary.get("duration_s")
+        if cpu is not None and duration and cpu / duration >= CLIENT_CPU_MAX:
+            problems.append(f"{where}: the client used {cpu / duration:.0%} of a core for {duration:.1f} s; "
+                            "it was the bottleneck")
     detail = (f"the client kept the planned concurrency in flight ({checked} phase summaries)" if checked
               else "not checked: no phase summary reports max_in_flight")
     return _check("client-not-bottleneck", problems, detail)

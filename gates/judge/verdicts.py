@@ -230,13 +230,23 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
     }
 
 
-def _metrics(frame: pd.DataFrame) -> list[dict]:
+def _metrics(table: pd.DataFrame) -> list[dict]:
     rows = []
-    for record in cell_table(frame).to_dict("records"):
+    for record in table.to_dict("records"):
         row = {key: (record[key] if key in CELL else num(record[key])) for key in record}
         row["concurrency"], row["repetition"] = int(record["concurrency"]), int(record["repetition"])
         row["n"], row["n_ok"] = int(record["n"]), int(record["n_ok"])
         rows.append(row)
+    return rows
+
+
+def _spread(table: pd.DataFrame) -> list[dict]:
+    """Across repetitions, per arm × phase × concurrency: how much TTFT p50 and throughput varied (CV)."""
+    rows = []
+    for (arm, phase, level), cells in table.groupby(["arm", "phase", "concurrency"], sort=True, observed=True):
+        rows.append({"arm": str(arm), "phase": str(phase), "concurrency": int(level), "repetitions": len(cells),
+                     "ttft_p50_cv": num(bootstrap.cv(cells["ttft_p50"].to_numpy(dtype=np.float64))),
+                     "throughput_cv": num(bootstrap.cv(cells["throughput"].to_numpy(dtype=np.float64)))})
     return rows
 
 
@@ -271,6 +281,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     else:
         verdict = max((c["verdict"] for c in criteria), key=SEVERITY.__getitem__)
     english, chinese = explain.gate_explanation(gate.label, verdict, criteria, failed)
+    table = cell_table(frame)
     simulated = bool(inputs.requests["simulated"].any()) if len(inputs.requests) else False
     simulated |= any(s["simulated"] for s in inputs.summaries) or any(i["simulated"] for i in inputs.inventories)
     if len(inputs.retrieves):
@@ -282,7 +293,8 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
                       "method": "percentile; requests resampled within each arm's cell, throughput by repetition"},
         "validity": {"valid": not failed, "checks": checks},
         "criteria": criteria,
-        "metrics": _metrics(frame),
+        "metrics": _metrics(table),
+        "spread": _spread(table),
         "distributions": _distributions(frame),
         "inventory": [_public(i) for i in inputs.inventories],
         "inputs": dict(inputs.digests),

@@ -3,11 +3,13 @@
 Time here is *model* time (seconds of the simulated MI308X node). The server maps it to wall time
 through the time scale; the calibration runs it without waiting at all.
 
-A request walks: read-back of its disk-tier hit into host DRAM (``stage 1``: every read on one
-device shares that device's bandwidth, processor sharing) → waits FCFS for the GPU → in the step
-that admits it, its DRAM-resident hit is copied to HBM by every rank at the per-GPU cold-read
-rate (``stage 2``, blocking the step, as LMCache's synchronous retrieve does) → chunked prefill of
-the rest under the step's token budget → one token per step while decoding.
+A request waits FCFS for the scheduler; the step that admits it first retrieves its external hit,
+synchronously as LMCache does by default (``enable_async_loading: false``): the disk-tier part is
+read from its device into host DRAM — every read admitted in that step shares the device's
+bandwidth — and then every rank copies its share into HBM at the per-GPU cold-read rate (the
+rate the vendor's parallel-read patch raises from 0.98 to 5.23 GB/s). Then chunked prefill of the
+uncached rest under the step's token budget, then one token per step while decoding. A step that
+retrieves blocks the whole batch, as the real forward pass waits for ``start_load_kv``.
 """
 from __future__ import annotations
 
@@ -30,11 +32,10 @@ class SimRequest:
     disk_device: str = "local_nvme"
     store: bool = False           # LMCache stores the newly computed KV (a cache arm)
     arrival: float = 0.0
-    stage1_left: float = 0.0      # bytes still to read from the device
     computed: int = 0
     generated: int = 0
     admitted: bool = False
-    state: str = "new"            # loading, waiting, running, done
+    state: str = "new"            # waiting, running, done
     first_token_at: float | None = None
     finished_at: float | None = None
     events: list = field(default_factory=list)
@@ -59,7 +60,6 @@ class Engine:
         self.device_bandwidth = device_bandwidth or (lambda device: 6.8e9)
         self.listener = listener
         self.now = 0.0
-        self.loading: list[SimRequest] = []
         self.queue: list[SimRequest] = []      # FCFS: waiting for admission or mid-prefill
         self.running: list[SimRequest] = []    # decoding
         self.step_end: float | None = None
@@ -70,48 +70,32 @@ class Engine:
     def submit(self, request: SimRequest) -> None:
         request.arrival = self.now
         request.computed = 0
-        if request.cached_disk > 0:
-            request.stage1_left = request.cached_disk * self.model.kv_bytes_per_token()
-            request.state = "loading"
-            self.loading.append(request)
-        else:
-            request.state = "waiting"
-            self.queue.append(request)
+        request.state = "waiting"
+        self.queue.append(request)
         self._maybe_start_step()
 
     def cancel(self, request: SimRequest) -> None:
         """The client went away: drop the request wherever it is (a step in flight finishes)."""
-        for pool in (self.loading, self.queue, self.running):
+        for pool in (self.queue, self.running):
             if request in pool:
                 pool.remove(request)
         request.state = "done"
 
     def idle(self) -> bool:
-        return not (self.loading or self.queue or self.running or self.step_end is not None)
+        return not (self.queue or self.running or self.step_end is not None)
 
     def next_event_time(self) -> float | None:
-        times = [] if self.step_end is None else [self.step_end]
-        rates = self._load_rates()
-        for request in self.loading:
-            times.append(self.now + request.stage1_left / rates[id(request)])
-        return min(times) if times else None
+        return self.step_end
 
     def advance_to(self, target: float) -> None:
         """Process every event up to model time ``target``."""
         while True:
             when = self.next_event_time()
             if when is None or when > target + EPSILON:
-                self._progress_loads(max(target - self.now, 0.0))
                 self.now = max(self.now, target)
                 return
-            self._progress_loads(max(when - self.now, 0.0))
             self.now = max(self.now, when)
-            if self.step_end is not None and self.step_end <= self.now + EPSILON:
-                self._finish_step()
-            for request in [r for r in self.loading if r.stage1_left <= 1.0]:
-                self.loading.remove(request)
-                request.state = "waiting"
-                self.queue.append(request)
+            self._finish_step()
             self._maybe_start_step()
 
     def run_until_idle(self, limit: float = 1e7) -> None:
@@ -122,20 +106,6 @@ class Engine:
             self.advance_to(when)
 
     # --- internals -----------------------------------------------------------------------------
-    def _load_rates(self) -> dict[int, float]:
-        per_device: dict[str, int] = {}
-        for request in self.loading:
-            per_device[request.disk_device] = per_device.get(request.disk_device, 0) + 1
-        return {id(r): max(self.device_bandwidth(r.disk_device), 1.0) / per_device[r.disk_device]
-                for r in self.loading}
-
-    def _progress_loads(self, seconds: float) -> None:
-        if seconds <= 0 or not self.loading:
-            return
-        rates = self._load_rates()
-        for request in self.loading:
-            request.stage1_left = max(request.stage1_left - rates[id(request)] * seconds, 0.0)
-
     def _emit(self, request: SimRequest, kind: str, info: dict | None = None) -> None:
         if self.listener is not None:
             self.listener(request, kind, self.now, info or {})
@@ -147,6 +117,7 @@ class Engine:
         budget = self.max_batched_tokens - len(decodes)
         chunks: list[tuple[SimRequest, int]] = []
         retrievals: list[dict] = []
+        reads: dict[str, float] = {}
         extra = 0.0
         for request in self.queue:
             if budget <= 0:
@@ -157,16 +128,22 @@ class Engine:
                 request.computed = cached
                 if request.external_hit:
                     tokens = min(request.external_hit, max(cached - request.cached_hbm, 0))
+                    disk = min(request.cached_disk, tokens)
+                    reads.setdefault(request.disk_device, 0.0)
+                    reads[request.disk_device] += disk * self.model.kv_bytes_per_token()
                     rank_bytes = tokens * self.model.kv_bytes_per_token() / self.hw.gpus
                     seconds = self.hw.retrieve_latency + rank_bytes / self.cold_read
                     extra += seconds
                     retrievals.append({"request": request, "tokens": tokens, "rank_bytes": rank_bytes,
-                                       "seconds": seconds})
+                                       "seconds": seconds, "disk_tokens": disk, "device": request.disk_device})
             take = min(request.prompt_tokens - request.computed, budget)
             chunks.append((request, take))
             budget -= take
         if not chunks and not decodes:
             return
+        # reads admitted together share their device: one device's reads take its bytes / its bandwidth
+        for device, size in reads.items():
+            extra += size / max(self.device_bandwidth(device), 1.0)
         prefill = [(r.computed, n) for r, n in chunks]
         contexts = [r.prompt_tokens + r.generated for r in decodes]
         seconds = step_seconds(self.model, self.hw, prefill, contexts) + extra

@@ -314,9 +314,9 @@ class SimServer:
                 lines.append(f"{key} {value}")
         engine = self.engine
         lines += ["# TYPE vllm:num_requests_running gauge",
-                  f"vllm:num_requests_running{{{label}}} {len(engine.running) + len(engine.queue)}",
+                  f"vllm:num_requests_running{{{label}}} {len(engine.running) + sum(r.admitted for r in engine.queue)}",
                   "# TYPE vllm:num_requests_waiting gauge",
-                  f"vllm:num_requests_waiting{{{label}}} {len(engine.loading)}",
+                  f"vllm:num_requests_waiting{{{label}}} {sum(not r.admitted for r in engine.queue)}",
                   "# TYPE vllm:kv_cache_usage_perc gauge",
                   f"vllm:kv_cache_usage_perc{{{label}}} "
                   f"{len(self.hbm) / self.hbm.capacity if self.hbm.capacity else 0.0:.6f}"]

@@ -34,7 +34,7 @@ def test_faults_change_at_runtime_and_bad_ones_are_named(tmp_path):
     call_command("simnode", nodes=1, dir=str(tmp_path), fault=["node1:slow-disk=2"], run_for=0, stdout=io.StringIO())
     assert load_state(tmp_path / "node1")["faults"]["slow_disk"] == 2.0
     call_command("simnode", "fault", "node1", "fx-down", "on", dir=str(tmp_path), stdout=io.StringIO())
-    call_command("simnode", "fault", "node1", "drop-ssh-after", "3", dir=str(tmp_path), stdout=io.StringIO())
+    call_command("simnode", "fault", "--dir", str(tmp_path), "node1", "drop-ssh-after", "3", stdout=io.StringIO())
     faults = load_state(tmp_path / "node1")["faults"]
     assert faults["fx_down"] is True and faults["drop_ssh_after_seconds"] == 3.0
     with pytest.raises(CommandError, match="unknown fault 'fx-sideways'"):

@@ -66,6 +66,12 @@ def set_fault(root: Path, name: str, value: str) -> dict:
 class Command(BaseCommand):
     help = "Run N simulated GPU nodes over real SSH on 127.0.0.1 (simulated: true), or change one's faults."
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # `simnode fault --dir D node1 fx-down on`: options may sit between the action's words
+        parser.parse_args = parser.parse_intermixed_args
+        return parser
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", nargs="*", help="empty to run nodes; or: fault NODE NAME VALUE; or: rekey NODE")
         parser.add_argument("--nodes", type=int, default=2)
@@ -154,6 +160,7 @@ class Command(BaseCommand):
         self.wait(opts["run_for"])
         for server in servers:
             server.stop()
+        self.stdout.write("simulated nodes stopped")
 
     def parse_fault_flags(self, flags: list[str], count: int) -> dict[str, dict]:
         out: dict[str, dict] = {}

@@ -192,8 +192,14 @@ def parse_ibv_devinfo(raw: bytes | str | None) -> dict[str, dict]:
 
 def parse_nics(ip_link: bytes | str, ethtool: bytes | str | None, rdma_link: bytes | str | None,
                ibv_devinfo: bytes | str | None) -> list[dict]:
-    links = _json(ip_link, "ip-link.json")
     speeds, rdma, hcas = parse_ethtool(ethtool), parse_rdma_link(rdma_link), parse_ibv_devinfo(ibv_devinfo)
+    try:
+        links = _json(ip_link, "ip-link.json")
+    except ProbeParseError:
+        if not speeds:
+            raise
+        # iproute2 without -j: the interfaces ethtool described, up when it detected a link
+        links = [{"ifname": name, "operstate": "UP" if eth["link"] else "DOWN"} for name, eth in speeds.items()]
     nics = []
     for link in links:
         name = link.get("ifname")

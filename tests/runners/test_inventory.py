@@ -77,6 +77,11 @@ def test_nics_join_ip_ethtool_rdma_and_ibv_devinfo():
     assert inv.parse_rdma_link(raw("rdma-link.txt")) == inv.parse_rdma_link(raw("rdma-link.json"))
 
 
+def test_without_ip_json_the_nics_come_from_ethtool():
+    nics = inv.parse_nics(b"Option \"-j\" is unknown", raw("ethtool-100g.txt"), raw("rdma-link.txt"), raw("ibv_devinfo.txt"))
+    assert nics[0]["name"] == "ens1f0np0" and nics[0]["state"] == "up" and nics[0]["rdma_device"] == "mlx5_0"
+
+
 def test_mounts_are_read_from_mount_and_from_proc_mounts():
     rows = inv.parse_mounts(raw("mount.txt"))
     assert {"device": "/dev/nvme1n1", "path": "/mnt/fx", "fstype": "xfs",

@@ -45,6 +45,7 @@ from gates.models import (
 )
 
 PAGE_SIZE = 50
+PILOTS_PER_PAGE = 25
 LOGIN_FAILURES_ALLOWED = 5
 LOGIN_LOCKOUT_SECONDS = 15 * 60
 
@@ -127,7 +128,7 @@ def _my_roles_by_pilot(user, pilots) -> dict[int, set[str]]:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    page = Paginator(access.pilots_for(request), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(access.pilots_for(request), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
     mine = _my_roles_by_pilot(request.user, pilots)
     pending = notifications.pending_actions_bulk(pilots)

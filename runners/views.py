@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -62,6 +64,12 @@ def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
     return run
 
 
+def log_html(chunks: list[OutputChunk]) -> SafeString:
+    """The log lines as HTML, built here rather than in a template loop: a page may carry hundreds of chunks."""
+    return mark_safe("".join(  # noqa: S308 - every value is escaped or an integer
+        f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">{escape(c.text)}</span>' for c in chunks))
+
+
 def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
     steps = list(job.steps.select_related("node").order_by("seq"))
     orchestration = _orchestration()
@@ -79,7 +87,8 @@ def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     chunks = _contiguous(list(job.chunks.order_by("seq")[:LOG_BATCH]), 0)
     artifacts = list(job.artifacts.select_related("node"))
     return render(request, "runners/run.html", {
-        **_status_context(request, job, pilot), "chunks": chunks, "last_seq": chunks[-1].seq if chunks else 0,
+        **_status_context(request, job, pilot), "chunks": chunks, "log_html": log_html(chunks),
+        "last_seq": chunks[-1].seq if chunks else 0,
         "more": len(chunks) == LOG_BATCH, "artifacts": artifacts,
         "can_download_raw": access.can(pilot, request.user, RAW_DATA), "poll_seconds": POLL_SECONDS})
 
@@ -95,7 +104,7 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
     chunks = _contiguous(list(job.chunks.filter(seq__gt=after).order_by("seq")[:LOG_BATCH]), after)
     last = chunks[-1].seq if chunks else after
     return render(request, "runners/_log_update.html", {
-        **_status_context(request, job, pilot), "chunks": chunks, "last_seq": last,
+        **_status_context(request, job, pilot), "chunks": chunks, "log_html": log_html(chunks), "last_seq": last,
         "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
         "poll_seconds": POLL_SECONDS})
 

@@ -82,3 +82,14 @@ def test_marking_notifications_read_clears_them_from_the_home_page(client, demo)
     client.post(reverse("notifications_read"))
     assert not Notification.objects.filter(user=demo.bob, read_at__isnull=True).exists()
     lifecycle.sign_plan(demo.pilot.latest_plan, demo.bob)
+
+
+def test_the_notify_command_sends_what_is_due_once(demo):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("notify", stdout=out)
+    call_command("notify", stdout=out)
+    assert out.getvalue().splitlines() == ["2 notification(s) sent", "0 notification(s) sent"]

@@ -1,0 +1,230 @@
+"""Portal load benchmark: 200 pilots × 50 runs, gunicorn on loopback, 10 concurrent clients.
+
+Builds its own SQLite database in a scratch data folder, serves it with gunicorn (DEBUG off), logs in
+as the vendor engineer who sees every pilot, and drives each page with a threaded keep-alive client.
+The floor measured in the same run is a static file served by WhiteNoise through the same stack; the
+target is p95 ≤ 100 ms for the list and detail pages. Writes benchmarks/out/portal-<time>.json.
+
+    .venv/bin/python benchmarks/portal/bench_portal.py [--pilots 200 --runs 50 --requests 300 --clients 10]
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlencode
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_P95_MS = 100.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def populate(pilots: int, runs: int) -> dict:
+    """Run inside a child interpreter with the scratch environment: the demo people, N pilots, M runs each."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    call_command("migrate", verbosity=0)
+    from gates import lifecycle
+    from gates.management.commands.seed_demo import DEMO_PASSWORD, seed
+    from gates.models import AuditEvent, Pilot
+    from runners.models import Job, Node, OutputChunk, Site, Status, Step
+
+    demo = seed()
+    people = {u.username: u for u in django.contrib.auth.get_user_model().objects.all()}
+    lifecycle.sign_plan(demo.latest_plan, people["alice"])
+    lifecycle.sign_plan(demo.latest_plan, people["bob"])
+    for n in range(pilots - 1):
+        pilot = lifecycle.create_pilot(name=f"Bench pilot {n:03d}", customer=demo.customer, vendor=demo.vendor,
+                                       who="bench")
+        if n % 2 == 0:
+            lifecycle.sign_plan(pilot.latest_plan, people["alice"])
+            lifecycle.sign_plan(pilot.latest_plan, people["bob"])
+    now = timezone.now()
+    jobs, steps, events = [], [], []
+    for pilot in Pilot.objects.all():
+        site = Site.objects.create(pilot=pilot, name="Lab", queue=f"bench-{pilot.pk}")
+        Node.objects.create(site=site, name="node1", host="127.0.0.1", username="fx", simulated=True)
+        gate = pilot.gates.get(number=1)
+        for _ in range(runs):
+            jobs.append(Job(pilot=pilot, gate=gate, site=site, status=Status.SUCCESSFUL, created=now, started=now,
+                            finished=now, chunk_count=0, params={"time_scale": 0.01}))
+        for e in range(50):
+            events.append(AuditEvent(pilot=pilot, actor_label="bench", action="bench.event", object_type="pilot",
+                                     object_id=str(pilot.pk), detail={"n": e}))
+    Job.objects.bulk_create(jobs, batch_size=2000)
+    AuditEvent.objects.bulk_create(events, batch_size=2000)
+    node_of = {n.site.pilot_id: n for n in Node.objects.select_related("site")}
+    for job in Job.objects.all().only("id", "pilot_id"):
+        for seq, name in enumerate(("probe", "collect", "evaluate"), 1):
+            steps.append(Step(job_id=job.pk, seq=seq, name=name, node=node_of[job.pilot_id], status=Status.SUCCESSFUL,
+                              requests_done=100, requests_total=100))
+    Step.objects.bulk_create(steps, batch_size=5000)
+    job = Job.objects.filter(pilot=demo).first()
+    OutputChunk.objects.bulk_create([OutputChunk(job=job, seq=n, stream="stdout", text=f"line {n} of the probe output\n")
+                                     for n in range(1, 1001)])
+    Job.objects.filter(pk=job.pk).update(chunk_count=1000)
+    return {"pilot": str(demo.code), "job": str(job.code), "password": DEMO_PASSWORD,
+            "pilots": Pilot.objects.count(), "runs": Job.objects.count(), "steps": Step.objects.count()}
+
+
+class Client:
+    """One keep-alive HTTP connection with a session cookie."""
+
+    def __init__(self, port: int, cookie: str):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.cookie = cookie
+
+    def get(self, path: str) -> tuple[int, float]:
+        start = time.perf_counter()
+        self.conn.request("GET", path, headers={"Cookie": self.cookie, "Host": "127.0.0.1"})
+        response = self.conn.getresponse()
+        response.read()
+        return response.status, (time.perf_counter() - start) * 1000
+
+
+def log_in(port: int, username: str, password: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/accounts/login/", headers={"Host": "127.0.0.1"})
+    response = conn.getresponse()
+    body = response.read().decode()
+    csrf = re.search(r"csrftoken=([^;]+)", response.getheader("Set-Cookie")).group(1)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', body).group(1)
+    conn.request("POST", "/accounts/login/", urlencode({"username": username, "password": password,
+                                                       "csrfmiddlewaretoken": token}),
+                 headers={"Content-Type": "application/x-www-form-urlencoded", "Cookie": f"csrftoken={csrf}",
+                          "Host": "127.0.0.1", "Referer": f"http://127.0.0.1:{port}/accounts/login/"})
+    response = conn.getresponse()
+    response.read()
+    session = re.search(r"sessionid=([^;]+)", response.getheader("Set-Cookie") or "")
+    if response.status != 302 or not session:
+        raise SystemExit(f"log-in failed: HTTP {response.status}")
+    return f"sessionid={session.group(1)}; csrftoken={csrf}"
+
+
+def load(port: int, cookie: str, path: str, clients: int, requests: int) -> dict:
+    latencies: list[float] = []
+    errors: list[int] = []
+    lock = threading.Lock()
+    per_client = requests // clients
+
+    def worker() -> None:
+        client = Client(port, cookie)
+        client.get(path)  # warm the connection and the worker
+        mine, bad = [], []
+        for _ in range(per_client):
+            status, ms = client.get(path)
+            (mine if status == 200 else bad).append(ms if status == 200 else status)
+        with lock:
+            latencies.extend(mine)
+            errors.extend(bad)
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    q = statistics.quantiles(latencies, n=100)
+    return {"path": path, "requests": len(latencies), "errors": len(errors), "rps": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(q[49], 1), "p95_ms": round(q[94], 1), "p99_ms": round(q[98], 1),
+            "max_ms": round(latencies[-1], 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pilots", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=300, help="per page, spread over the clients")
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--populate", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.populate:
+        print(json.dumps(populate(args.pilots, args.runs)))
+        return 0
+
+    scratch = Path(tempfile.mkdtemp(prefix="fxpilot-bench-portal-"))
+    env = {**os.environ, "FXPILOT_DATA_DIR": str(scratch), "DATABASE_URL": f"sqlite:///{scratch}/bench.sqlite3",
+           "DEBUG": "false", "DJANGO_SETTINGS_MODULE": "fxpilot.settings", "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
+    env.pop("FXPILOT_ENV", None)
+    python = sys.executable
+    started = time.perf_counter()
+    made = json.loads(subprocess.run([python, __file__, "--populate", "--pilots", str(args.pilots), "--runs",
+                                      str(args.runs)], env=env, cwd=ROOT, check=True, capture_output=True,
+                                     text=True).stdout.strip().splitlines()[-1])
+    print(f"populated {made['pilots']} pilots, {made['runs']} runs, {made['steps']} steps "
+          f"in {time.perf_counter() - started:.0f} s", flush=True)
+    subprocess.run([python, "manage.py", "collectstatic", "--noinput", "-v", "0"], env=env, cwd=ROOT, check=True)
+    port = free_port()
+    server = subprocess.Popen([python, "-m", "gunicorn", "fxpilot.wsgi", "-w", str(args.workers), "-b",
+                               f"127.0.0.1:{port}", "--log-level", "warning"], env=env, cwd=ROOT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        cookie = log_in(port, "alice", made["password"])
+        pages = {
+            "static file (floor)": "/static/fxpilot/portal.css",
+            "pilot list (home, 200 pilots)": "/",
+            "pilot overview": f"/pilots/{made['pilot']}/",
+            "gate page": f"/pilots/{made['pilot']}/gates/1/",
+            "plan": f"/pilots/{made['pilot']}/plan/",
+            "run page (1000 log chunks)": f"/runs/{made['job']}/",
+            "live log poll": f"/runs/{made['job']}/log/?after=990",
+            "sites and nodes": f"/pilots/{made['pilot']}/sites/",
+            "audit log": f"/pilots/{made['pilot']}/audit/",
+        }
+        results = {}
+        for label, path in pages.items():
+            results[label] = load(port, cookie, path, args.clients, args.requests)
+            r = results[label]
+            print(f"{label:32} p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}  p99 {r['p99_ms']:6.1f} ms  "
+                  f"{r['rps']:6.1f} req/s  errors {r['errors']}", flush=True)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+        shutil.rmtree(scratch, ignore_errors=True)
+    pages_only = {k: v for k, v in results.items() if "floor" not in k}
+    worst = max(pages_only.values(), key=lambda r: r["p95_ms"])
+    ok = worst["p95_ms"] <= TARGET_P95_MS and not any(r["errors"] for r in results.values())
+    out = ROOT / "benchmarks" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"when": datetime.now().isoformat(timespec="seconds"), "args": vars(args), "data": made,
+              "target_p95_ms": TARGET_P95_MS, "ok": ok, "results": results}
+    path = out / f"portal-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"worst page p95 {worst['p95_ms']} ms (target ≤ {TARGET_P95_MS}); {'met' if ok else 'MISSED'}; {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -180,9 +180,15 @@ class RunRefused(Exception):
 
 
 @transaction.atomic
-def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: dict | None = None) -> Job:
-    """Create a gate run with its steps and dispatch it once the transaction commits."""
+def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: dict | None = None,
+                   trace: bytes | None = None) -> Job:
+    """Create a gate run with its steps and dispatch it once the transaction commits.
+
+    `trace` is the customer's session trace CSV for G4's replay; without one G4 replays a generated
+    sample trace and its log says so.
+    """
     from runners import gateplans
+    from runners.steps import attach_trace
 
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
     lifecycle.require_runnable(gate)
@@ -202,6 +208,11 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     params.setdefault("time_scale", 1.0)
     job = Job.objects.create(pilot=gate.pilot, gate=gate, site=site, kind=Job.Kind.GATE_RUN, params=params,
                              created_by=actor.user)
+    if gate.number == 4:
+        kept = attach_trace(job, trace)
+        if not trace:
+            system_line(job, "no customer trace was uploaded: G4 replays a generated sample trace "
+                             f"({kept.name}), which is not the customer's traffic")
     steps = StepList(job)
     gateplans.build(job, gate, nodes, steps)
     steps.save()
@@ -385,8 +396,6 @@ def execute_step(step_id: int, worker: str) -> str:
     ctx.say(f"{step_label(step)} started (attempt {step.attempts}, {worker})")
     try:
         if kind.detached:
-            if step.remote and kind.cancel:
-                kind.cancel(ctx)  # a previous attempt may have left a process behind
             with _Heartbeat(step.pk, token):
                 remote = kind.start(ctx)
             ctx.save_remote(remote)
@@ -471,7 +480,8 @@ def poll_step(step_id: int, token: str) -> str:
         found = kind.poll(ctx)
     except Exception as exc:  # noqa: BLE001
         if not _is_transient(exc):
-            _finish(step, token, Status.ERROR, error=f"following the remote process: {_describe(exc)}")
+            reason = _describe(exc) if isinstance(exc, StepError) else f"following the remote process: {_describe(exc)}"
+            _finish(step, token, Status.ERROR, error=reason, affects_status=kind.affects_status)
             dispatch_advance(step.job_id)
             return "error"
         failures = int(step.remote.get("poll_failures", 0)) + 1

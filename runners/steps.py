@@ -1,2 +1,352 @@
-"""The kinds of step a gate run is made of (probe, deploy, workload, collect, teardown, evaluate, report)."""
+"""The kinds of step a gate run is made of, each a thin adapter over the module that does the work.
+
+probe (runners.probe) · deploy, collect, teardown (runners.deploy) · the workload phases, run
+detached on the node (runners/remote/workload.py through runners.detached) · evaluate
+(gates.evaluation + gates.lifecycle) · report (gates.reports.service).
+
+A workload step's remote directory is fixed by its step (`<arm dir>/steps/NN-name`), so a step
+resumed after its worker died adopts the process already running there instead of starting a
+second one; its records file is fixed the same way, so nothing is written twice.
+"""
 from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import shlex
+
+from gates import lifecycle
+from runners import detached, ssh
+from runners.artifacts import read_artifact, store_bytes
+from runners.deploy import DeployError, Deployment, collect_deployment, deploy_arm, run_id_of, teardown_arm
+from runners.models import Artifact, Job
+from runners.orchestration import Poll, StepContext, StepError, StepFailed, StepKind, register_kind
+
+WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
+                     "replay": "replay", "share": "share", "soak": "soak", "fault": "fault"}
+TRACE_NAME = "customer-trace.csv"
+SAMPLE_TRACE_NAME = "sample-trace.csv"
+
+
+def _deployment(ctx: StepContext, seq: int | None = None) -> Deployment:
+    deploy = ctx.sibling(seq or ctx.step.params["deploy"])
+    data = (deploy.result or {}).get("deployment")
+    if not data:
+        raise StepError(f"step {deploy.seq} (deploy {deploy.arm}) left no deployment to work with")
+    return Deployment.from_dict(data)
+
+
+def _time_scale(job: Job) -> float:
+    return float(job.params.get("time_scale", 1.0))
+
+
+# ── probe, deploy, collect, teardown ───────────────────────────────────────────────────────────
+
+
+def run_probe(ctx: StepContext) -> dict:
+    from runners.probe import ProbeSettingsError, probe_node
+
+    params = ctx.job.params
+    try:
+        inventory = probe_node(ctx.node, job=ctx.job, step=ctx.step, fio_runtime=int(params.get("fio_runtime", 30)),
+                               fio_size=str(params.get("fio_size", "4G")))
+    except ProbeSettingsError as exc:
+        raise StepError(str(exc)) from None
+    return {"problems": inventory.get("problems", []), "simulated": inventory.get("simulated", False)}
+
+
+def run_deploy(ctx: StepContext) -> dict:
+    previous = (ctx.step.result or {}).get("deployment")
+    if previous and not previous.get("torn_down"):
+        # A worker died in the middle of this deploy: stop what that attempt may have started.
+        try:
+            teardown_arm(ctx.job, ctx.step, ctx.node, previous)
+        except (ssh.SSHError, DeployError) as exc:
+            ctx.say(f"clearing the previous deploy attempt: {exc}")
+    try:
+        deployment = deploy_arm(ctx.job, ctx.step, ctx.node, ctx.step.arm, time_scale=_time_scale(ctx.job),
+                                share_pool=bool(ctx.step.params.get("share_pool")))
+    except DeployError as exc:
+        raise StepError(str(exc)) from None
+    return {"deployment": deployment.to_dict()}
+
+
+def run_collect(ctx: StepContext) -> dict:
+    deployment = _deployment(ctx)
+    try:
+        artifacts = collect_deployment(ctx.job, ctx.step, ctx.node, deployment)
+    except DeployError as exc:
+        raise StepError(str(exc)) from None
+    records = [a.name for a in artifacts if a.kind == "records"]
+    if not records:
+        raise StepError(f"no request records came back from {ctx.node.name} ({deployment.records_dir})")
+    return {"artifacts": len(artifacts), "records": records}
+
+
+def run_teardown(ctx: StepContext) -> dict:
+    deploy = ctx.sibling(ctx.step.params["deploy"])
+    data = (deploy.result or {}).get("deployment")
+    if not data:
+        return {"skipped": "the deploy left nothing to tear down"}
+    deployment = Deployment.from_dict(data)
+    try:
+        teardown_arm(ctx.job, ctx.step, ctx.node, deployment)
+    except DeployError as exc:
+        raise StepError(str(exc)) from None
+    retrieves = _retrieve_records(ctx, deployment)
+    return {"torn_down": True, "retrieve_records": retrieves}
+
+
+def _retrieve_records(ctx: StepContext, deployment: Deployment) -> int:
+    """LMCache "Retrieved …" lines of the server log → fxpilot.retrieve/1 records (the judge's read_bw)."""
+    if deployment.arm == "recompute":
+        return 0
+    from gates.judge import lmcache_log
+
+    logs = Artifact.objects.filter(job=ctx.job, kind="server-log", name__startswith=deployment.name_prefix + "/")
+    records = []
+    for artifact in logs.order_by("name"):
+        records += lmcache_log.parse_log(read_artifact(artifact).decode("utf-8", errors="replace"),
+                                         run_id=deployment.run_id, arm=deployment.arm, instance=deployment.instance,
+                                         simulated=deployment.simulated)
+    if records:
+        store_bytes(ctx.job, f"{deployment.name_prefix}/retrieve.jsonl", lmcache_log.to_jsonl(records), kind="retrieve",
+                    step=ctx.step, node=ctx.node, simulated=deployment.simulated)
+    return len(records)
+
+
+# ── workload phases, detached ──────────────────────────────────────────────────────────────────
+
+
+def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConnection, run_dir: str) -> list[str]:
+    from runners import gateplans
+    from runners.remote.workload import plan_args
+
+    step, job = ctx.step, ctx.job
+    params = step.params
+    command = WORKLOAD_COMMANDS[step.name]
+    loads = gateplans.workloads(job)
+    # evict writes no records: its (empty) file stays out of the records the judge reads.
+    out = f"{run_dir}/none.jsonl" if command == "evict" else f"{deployment.records_dir}/{step.seq:02d}-{step.name}.jsonl"
+    args = [command, "--url", deployment.url, "--arm", deployment.arm, "--out", out, "--run-id", run_id_of(job),
+            "--instance", deployment.instance, "--simulated", "yes" if deployment.simulated else "no",
+            *plan_args("cold-recovery" if command in ("populate", "evict", "measure") else command, loads)]
+    versions = _versions(conn, deployment)
+    if versions:
+        args += ["--versions", json.dumps(versions, sort_keys=True)]
+    if params.get("concurrency"):
+        args += ["--concurrency", ",".join(str(c) for c in params["concurrency"])]
+    if params.get("repetitions"):
+        args += ["--repetitions", str(params["repetitions"])]
+    if command == "replay":
+        trace = f"{run_dir}/trace.csv"
+        conn.upload(_trace_bytes(ctx), trace)
+        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", str(params["max_sessions"])]
+    elif command == "share":
+        reader = _deployment(ctx, params["reader"])
+        args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]
+    elif command == "soak":
+        args += ["--duration-s", f"{max(params['seconds'], 0.1):.3f}", "--windows", str(params["windows"])]
+    elif command == "fault":
+        interface = _roce_interface(ctx)
+        cut = max(float(params["cut_seconds"]), 0.05)
+        args += ["--fault-start", f"{cut:.3f}", "--fault-seconds", f"{cut:.3f}",
+                 "--cut-cmd", f"ip link set dev {interface} down", "--restore-cmd", f"ip link set dev {interface} up"]
+    return args
+
+
+def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
+    """The versions the deploy's preflight found (manifest.json), for the phase summaries the judge checks."""
+    res = conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False, check=False, timeout=30)
+    try:
+        found = json.loads(res.stdout).get("versions") or {}
+    except ValueError:
+        return {}
+    lmcache = found.get("lmcache") or {}
+    if isinstance(lmcache, dict):
+        return {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
+                "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm")}
+    return {"vllm": found.get("vllm"), "lmcache": lmcache, "rocm": found.get("rocm")}
+
+
+def _roce_interface(ctx: StepContext) -> str:
+    from runners.deploy import settings_for
+
+    interface = settings_for(ctx.job, ctx.node).roce_interface
+    if not interface:
+        raise StepError("deployment.roce_interface is not set: the fault window needs the RoCE interface to cut")
+    return interface
+
+
+def _trace_bytes(ctx: StepContext) -> bytes:
+    artifact = ctx.job.artifacts.filter(name__in=[TRACE_NAME, SAMPLE_TRACE_NAME]).order_by("name").first()
+    if artifact is None:
+        raise StepError("the run has no trace to replay")
+    return read_artifact(artifact)
+
+
+def attach_trace(job: Job, data: bytes | None) -> Artifact:
+    """Keep the customer's trace CSV with the run; without one, a generated sample trace that says so."""
+    if data:
+        return store_bytes(job, TRACE_NAME, data, kind="trace")
+    return store_bytes(job, SAMPLE_TRACE_NAME, sample_trace(), kind="trace")
+
+
+def sample_trace(sessions: int = 24, turns: int = 3, seed: int = 20260629) -> bytes:
+    """A made-up multi-turn trace (long shared contexts, short new turns) for demos without a customer trace."""
+    rng = random.Random(seed)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["session_id", "turn", "prompt_tokens", "output_tokens", "arrival_offset_s"])
+    for s in range(sessions):
+        start = rng.uniform(0, 60)
+        context = rng.choice([16384, 32768, 65536])
+        for turn in range(1, turns + 1):
+            writer.writerow([f"sample-{s:03d}", turn, context + 256 * turn, 128, f"{start + 45 * (turn - 1):.1f}"])
+    return out.getvalue().encode()
+
+
+def start_workload(ctx: StepContext) -> dict:
+    deployment = _deployment(ctx)
+    run_dir = f"{deployment.arm_dir}/steps/{ctx.step.seq:02d}-{ctx.step.name}"
+    with ssh.connect(ctx.node) as conn:
+        adopted = _adopt(conn, run_dir) if ctx.step.remote.get("dir") == run_dir else None
+        if adopted:
+            ctx.say(f"{ctx.node.name}: the process of an earlier attempt is running in {run_dir}; following it")
+            return adopted
+        ctx.save_remote({"dir": run_dir})
+        conn.mkdirs(run_dir)
+        args = _workload_args(ctx, deployment, conn, run_dir)
+        command = f"exec python3 {ssh.shell_path(deployment.workload)} " + " ".join(shlex.quote(a) for a in args)
+        proc = detached.start(conn, run_dir, command, job=ctx.job, step=ctx.step)
+    return proc.to_dict()
+
+
+def _adopt(conn: ssh.NodeConnection, run_dir: str) -> dict | None:
+    res = conn.run(f"cd {ssh.shell_path(run_dir)} 2>/dev/null && cat pid pgid 2>/dev/null", echo=False, check=False,
+                   timeout=30)
+    numbers = res.stdout.split()
+    if len(numbers) == 2 and all(n.isdigit() for n in numbers):
+        return detached.RemoteProcess(dir=run_dir, pid=int(numbers[0]), pgid=int(numbers[1])).to_dict()
+    return None
+
+
+def _progress(text: str) -> tuple[int | None, int | None]:
+    done = total = None
+    for line in text.splitlines():
+        if line.startswith("PROGRESS "):
+            figures = line.split()[1].split("/")
+            if len(figures) == 2 and all(f.isdigit() for f in figures):
+                done, total = int(figures[0]), int(figures[1])
+    return done, total
+
+
+def poll_workload(ctx: StepContext) -> Poll:
+    deployment = _deployment(ctx)
+    with ssh.connect(ctx.node) as conn:
+        found = detached.poll(conn, ctx.step.remote)
+        ctx.save_remote({**ctx.step.remote, **found.proc.to_dict()})
+        server = detached.poll(conn, deployment.server, max_bytes=0) if deployment.server else None
+    done, total = _progress(found.stdout)
+    if server is not None and not server.running:
+        if found.running:
+            with ssh.connect(ctx.node) as conn:
+                detached.cancel(conn, ctx.step.remote)
+        raise StepError(f"the {deployment.arm} server on {ctx.node.name} {server.state} during {ctx.step.name} "
+                        f"(exit code {server.exit_code}); its log is kept with the run")
+    if found.state in ("vanished", "canceled"):
+        raise StepError(f"the workload process on {ctx.node.name} {found.state} without an exit code")
+    return Poll(running=found.running, exit_code=found.exit_code, requests_done=done, requests_total=total,
+                output=found.stdout, stderr=found.stderr)
+
+
+def finish_workload(ctx: StepContext, found: Poll) -> dict:
+    if found.exit_code != 0:
+        reason = {2: "bad arguments or trace", 3: "the server or the eviction could not be used"}.get(found.exit_code, "")
+        tail = " | ".join(found.stderr.strip().splitlines()[-3:]) if found.stderr else ""
+        raise StepError(f"the workload client exited with code {found.exit_code}"
+                        + (f" ({reason})" if reason else "") + (f": {tail}" if tail else ""))
+    return {"exit_code": 0, "requests": found.requests_done}
+
+
+def cancel_workload(ctx: StepContext) -> None:
+    if not ctx.step.remote.get("pid"):
+        return
+    with ssh.connect(ctx.node) as conn:
+        detached.cancel(conn, ctx.step.remote, grace_seconds=3)
+
+
+# ── evaluate, report ───────────────────────────────────────────────────────────────────────────
+
+
+def run_evaluate(ctx: StepContext) -> dict:
+    from gates import judge
+    from gates.evaluation import evaluate_job
+    from gates.models import Evaluation, Gate
+    from runners.artifacts import ArtifactMismatch
+
+    job = ctx.job
+    since = int(ctx.step.params.get("after_evaluation", 0))
+    evaluation = Evaluation.objects.filter(job=job, pk__gt=since).order_by("-pk").first()
+    if evaluation is None:
+        try:
+            evaluation = evaluate_job(job)
+        except (judge.RecordError, ArtifactMismatch, ValueError) as exc:
+            raise StepError(f"the judge could not use the collected data: {exc}") from None
+    result = {"evaluation": evaluation.pk, "verdict": evaluation.verdict}
+    ctx.say(f"verdict {evaluation.verdict} (evaluation {evaluation.pk})")
+    gate = Gate.objects.get(pk=job.gate_id)
+    already = gate.verdict == evaluation.verdict and gate.state not in (Gate.State.OPEN,)
+    if not already or evaluation.verdict == Gate.Verdict.INVALID:
+        try:
+            lifecycle.record_verdict(gate, evaluation, who="orchestrator")
+        except lifecycle.TransitionRefused as exc:
+            raise StepError(f"the verdict could not be recorded: {exc}") from None
+    if evaluation.verdict == Gate.Verdict.FAIL:
+        failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
+        raise StepFailed(f"{gate.label} failed: {', '.join(failed) or 'a criterion missed its bar'}")
+    if evaluation.verdict == Gate.Verdict.INVALID:
+        checks = [f"{c['name']}: {c.get('detail', '')}" for c in evaluation.result.get("validity", {}).get("checks", [])
+                  if not c.get("ok")]
+        raise StepError("the judge found the measurement invalid — " + ("; ".join(checks) or "see the evaluation"))
+    return result
+
+
+def run_report(ctx: StepContext) -> dict:
+    from gates.models import Evaluation
+
+    evaluate = ctx.sibling(ctx.step.params["after_verdict"][0])
+    evaluation = Evaluation.objects.filter(pk=(evaluate.result or {}).get("evaluation")).first()
+    if evaluation is None:
+        evaluation = Evaluation.objects.filter(job=ctx.job).order_by("-pk").first()
+    if evaluation is None:
+        raise StepError("no evaluation to report on")
+    try:
+        from gates.reports.service import create_gate_report
+    except ImportError as exc:
+        raise StepError(f"the report module is not available ({exc}); the verdict is recorded without a report") from None
+    try:
+        report = create_gate_report(evaluation.gate, evaluation, language=ctx.step.params.get("language", "en"))
+    except Exception as exc:  # noqa: BLE001 — a report failure must not hide the recorded verdict
+        raise StepError(f"the gate report could not be produced ({type(exc).__name__}: {exc}); "
+                        "the verdict is recorded") from None
+    return {"report": str(report.code), "path": report.path, "sha256": report.sha256}
+
+
+def run_note(ctx: StepContext) -> dict:
+    ctx.say(ctx.step.params.get("text", ""))
+    return {}
+
+
+register_kind(StepKind("probe", run=run_probe, soft_time_limit=1800))
+register_kind(StepKind("deploy", run=run_deploy, soft_time_limit=3600))
+register_kind(StepKind("collect", run=run_collect, soft_time_limit=1800))
+register_kind(StepKind("teardown", run=run_teardown, soft_time_limit=900))
+register_kind(StepKind("evaluate", run=run_evaluate, soft_time_limit=900))
+register_kind(StepKind("report", run=run_report, soft_time_limit=900, affects_status=False))
+register_kind(StepKind("note", run=run_note, soft_time_limit=60))
+for _name in WORKLOAD_COMMANDS:
+    register_kind(StepKind(_name, start=start_workload, poll=poll_workload, finish=finish_workload,
+                           cancel=cancel_workload, soft_time_limit=300))
+

@@ -152,3 +152,49 @@ def local_site(signed_pilot):
     nodes = [Node.objects.create(site=site, name=f"node{i}", host="127.0.0.1", port=22, username="fxpilot")
              for i in (1, 2)]
     return site, nodes
+
+
+# Simulated nodes over real SSH (tests/runners/conftest.py): served by threads of this test process,
+# reached by the worker processes over loopback SSH like any node.
+from tests.runners.conftest import simnodes, user_key  # noqa: E402, F401
+
+
+@pytest.fixture
+def sim_site(signed_pilot, simnodes, user_key):  # noqa: F811
+    """Two simulated nodes of a site of the signed demo pilot, host keys accepted."""
+    from types import SimpleNamespace
+
+    from runners.credentials import create_credential
+
+    servers = simnodes(2)
+    suffix = uuid.uuid4().hex[:6]
+    site = Site.objects.create(pilot=signed_pilot.pilot, name=f"sim-{suffix}", queue=f"site-sim-{suffix}")
+    credential = create_credential(site, "test key", user_key.text)
+    nodes = []
+    for server in servers:
+        key = server.host_key
+        nodes.append(Node.objects.create(
+            site=site, name=server.name, host="127.0.0.1", port=server.port, username=server.username,
+            credential=credential, simulated=True, host_key_state=Node.HostKeyState.ACCEPTED,
+            host_key_type=key.get_name(), host_key=key.get_base64(), host_key_fingerprint=key.fingerprint))
+    return SimpleNamespace(site=site, nodes=nodes, servers=servers, pilot=signed_pilot.pilot, people=signed_pilot)
+
+
+# Small and fast: a tiny time scale and few requests, still enough for the judge's minimum per cell.
+FAST_RUN = {"time_scale": 0.002, "repetitions": 2, "fio_runtime": 1, "fio_size": "16M",
+            "workloads": {"cold_recovery": {"requests_per_client": 1, "prompt_tokens": 8192},
+                          "probe_prompts": {"prompts": 4, "prompt_tokens": 1024}}}
+
+
+def open_gate(pilot, number: int, people) -> None:
+    """Walk the lifecycle up to gate `number` open: each earlier gate passes and both parties sign it off."""
+    from gates import lifecycle
+    from gates.models import Evaluation
+
+    for earlier in range(1, number):
+        gate = pilot.gate(earlier)
+        evaluation = Evaluation.objects.create(gate=gate, plan_version=pilot.signed_plan, verdict="pass",
+                                               result={"verdict": "pass", "gate": earlier, "criteria": []}, simulated=True)
+        lifecycle.record_verdict(gate, evaluation, who="test")
+        lifecycle.sign_off_gate(gate, people.alice, decision="approve")
+        lifecycle.sign_off_gate(gate, people.bob, decision="approve")

@@ -1,0 +1,193 @@
+"""What each gate runs, on which node, in which order: the step list of a gate run.
+
+Placement rule: **every compared pair of cells runs on the same node.** The criteria compare arms
+cell by cell (fx against local_nvme or recompute at one concurrency), so each node runs every arm
+a gate compares, for a share of the concurrency levels; nodes then work in parallel and no
+comparison ever mixes two machines. On one node, arms run one after another (one server holds
+the node's GPUs at a time).
+
+  G1  probe every node (in parallel) → recompute baseline at concurrency 16 × repetitions on the
+      first node (the stability of one machine across repetitions).
+  G2  on the first node: fx cold recovery (hit ratio; LMCache retrievals → read_bw) and the probe
+      prompts on fx, then the probe prompts on recompute (output equivalence on one machine).
+  G3  fx and local_nvme at 8, 16, 32 and recompute at 16, cold recovery, levels spread over nodes.
+  G4  first node: replay of the customer trace on fx then recompute; cross-instance sharing: sessions
+      written through the first node's fx server are read through the second node's (the shared pool
+      on the FX mount; with one node a fresh server on the same node is instance B); second node
+      (or the first): soak in windows, then a fault window that cuts the FX path and restores it.
+
+Per arm: deploy → populate → evict → measure → collect → teardown (teardown always runs once its
+deploy started); after every lane: evaluate (control queue) → report.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from gates.models import Gate
+from runners.models import Job, Node
+from runners.orchestration import StepList
+
+G1_CONCURRENCY = 16
+G3_LEVELS = {"fx": [8, 16, 32], "local_nvme": [8, 16, 32], "recompute": [16]}
+G2_CONCURRENCY = 8
+
+
+def workloads(job: Job) -> dict[str, dict[str, Any]]:
+    """The signed plan's workloads with the run's overrides (job.params['workloads']) on top."""
+    plan = job.pilot.signed_plan.to_plan()
+    merged = {name: dict(values or {}) for name, values in plan.workloads.items()}
+    for name, values in (job.params.get("workloads") or {}).items():
+        merged.setdefault(name, {}).update(values)
+    return merged
+
+
+def build(job: Job, gate: Gate, nodes: list[Node], steps: StepList) -> None:
+    builder = {1: _g1, 2: _g2, 3: _g3, 4: _g4}[gate.number]
+    lanes = builder(job, nodes, steps, workloads(job))
+    evaluate = steps.add("evaluate", after=[s for lane in lanes for s in lane.collects],
+                         after_done=[lane.last for lane in lanes])
+    steps.add("report", after_verdict=[evaluate], language=job.params.get("language", "en"))
+
+
+class Lane:
+    """The steps of one node, one after another; `last` is what the next arm on the node waits for."""
+
+    def __init__(self, steps: StepList, node: Node, after: list[int] | None = None):
+        self.steps, self.node, self.last, self.collects = steps, node, None, []
+        self.start_after = list(after or [])
+
+    def arm(self, arm: str, phases: list[tuple[str, dict]], *, share_pool: bool = False,
+            wait_for: list[int] | None = None) -> int:
+        """deploy → the phases → collect → teardown for one arm; returns the deploy step's seq."""
+        before = [self.last] if self.last else []
+        deploy = self.steps.add("deploy", node=self.node, arm=arm, after=self.start_after if not before else [],
+                                after_done=before, share_pool=share_pool)
+        previous, lane_steps = deploy, [deploy]
+        for index, (name, params) in enumerate(phases):
+            extra = list(wait_for or []) if index == 0 else []
+            previous = self.steps.add(name, node=self.node, arm=arm, after=[previous, *extra], deploy=deploy,
+                                      requests_total=int(params.pop("requests_total", 0)), **params)
+            lane_steps.append(previous)
+        collect = self.steps.add("collect", node=self.node, arm=arm, after=[previous], deploy=deploy)
+        lane_steps.append(collect)
+        self.last = self.steps.add("teardown", node=self.node, arm=arm, after_done=lane_steps, always=True,
+                                   deploy=deploy)
+        self.collects.append(collect)
+        return deploy
+
+
+def _reps(job: Job, section: dict) -> int:
+    return int(job.params.get("repetitions") or section.get("repetitions", 1))
+
+
+def _cold_recovery(job: Job, loads: dict, levels: list[int]) -> list[tuple[str, dict]]:
+    """populate → evict → measure of the cold-recovery workload at these concurrency levels."""
+    section = loads.get("cold_recovery", {})
+    per_client = int(section.get("requests_per_client", 2))
+    reps = _reps(job, section)
+    sessions = max(levels) * per_client
+    measured = sum(min(sessions, c * per_client) for c in levels) * reps
+    common = {"concurrency": list(levels), "repetitions": reps}
+    return [
+        ("populate", {"workload": "cold_recovery", **common, "requests_total": sessions}),
+        ("evict", {"workload": "cold_recovery", **common}),
+        ("measure", {"workload": "cold_recovery", **common, "requests_total": measured}),
+    ]
+
+
+def _probe_prompts(loads: dict) -> tuple[str, dict]:
+    prompts = int(loads.get("probe_prompts", {}).get("prompts", 8))
+    return ("probe_prompts", {"workload": "probe_prompts", "concurrency": [G2_CONCURRENCY], "requests_total": 2 * prompts})
+
+
+def _g1(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
+    probes = [steps.add("probe", node=node) for node in nodes]
+    lane = Lane(steps, nodes[0], after=probes)
+    lane.arm("recompute", _cold_recovery(job, loads, [int(job.params.get("concurrency", G1_CONCURRENCY))]))
+    return [lane]
+
+
+def _g2(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
+    lane = Lane(steps, nodes[0])
+    lane.arm("fx", [*_cold_recovery(job, loads, [G2_CONCURRENCY]), _probe_prompts(loads)])
+    lane.arm("recompute", [_probe_prompts(loads)])
+    return [lane]
+
+
+def spread_levels(levels: dict[str, list[int]], count: int) -> list[dict[str, list[int]]]:
+    """Concurrency levels over `count` nodes, heaviest first to the least loaded; every arm of a level together."""
+    shares: list[dict[str, list[int]]] = [{} for _ in range(count)]
+    load = [0] * count
+    for level in sorted({c for values in levels.values() for c in values}, reverse=True):
+        target = load.index(min(load))
+        arms = [arm for arm, values in levels.items() if level in values]
+        for arm in arms:
+            shares[target].setdefault(arm, []).append(level)
+        load[target] += level * len(arms)
+    return [{arm: sorted(values) for arm, values in share.items()} for share in shares if share]
+
+
+def _g3(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
+    levels = {arm: list(values) for arm, values in (job.params.get("levels") or G3_LEVELS).items()}
+    lanes = []
+    for node, share in zip(nodes, spread_levels(levels, len(nodes)), strict=False):
+        lane = Lane(steps, node)
+        for arm in ("recompute", "local_nvme", "fx"):
+            if arm in share:
+                lane.arm(arm, _cold_recovery(job, loads, share[arm]))
+        lanes.append(lane)
+    return lanes
+
+
+def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
+    replay, soak, fault, share = (loads.get(name, {}) for name in ("replay", "soak", "fault", "share"))
+    reps = _reps(job, replay)
+    scale = float(job.params.get("time_scale", 1.0))
+    replay_step = ("replay", {"workload": "replay", "repetitions": reps, "max_sessions": int(replay.get("max_sessions", 64))})
+    first = Lane(steps, nodes[0])
+    fx_first = first.arm("fx", [replay_step], share_pool=True)
+    lanes = [first]
+    soak_phases = [
+        ("soak", {"workload": "soak", "windows": int(soak.get("windows", 6)),
+                  "seconds": float(job.params.get("soak_seconds") or float(soak.get("hours", 24)) * 3600 * scale),
+                  "concurrency": [int(soak.get("concurrency", 16))]}),
+        ("fault", {"workload": "fault", "cut_seconds": float(fault.get("cut_seconds", 60)) * scale,
+                   "concurrency": [int(fault.get("concurrency", 8))]}),
+    ]
+    if len(nodes) > 1:
+        # Instance B is the second node's fx server, up while the first node's client writes through A and reads
+        # through B (the shared pool on the FX mount carries the sessions); soak and fault run there afterwards.
+        second = Lane(steps, nodes[1])
+        fx_second = second.arm("fx", soak_phases, share_pool=True, wait_for=[])
+        sharing = steps.add("share", node=nodes[0], arm="fx", after=[_after_phases(steps, fx_first), fx_second],
+                            deploy=fx_first, reader=fx_second, workload="share",
+                            sessions=int(share.get("sessions", 16)), requests_total=2 * int(share.get("sessions", 16)))
+        _insert_before_collect(steps, fx_first, sharing)
+        _wait(steps, fx_second, "soak", sharing)
+        lanes.append(second)
+    else:
+        steps.add("note", node=nodes[0], text="cross-instance sharing needs two nodes; this site has one")
+        first.arm("fx", soak_phases, share_pool=True)
+    first.arm("recompute", [replay_step])
+    return lanes
+
+
+def _after_phases(steps: StepList, deploy: int) -> int:
+    """The last workload step of the arm deployed by `deploy` (before its collect)."""
+    return max(s.seq for s in steps.steps if s.params.get("deploy") == deploy and s.name not in ("collect", "teardown"))
+
+
+def _insert_before_collect(steps: StepList, deploy: int, extra: int) -> None:
+    """The arm's collect (and so its teardown) waits for an extra step of the same server."""
+    for step in steps.steps:
+        if step.params.get("deploy") == deploy and step.name in ("collect", "teardown"):
+            key = "after" if step.name == "collect" else "after_done"
+            step.params[key] = [*step.params.get(key, []), extra]
+
+
+def _wait(steps: StepList, deploy: int, name: str, extra: int) -> None:
+    for step in steps.steps:
+        if step.params.get("deploy") == deploy and step.name == name:
+            step.params["after"] = [*step.params.get("after", []), extra]
+        if step.params.get("deploy") == deploy and step.name == "teardown":
+            step.params["after_done"] = [*step.params.get("after_done", []), extra]

@@ -1,0 +1,85 @@
+"""Whole gate runs on two simulated nodes over real SSH, through real workers and a real broker."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from gates.models import Evaluation, Gate
+from runners.artifacts import read_artifact
+from runners.models import Job, Status
+from runners.orchestration import job_progress, start_gate_run, wait_for
+from tests.orchestration.conftest import FAST_RUN, open_gate
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def records_of(job: Job) -> list[dict]:
+    rows = []
+    for artifact in job.artifacts.filter(kind="records").order_by("name"):
+        rows += [json.loads(line) for line in read_artifact(artifact).decode().splitlines() if line.strip()]
+    return rows
+
+
+def request_key(row: dict) -> tuple:
+    return row["instance"], row["arm"], row["phase"], row["concurrency"], row["repetition"], row["session"]
+
+
+def explain(job: Job, cluster) -> str:
+    text = "".join(job.chunks.values_list("text", flat=True))
+    return f"{job.status}: {job.error}\n{text[-6000:]}\n{cluster.logs()[-6000:]}"
+
+
+def assert_judged(job: Job, cluster) -> Evaluation:
+    assert job.status in (Status.SUCCESSFUL, Status.FAILED), explain(job, cluster)
+    evaluation = Evaluation.objects.get(job=job)
+    gate = Gate.objects.get(pk=job.gate_id)
+    assert gate.verdict == evaluation.verdict
+    expected = {"pass": Gate.State.AWAITING_SIGNOFF, "marginal": Gate.State.REVIEW, "fail": Gate.State.FAILED}
+    assert gate.state == expected[evaluation.verdict]
+    assert (job.status == Status.FAILED) == (evaluation.verdict == "fail")
+    assert set(evaluation.inputs) == set(job.artifacts.filter(kind__in=("records", "retrieve", "inventory", "phase-summary"))
+                                         .values_list("name", flat=True))
+    return evaluation
+
+
+def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_verdict(cluster, sim_site):
+    cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
+    job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=FAST_RUN)
+    job = wait_for(job, 240)
+    evaluation = assert_judged(job, cluster)
+    assert {a.name for a in job.artifacts.filter(kind="inventory")} == {"node1/inventory.json", "node2/inventory.json"}
+    assert len(evaluation.result["inventory"]) == 2
+    rows = records_of(job)
+    assert Counter(r["phase"] for r in rows) == {"populate": 16, "measure": 16 * 2}
+    assert len({request_key(r) for r in rows}) == len(rows)
+    steps = list(job.steps.order_by("seq"))
+    assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect", "teardown",
+                                       "evaluate", "report"]
+    assert all(s.attempts == 1 for s in steps)
+    assert all(s.status == Status.SUCCESSFUL for s in steps[:-1])
+    measure = steps[5]
+    assert measure.requests_done == measure.requests_total == 32
+    progress = job_progress(job)
+    assert progress["steps_finished"] == progress["steps_total"] == 10
+
+
+def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(cluster, sim_site):
+    cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
+    params = {**FAST_RUN, "repetitions": 1}
+    open_gate(sim_site.pilot, 3, sim_site.people)
+    job = start_gate_run(sim_site.pilot.gate(3), sim_site.people.alice, site=sim_site.site, params=params)
+    job = wait_for(job, 300)
+    assert_judged(job, cluster)
+    rows = [r for r in records_of(job) if r["phase"] == "measure"]
+    assert len({request_key(r) for r in rows}) == len(rows)
+    cells = {(r["arm"], r["concurrency"]): r["instance"].split(":")[0] for r in rows}
+    assert set(cells) == {("fx", 8), ("fx", 16), ("fx", 32), ("local_nvme", 8), ("local_nvme", 16),
+                          ("local_nvme", 32), ("recompute", 16)}
+    # Every compared pair of cells was measured on one node.
+    for level in (8, 16, 32):
+        assert cells[("fx", level)] == cells[("local_nvme", level)]
+    assert cells[("fx", 16)] == cells[("recompute", 16)]
+    assert len(set(cells.values())) == 2
+    assert all(s.attempts == 1 for s in job.steps.all())

@@ -473,22 +473,6 @@ class NodeConnection:
             return store_file(job, name, tmp.name, kind=kind, step=step, node=self.node, simulated=self.node.simulated,
                               remote_sha256=remote)
 
-    def remote_sha256_many(self, paths: list[str]) -> dict[str, str]:
-        """SHA-256 of several remote files in one command (path as given → hash)."""
-        if not paths:
-            return {}
-        res = self.run("sha256sum -- " + " ".join(shell_path(p) for p in paths), echo=False, timeout=600)
-        digests = [line.split(" ", 1)[0].lstrip("\\") for line in res.stdout_tail.splitlines() if line.strip()]
-        if len(digests) != len(paths) or not all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests):
-            raise SSHError(f"sha256sum printed {len(digests)} hashes for {len(paths)} files", node=self.node)
-        return dict(zip(paths, digests, strict=True))
-
-    def download_many(self, items: list[tuple[str, str]], *, job: Job, kind: str, step: Step | None = None,
-                      ) -> dict[str, Artifact]:
-        """Fetch several files (remote path, artifact name) with one remote hashing command; name → Artifact."""
-        hashes = self.remote_sha256_many([path for path, _ in items])
-        return {name: self._fetch(path, hashes[path], job=job, name=name, kind=kind, step=step) for path, name in items}
-
 
 def connect(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> NodeConnection:
     return NodeConnection(node, timeouts=timeouts).open()

@@ -279,6 +279,8 @@ class NodeConnection:
                                        f"{node.credential.public_fingerprint} ({exc})", node=node) from None
         except socket.gaierror as exc:
             self._abort(client)
+            if exc.errno == socket.EAI_AGAIN:
+                raise Unreachable(f"name lookup of {node.host} failed for now ({exc.strerror})", node=node) from None
             raise InvalidNodeSettings(f"cannot resolve host name {node.host} ({exc.strerror})", node=node) from None
         except TimeoutError:
             self._abort(client)

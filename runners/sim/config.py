@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -199,16 +198,11 @@ class Node:
         self.fx_paths = [os.path.realpath(os.path.expanduser(p)) for p in (fx_paths or [])]
         self._state: dict | None = None
         self._mtime = None
-        self._checked = 0.0
 
     @property
     def state(self) -> dict | None:
         if self.root is None:
             return None
-        now = time.monotonic()
-        if self._state is not None and now - self._checked < 0.05:
-            return self._state
-        self._checked = now
         path = node_state.state_path(self.root)
         try:
             mtime = path.stat().st_mtime_ns

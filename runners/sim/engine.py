@@ -52,10 +52,11 @@ class Engine:
     """vLLM V1-like scheduler over model time. Drive it with ``advance_to`` and ``submit``."""
 
     def __init__(self, *, model: ModelSpec = QWEN3_CODER_480B, hw: Hardware = MI308X_NODE,
-                 max_batched_tokens: int = 8192, cold_read: float | None = None,
+                 max_batched_tokens: int = 8192, cold_read: float | None = None, chunk_tokens: int = 256,
                  device_bandwidth: Callable[[str], float] | None = None, listener: Listener | None = None):
         self.model, self.hw = model, hw
         self.max_batched_tokens = max_batched_tokens
+        self.chunk_tokens = chunk_tokens
         self.cold_read = cold_read if cold_read is not None else hw.cold_read_patched
         self.device_bandwidth = device_bandwidth or (lambda device: 6.8e9)
         self.listener = listener
@@ -132,7 +133,7 @@ class Engine:
                     reads.setdefault(request.disk_device, 0.0)
                     reads[request.disk_device] += disk * self.model.kv_bytes_per_token()
                     rank_bytes = tokens * self.model.kv_bytes_per_token() / self.hw.gpus
-                    seconds = self.hw.retrieve_latency + rank_bytes / self.cold_read
+                    seconds = self.hw.chunk_overhead * -(-tokens // self.chunk_tokens) + rank_bytes / self.cold_read
                     extra += seconds
                     retrievals.append({"request": request, "tokens": tokens, "rank_bytes": rank_bytes,
                                        "seconds": seconds, "disk_tokens": disk, "device": request.disk_device})

@@ -84,7 +84,7 @@ class Hardware:
     h2d_bandwidth: float = 25 * GB           # host -> GPU copies per GPU (PCIe Gen5 x16, pinned, achieved)
     cold_read_patched: float = 5.23 * GIB    # per-GPU cold read with the parallel-read patch (R1; LMCache prints GiB/s)
     cold_read_unpatched: float = 0.98 * GIB  # the same without the patch (R1)
-    retrieve_latency: float = 0.002          # s per retrieval per rank (lookup, metadata, stream sync)
+    chunk_overhead: float = 20e-6            # s per chunk per rank in a retrieval (copy launch, event sync)
 
 
 QWEN3_CODER_480B = ModelSpec()

@@ -129,7 +129,8 @@ class SimServer:
                 self.tiers.append(FsPool("fs", lm.fs_pool, lm.chunk_size, self.rank_chunk_bytes, self.writer))
         cold_read = self.hw.cold_read_patched if lm is None or lm.parallel_read else self.hw.cold_read_unpatched
         self.engine = Engine(model=self.model, hw=self.hw, max_batched_tokens=config.max_batched_tokens,
-                             cold_read=cold_read, device_bandwidth=self._bandwidth, listener=self._on_event)
+                             cold_read=cold_read, device_bandwidth=self._bandwidth, listener=self._on_event,
+                             chunk_tokens=lm.chunk_size if lm else 256)
         self.streams: dict[int, asyncio.Queue] = {}
         self.wake = asyncio.Event()
         self.fx_warned = False

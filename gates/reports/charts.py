@@ -131,6 +131,24 @@ def _legend(names: list[tuple[str, str]]) -> list[str]:
     return parts
 
 
+def _grid(y_axis: _Axis, x_ticks: list[float], x_pos, *, x_gridlines: bool) -> list[str]:
+    """Horizontal gridlines with y labels, x ticks (or vertical gridlines) with labels, and the plot frame."""
+    plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+    parts = []
+    for tick in y_axis.ticks:
+        y = y_axis(tick)
+        parts.append(f'<line x1="{plot_left}" y1="{y:.1f}" x2="{plot_right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
+        parts.append(_text(plot_left - 6, y + 4, _fmt(tick), size=10, anchor="end"))
+    for tick in x_ticks:
+        x = x_pos(tick)
+        top, colour = (plot_top, "#f3f4f6") if x_gridlines else (plot_bottom + 4, "#6b7280")
+        parts.append(f'<line x1="{x:.1f}" y1="{plot_bottom}" x2="{x:.1f}" y2="{top}" stroke="{colour}"/>')
+        parts.append(_text(x, plot_bottom + 16, _fmt(tick), size=10))
+    parts.append(f'<rect x="{plot_left}" y="{plot_top}" width="{plot_right - plot_left}" '
+                 f'height="{plot_bottom - plot_top}" fill="none" stroke="#6b7280"/>')
+    return parts
+
+
 def line_chart(series: dict[str, list[Point]], *, title: str, x_label: str, y_label: str,
                categorical_x: bool = True, colours: dict[str, str] | None = None, log_note: str = " (log)") -> str:
     """One line per series; x is categorical (concurrency levels evenly spaced) unless told otherwise."""
@@ -151,16 +169,7 @@ def line_chart(series: dict[str, list[Point]], *, title: str, x_label: str, y_la
         x_axis = _Axis(xs or [0.0, 1.0], plot_left, plot_right, from_zero=False)
         x_pos, x_ticks = x_axis, x_axis.ticks
     parts = _frame(title, x_label, y_label, log_note if y_axis.log else "")
-    for tick in y_axis.ticks:
-        y = y_axis(tick)
-        parts.append(f'<line x1="{plot_left}" y1="{y:.1f}" x2="{plot_right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
-        parts.append(_text(plot_left - 6, y + 4, _fmt(tick), size=10, anchor="end"))
-    for tick in x_ticks:
-        x = x_pos(tick)
-        parts.append(f'<line x1="{x:.1f}" y1="{plot_bottom}" x2="{x:.1f}" y2="{plot_bottom + 4}" stroke="#6b7280"/>')
-        parts.append(_text(x, plot_bottom + 16, _fmt(tick), size=10))
-    parts.append(f'<rect x="{plot_left}" y="{plot_top}" width="{plot_right - plot_left}" '
-                 f'height="{plot_bottom - plot_top}" fill="none" stroke="#6b7280"/>')
+    parts += _grid(y_axis, x_ticks, x_pos, x_gridlines=False)
     for name in names:
         colour = colours.get(name, arm_colour(name, names))
         points = sorted(series[name], key=lambda p: p.x)
@@ -192,16 +201,7 @@ def cdf_chart(quantiles: dict[str, list[float]], *, title: str, x_label: str, y_
     x_axis = _Axis(xs or [0.0, 1.0], plot_left, plot_right, from_zero=True)
     y_axis = _Axis([0.0, 100.0], plot_bottom, plot_top, from_zero=True, allow_log=False)
     parts = _frame(title, x_label + (log_note if x_axis.log else ""), y_label, "")
-    for tick in y_axis.ticks:
-        y = y_axis(tick)
-        parts.append(f'<line x1="{plot_left}" y1="{y:.1f}" x2="{plot_right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
-        parts.append(_text(plot_left - 6, y + 4, _fmt(tick), size=10, anchor="end"))
-    for tick in x_axis.ticks:
-        x = x_axis(tick)
-        parts.append(f'<line x1="{x:.1f}" y1="{plot_top}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#f3f4f6"/>')
-        parts.append(_text(x, plot_bottom + 16, _fmt(tick), size=10))
-    parts.append(f'<rect x="{plot_left}" y="{plot_top}" width="{plot_right - plot_left}" '
-                 f'height="{plot_bottom - plot_top}" fill="none" stroke="#6b7280"/>')
+    parts += _grid(y_axis, x_axis.ticks, x_axis, x_gridlines=True)
     for name in names:
         colour = colours.get(name, arm_colour(name, names))
         path = " ".join(f"{x_axis(p.x):.1f},{y_axis(p.y):.1f}" for p in series[name])

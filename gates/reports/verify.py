@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from io import BytesIO
@@ -26,6 +27,8 @@ from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pyhanko_certvalidator import ValidationContext
 
 MANIFEST_NAME = "manifest.json"
+# What pyHanko and zlib raise on a damaged file: each becomes a reason, never a crash.
+DAMAGE = (misc.PdfError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error)
 MANIFEST_SCHEMA = "fxpilot.report-manifest/1"
 
 
@@ -91,7 +94,7 @@ def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509
     try:
         reader = PdfFileReader(BytesIO(data), strict=False)
         embedded = list(reader.embedded_signatures)
-    except (misc.PdfError, ValueError, KeyError, IndexError) as error:
+    except DAMAGE as error:
         reasons.append(f"not a readable PDF: {error}")
         return result
     result.metadata = _metadata(reader)
@@ -118,6 +121,8 @@ def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool
         problems.append(f"the signer certificate cannot be read ({error})")
     byte_range = [int(x) for x in sig.byte_range]
     covers_whole_file = len(byte_range) == 4 and byte_range[2] + byte_range[3] == len(data)
+    if len(byte_range) == 4 and not _clean_placeholder(data[byte_range[1]:byte_range[2]]):
+        problems.append("bytes were changed in the signature's placeholder (outside the signature value)")
     try:
         # pyHanko logs the details of a broken signature itself; the result below carries them.
         logging.getLogger("pyhanko").disabled = True
@@ -154,6 +159,24 @@ def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool
     )
 
 
+def _clean_placeholder(hole: bytes) -> bool:
+    """The unsigned gap of a signature is <hex of one DER object, then zeros>; anything else was tampered with."""
+    if len(hole) < 2 or hole[:1] != b"<" or hole[-1:] != b">":
+        return False
+    digits = hole[1:-1]
+    if len(digits) % 2 or not all(c in b"0123456789abcdefABCDEF" for c in digits):
+        return False
+    der = bytes.fromhex(digits.decode())
+    if len(der) < 2 or der[0] != 0x30:
+        return False
+    if der[1] < 0x80:
+        end = 2 + der[1]
+    else:
+        count = der[1] & 0x7F
+        end = 2 + count + int.from_bytes(der[2:2 + count], "big")
+    return end <= len(der) and not any(der[end:])
+
+
 def _metadata(reader: PdfFileReader) -> dict[str, str]:
     try:
         info = reader.trailer_view.get("/Info")
@@ -162,7 +185,7 @@ def _metadata(reader: PdfFileReader) -> dict[str, str]:
         info = info.get_object()
         return {str(key).lstrip("/"): str(value) for key, value in info.items()
                 if isinstance(value, (generic.TextStringObject, generic.ByteStringObject, str))}
-    except (misc.PdfError, AttributeError, KeyError):
+    except DAMAGE:
         return {}
 
 
@@ -189,15 +212,20 @@ def _embedded_files(reader: PdfFileReader, reasons: list[str]) -> dict[str, byte
         if tree is None:
             reasons.append("the PDF has no attached files; an evidence report carries its raw artifacts and manifest.json")
             return {}
-        files: dict[str, bytes] = {}
-        for name, spec in _name_tree(tree.get_object(), set()):
-            stream = spec["/EF"].get_object()
-            stream = (stream.get("/UF") or stream["/F"]).get_object()
-            files[name] = stream.data
-        return files
-    except (misc.PdfError, KeyError, AttributeError, TypeError) as error:
-        reasons.append(f"the attached files cannot be read: {error}")
+        pairs = _name_tree(tree.get_object(), set())
+    except DAMAGE as error:
+        reasons.append(f"the attached files cannot be read: {type(error).__name__}: {error}")
         return {}
+    files: dict[str, bytes] = {}
+    for name, spec in pairs:
+        try:
+            stream = spec["/EF"].get_object()
+            files[name] = (stream.get("/UF") or stream["/F"]).get_object().data
+        except DAMAGE as error:
+            # A damaged stream is a finding about this file, not a reason to stop checking the rest.
+            reasons.append(f"attachment {name!r} cannot be read ({type(error).__name__}: {error})")
+            files[name] = b""
+    return files
 
 
 def _check_attachments(files: dict[str, bytes], result: VerificationResult, reasons: list[str]) -> None:

@@ -237,3 +237,12 @@ def test_signing_keeps_the_pdf_a_identification_and_agreeing_metadata(signed):
     assert f'pdf:Producer="{producer}"' in xmp
     associated = [reader.root["/AF"].raw_get(i) for i in range(len(reader.root["/AF"]))]
     assert len(associated) == len(set(associated)) == 3  # each attachment once, as an associated file
+
+
+def test_a_flipped_byte_anywhere_is_a_reason_never_a_crash(signed, ca):
+    data = signed.read_bytes()
+    for position in range(7, len(data), len(data) // 24):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x20
+        result = verify_pdf(bytes(damaged), [ca / "root-cert.pem"])
+        assert not result.ok and result.reasons, position

@@ -79,6 +79,14 @@ def _store(pilot: Pilot, code: uuid.UUID, data: bytes) -> tuple[str, str]:
     return str(relative), hashlib.sha256(data).hexdigest()
 
 
+def _require_verified(data: bytes, what: str) -> None:
+    """Nothing is stored that its own verifier rejects (e.g. a certificate that does not chain to the root)."""
+    check = verify_report_bytes(data)
+    if not check.ok:
+        raise ReportError(f"the signed {what} does not verify against FXPILOT_SIGNING_ROOT, so it was not stored: "
+                          + "; ".join(check.reasons))
+
+
 def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluation | None, language: str,
           who) -> Report:
     language = normalise_language(language)
@@ -90,6 +98,7 @@ def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluat
     what = f"{gate.label} report" if gate else "procurement report"
     signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
+    _require_verified(signed, what)
     path, sha256 = _store(pilot, code, signed)
     report = Report.objects.create(
         code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
@@ -144,6 +153,7 @@ def countersign(report: Report, user) -> Report:
     name = user.get_full_name() or user.get_username()
     signed = sign.sign_pdf(data, signer, field_name=sign.next_approver_field(data), tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"Approved by {name} for {pilot.customer.name}", location=pilot.customer.name)
+    _require_verified(signed, f"countersigned {report.path}")
     code = uuid.uuid4()
     path, sha256 = _store(pilot, code, signed)
     new = Report.objects.create(

@@ -136,3 +136,26 @@ def test_every_other_gate_renders_from_the_real_judge(signed_pilot, number):
     result = service.verify_report_bytes(service.report_path(report).read_bytes())
     assert result.ok, result.reasons
     assert result.report["gate"] == number and result.report["verdict"] == evaluation.verdict
+
+
+def test_a_signer_outside_the_configured_root_stores_nothing(g3, settings, other_ca):
+    settings.FXPILOT_SIGNING_KEY = str(other_ca / "signer-key.pem")
+    settings.FXPILOT_SIGNING_CERT = str(other_ca / "signer-cert.pem")
+    with pytest.raises(service.ReportError, match="does not chain to a trusted root"):
+        service.create_gate_report(g3.gate, g3)
+    assert not Report.objects.exists()
+
+
+def test_make_report_prints_the_stored_file_and_names_a_bad_argument(signed_pilot, g3):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    call_command("make_report", str(signed_pilot.pilot.code), "G3", stdout=out)
+    assert str(service.report_path(Report.objects.get())) in out.getvalue()
+    with pytest.raises(CommandError, match="no pilot with that code or name"):
+        call_command("make_report", "no such pilot", "G3")
+    with pytest.raises(CommandError, match="G7"):
+        call_command("make_report", signed_pilot.pilot.name, "G7")

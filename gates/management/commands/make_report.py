@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gates.models import Pilot
+from gates.models import Gate, Pilot
 from gates.plan import parse_gate_label
 from gates.reports import service
+from gates.reports.sign import SigningError
 
 
 class Command(BaseCommand):
@@ -31,6 +32,8 @@ class Command(BaseCommand):
             else:
                 gate = pilot.gate(parse_gate_label(options["gate"]))
                 report = service.create_gate_report(gate, language=options["language"], who="make_report")
-        except (KeyError, ValueError, service.ReportError) as error:
+        except Gate.DoesNotExist:
+            raise CommandError(f"{pilot.name} has no gate {options['gate']}") from None
+        except (KeyError, ValueError, service.ReportError, SigningError) as error:
             raise CommandError(str(error).strip("'\"")) from None
         self.stdout.write(f"{service.report_path(report)} sha256 {report.sha256} ({report.size} bytes)")

@@ -152,6 +152,14 @@ class SimServer:
 
     async def drive(self) -> None:
         """Advance the engine with the wall clock; sleep until its next event or a new request."""
+        try:
+            await self._drive()
+        except Exception:
+            log.exception("the simulated engine failed")
+            vllm_log("ERROR", "the simulated engine failed; exiting (traceback above)")
+            os._exit(1)
+
+    async def _drive(self) -> None:
         while True:
             self.engine.advance_to(self.model_now())
             upcoming = self.engine.next_event_time()
@@ -477,9 +485,9 @@ def build_app(server: SimServer) -> web.Application:
                         final = "length" if sent >= max_tokens else None
                         chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids))
                         await response.write(b"".join(chunks))
-                        if crash and sent >= 1:
-                            vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
-                            os._exit(70)
+                    if crash:
+                        vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
+                        os._exit(70)
                 if kind == "finished":
                     break
         except (ConnectionResetError, asyncio.CancelledError):

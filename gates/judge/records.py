@@ -322,27 +322,31 @@ def classify(source: str, data: bytes) -> tuple[str, Any]:
     stripped = text.strip()
     if not stripped:
         raise RecordError(source, "the file is empty")
+    kinds = {REQUEST_SCHEMA: "requests", RETRIEVE_SCHEMA: "retrieve", PHASE_SCHEMA: "phase-summary",
+             INVENTORY_SCHEMA: "inventory"}
     if stripped[0] in "[{":
         try:
             whole = json.loads(stripped)
         except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, list) and whole and all(isinstance(item, dict) for item in whole):
-            if all(item.get("schema") == INVENTORY_SCHEMA for item in whole):
-                return "inventory", whole
+            whole = None  # JSON Lines with more than one line, or broken: read line by line below
+        if isinstance(whole, dict) and whole.get("schema") is None and any(
+                key in whole for key in ("max_concurrency", "num_prompts", "ttfts", "completed")):
+            return "vllm-bench", whole
         if isinstance(whole, dict):
-            schema = whole.get("schema")
-            if schema == INVENTORY_SCHEMA:
-                return "inventory", [whole]
-            if schema is None and any(key in whole for key in ("max_concurrency", "num_prompts", "ttfts", "completed")):
-                return "vllm-bench", whole
+            whole = [whole]
+        if isinstance(whole, list) and whole and all(isinstance(item, dict) for item in whole):
+            kind = kinds.get(whole[0].get("schema"))
+            if kind is None:
+                raise RecordError(source, f"unknown schema {whole[0].get('schema')!r}; the judge reads "
+                                  f"{', '.join(SCHEMAS)} and vllm bench serve --save-detailed JSON", field="schema")
+            rows = list(enumerate(whole, start=1))
+            return kind, [obj for _, obj in rows] if kind == "inventory" else rows
     elif lmcache_log.looks_like_log(text):
         return "lmcache-log", text
     rows = _json_lines(source, text)
     first_line, first = rows[0]
     schema = first.get("schema")
-    kind = {REQUEST_SCHEMA: "requests", RETRIEVE_SCHEMA: "retrieve", PHASE_SCHEMA: "phase-summary",
-            INVENTORY_SCHEMA: "inventory"}.get(schema)
+    kind = kinds.get(schema)
     if kind is None:
         raise RecordError(source, f"unknown schema {schema!r}; the judge reads {', '.join(SCHEMAS)} "
                           "and vllm bench serve --save-detailed JSON", line=first_line, field="schema")

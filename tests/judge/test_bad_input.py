@@ -170,3 +170,15 @@ def test_no_verdict_is_written_on_bad_input(tmp_path):
     with pytest.raises(CommandError, match="line 2"), open(out, "w") as handle:
         call_command("judge", "--gate", "G3", str(bad), stdout=handle)
     assert out.read_text() == ""
+
+
+def test_a_json_object_of_an_unknown_kind_is_refused_by_its_schema():
+    error = refuse([("thing.json", json.dumps({"hello": "world"}, indent=2).encode())])
+    assert error.field == "schema" and "unknown schema None" in str(error)
+
+
+def test_a_pretty_printed_phase_summary_is_read():
+    summary = {"schema": "fxpilot.phase/1", "arm": "fx", "phase": "measure", "concurrency": 8, "repetition": 1,
+               "simulated": True, "max_in_flight": 8}
+    inputs = load_inputs([("s.json", json.dumps(summary, indent=2).encode())])
+    assert inputs.summaries[0]["max_in_flight"] == 8 and inputs.kinds == {"s.json": "phase-summary"}

@@ -65,14 +65,18 @@ def fmt_bytes(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
+def fmt_interval(ci: list | None, unit: str = "") -> str:
+    low, high = (list(ci or []) + [None, None])[:2]
+    return f"[{fmt_value(low, unit)}, {fmt_value(high, unit)}]"
+
+
 def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any]]:
     rows = []
     for criterion in verdict.get("criteria") or []:
         unit = criterion.get("unit", "")
-        ci = criterion.get("ci") or [None, None]
         cells = [{
             "concurrency": cell.get("concurrency", "—"), "value": fmt_value(cell.get("value"), unit),
-            "ci": f"[{fmt_value((cell.get('ci') or [None])[0], unit)}, {fmt_value((cell.get('ci') or [None, None])[1], unit)}]",
+            "ci": fmt_interval(cell.get("ci"), unit),
             "candidate_value": fmt_value(cell.get("candidate_value")), "baseline_value": fmt_value(cell.get("baseline_value")),
             "n": f"{cell.get('n_candidate', '—')} / {cell.get('n_baseline', '—')}",
             "verdict": cell.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(cell.get("verdict"), cell.get("verdict")),
@@ -87,7 +91,7 @@ def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any
             "arms": arms or "—", "phase": criterion.get("phase", ""),
             "bar": f"{OPS.get(criterion.get('op'), criterion.get('op', ''))} {fmt_value(criterion.get('threshold'), unit)}",
             "value": fmt_value(criterion.get("value"), unit),
-            "ci": f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]",
+            "ci": fmt_interval(criterion.get("ci"), unit),
             "confidence": f"{criterion.get('confidence', 0.95) * 100:.0f} %", "n": criterion.get("n", "—"),
             "concurrency": ", ".join(str(c.get("concurrency")) for c in criterion.get("cells") or [] if c.get("concurrency")) or "—",
             "verdict": criterion.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(criterion.get("verdict"), ""),

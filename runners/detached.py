@@ -134,8 +134,10 @@ def poll(target: Node | NodeConnection, proc: RemoteProcess | dict, *, job: Job 
     d = shell_path(proc.dir)
     script = (
         f"cd {d} || exit 4; "
-        f"if [ -f exit_code ]; then st=\"exited $(cat exit_code)\"; elif [ -f canceled ]; then st=canceled; "
-        f"elif {_alive(proc.pgid)}; then st=running; else st=vanished; fi; "
+        # exit_code is looked at again after the group is found gone: the wrapper may have written it in between
+        f"if [ -f exit_code ]; then st=\"exited $(cat exit_code)\"; elif {_alive(proc.pgid)}; then st=running; "
+        f"elif [ -f exit_code ]; then st=\"exited $(cat exit_code)\"; elif [ -f canceled ]; then st=canceled; "
+        f"else st=vanished; fi; "
         f"so=$(stat -c %s stdout 2>/dev/null || echo 0); se=$(stat -c %s stderr 2>/dev/null || echo 0); "
         f"echo \"$st $so $se\"; "
         f"n=$(( so > {proc.stdout_offset} ? so - {proc.stdout_offset} : 0 )); n=$(( n > {max_bytes} ? {max_bytes} : n )); "

@@ -82,6 +82,8 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict) ->
     checks.append(_client(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
         checks.append(_hashes(gate, inputs.requests, frame))
+    if any(spec.phase == "share" for spec in gate.criteria):
+        checks.append(_other_instance(inputs.requests))
     return checks
 
 
@@ -241,3 +243,18 @@ def _hashes(gate: GatePlan, requests: pd.DataFrame, frame: pd.DataFrame) -> dict
                 problems.append(f"{spec.key}: arm {arm!r} records carry no output_sha256 in phase {spec.phase!r}")
     return _check("output-hashes-present", problems, "probe outputs carry output_sha256")
 
+
+
+def _other_instance(requests: pd.DataFrame) -> dict:
+    """Cross-instance sharing proves something only when instance B reads what instance A wrote."""
+    share = requests[requests["phase"] == "share"]
+    written = requests[requests["phase"] == "populate"]
+    if len(written) == 0 or len(share) == 0:
+        return _check("share-read-on-another-instance", [], "not checked: no populate records to say which "
+                      "instance wrote the shared sessions")
+    writers = written.groupby("session", observed=True)["instance"].agg(lambda s: set(s.astype(str)))
+    same = [session for session, instance in zip(share["session"], share["instance"].astype(str), strict=True)
+            if session in writers.index and instance in writers[session]]
+    problems = [f"{len(same)} share-phase request(s) were answered by the instance that wrote the session "
+                f"(e.g. {same[0]})"] if same else []
+    return _check("share-read-on-another-instance", problems, "every shared session was read on another instance")

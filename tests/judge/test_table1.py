@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from gates.judge import can_extend, canonical_json, evaluate, synthetic
@@ -138,3 +139,14 @@ def test_the_same_inputs_give_byte_identical_json():
     files = synthetic.gate_inputs(3)
     first, second = canonical_json(evaluate(PLAN, 3, files)), canonical_json(evaluate(PLAN, 3, list(reversed(files))))
     assert first == second
+
+
+def test_sharing_read_back_on_the_writing_instance_is_invalid():
+    frame = synthetic.gate_frames(4)
+    share = frame[frame["phase"] == "share"]
+    written = share.assign(phase="populate", instance="node1:8000", t_send=share["t_send"] - 1000,
+                           t_first_token=share["t_first_token"] - 1000, t_end=share["t_end"] - 1000)
+    verdict = evaluate(PLAN, 4, files_of(pd.concat([frame, written]), summaries=False))
+    assert verdict["verdict"] == "invalid" and "answered by the instance that wrote" in verdict["explanation"]
+    frame.loc[frame["phase"] == "share", "instance"] = "node2:8000"
+    assert evaluate(PLAN, 4, files_of(pd.concat([frame, written]), summaries=False))["verdict"] == "pass"

@@ -105,8 +105,9 @@ def _versions(inputs: Inputs) -> dict:
                           f"{lmcache.get('version') or ''} {lmcache.get('commit') or ''}".strip() + f" (node {inventory['node']})")
     for summary in inputs.summaries:
         versions = summary.get("versions") or {}
-        if versions.get("vllm") and versions.get("lmcache"):
-            return _check("versions-recorded", [], f"vLLM {versions['vllm']}, LMCache {versions['lmcache']} (phase summary)")
+        lmcache = versions.get("lmcache") or versions.get("lmcache_commit")
+        if versions.get("vllm") and lmcache:
+            return _check("versions-recorded", [], f"vLLM {versions['vllm']}, LMCache {lmcache} (phase summary)")
     return _check("versions-recorded", ["no inventory or phase summary records the vLLM and LMCache versions"], "")
 
 

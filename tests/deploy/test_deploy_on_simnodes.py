@@ -69,3 +69,14 @@ def test_a_server_that_dies_at_start_fails_the_deploy_with_its_log(sim_nodes):
     assert sim_nodes.job.artifacts.filter(kind="server-log", name__startswith=caught.value.deployment.name_prefix).exists()
     step.refresh_from_db()
     assert step.result["deployment"]["torn_down"] is True
+
+
+def test_a_missing_fx_mount_point_fails_with_the_reason(sim_nodes):
+    node, server = sim_nodes.nodes[1], sim_nodes.servers[1]
+    update_state(server.root, disconnected)
+    (server.root / "mnt" / "fx").rmdir()
+    sim_nodes.pilot.deployment = default_simulated()
+    sim_nodes.pilot.save()
+    with pytest.raises(DeployError, match=r"the mount point .*/mnt/fx does not exist .*deployment.paths.fx_mount"):
+        deploy_arm(sim_nodes.job, None, node, "fx")
+    assert not server.state()["fx"]["connected"]

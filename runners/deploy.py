@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import detached, ssh
-from runners.artifacts import store_bytes
+from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
@@ -384,7 +384,7 @@ def collect(job: Job, step: Step | None, node: Node, remote_paths: Iterable[str]
                 continue
             try:
                 collected.append(conn.download(path, job=job, name=name, kind=_kind(path), step=step))
-            except ssh.SSHError as exc:
+            except (ssh.SSHError, ArtifactMismatch) as exc:
                 problems.append(f"{path}: {exc}")
     if missing or problems:
         detail = "; ".join(([f"missing: {', '.join(missing)}"] if missing else []) + problems)

@@ -80,3 +80,15 @@ def test_prometheus_text_is_parsed_per_sample_and_per_family():
     values = parse_metrics(METRICS)
     assert values['vllm:prompt_tokens_total{engine="1",model_name="qwen"}'] == 30000.0
     assert values["vllm:prefix_cache_hits_total"] == 1024.0
+
+
+def test_a_file_that_changed_since_it_was_collected_is_named_not_replaced(sim_nodes):
+    node, root = sim_nodes.nodes[0], sim_nodes.servers[0].root
+    (root / "a.jsonl").write_text("{}\n")
+    (root / "b.jsonl").write_text("{}\n")
+    first = collect(sim_nodes.job, None, node, ["~/a.jsonl"])
+    (root / "a.jsonl").write_text("{}\n{}\n")
+    with pytest.raises(DeployError, match="a.jsonl: .*already stored for this job"):
+        collect(sim_nodes.job, None, node, ["~/a.jsonl", "~/b.jsonl"])
+    assert read_artifact(first[0]) == b"{}\n"
+    assert sim_nodes.job.artifacts.filter(name="node1/b.jsonl").exists()

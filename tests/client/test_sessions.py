@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import yaml
 
 from runners.remote import workload
@@ -50,3 +52,16 @@ def test_plan_values_become_flags():
     assert args.requests_per_client == wanted["requests_per_client"]
     soak = workload.plan_args("soak", plan)
     assert soak[soak.index("--duration-s") + 1] == str(float(plan["soak"]["hours"]) * 3600)
+
+
+def test_the_client_runs_on_the_oldest_python3_a_node_may_have(server_url, tmp_path):
+    oldest = sorted(Path("/root/.pyenv/versions").glob("3.8*/bin/python")) + [Path("/usr/bin/python3.8")]
+    python = next((p for p in oldest if p.exists()), None)
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    out = tmp_path / "fx.jsonl"
+    result = subprocess.run([str(python), str(CLIENT), "cold-recovery", "--url", server_url, "--arm", "fx", "--out",
+                             str(out), "--prompt-tokens", "64", "--turn-tokens", "8", "--output-tokens", "4", "-c", "2",
+                             "--repetitions", "1", "--evict", "reset"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_text().splitlines()) == 4 + 4

@@ -1,0 +1,43 @@
+"""The shipped workload client runs cold recovery against the simulated server; the simcheck arithmetic."""
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+
+from runners.management.commands.simcheck import cell_figures
+from tests.sim.conftest import MODEL, REPO, prompt_ids
+
+
+def test_cold_recovery_with_the_workload_client_hits_the_tier_after_eviction(node, servers, tmp_path):
+    server = servers(node, "local_nvme")
+    out = tmp_path / "records.jsonl"
+    subprocess.run([sys.executable, str(REPO / "runners" / "remote" / "workload.py"), "cold-recovery", "--url",
+                    server.url, "--arm", "local_nvme", "--out", str(out), "--model", MODEL, "--prompt-tokens", "2048",
+                    "--turn-tokens", "64", "--output-tokens", "4", "-c", "2,4", "--repetitions", "2",
+                    "--requests-per-client", "1", "--evict", "reset", "--quiet"], check=True, timeout=120)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    measured = [r for r in records if r["phase"] == "measure"]
+    assert len(measured) == 2 * (2 + 4) and all(r["status"] == "ok" and r["simulated"] for r in measured)
+    assert all(r["cached_tokens"] == 2048 for r in measured)
+    summaries = [json.loads(line) for line in (tmp_path / "records.summary.json").read_text().splitlines()]
+    after_eviction = [s for s in summaries if s["phase"] == "measure"]
+    assert after_eviction and all(s["metrics_after"]["vllm:prefix_cache_hits_total"]
+                                  == s["metrics_before"]["vllm:prefix_cache_hits_total"] for s in after_eviction)
+    figures = cell_figures(measured, scale=1.0)
+    assert set(figures) == {2, 4} and figures[4]["hit_ratio"] > 0.9 and figures[4]["failed"] == 0
+
+
+def test_a_client_that_goes_away_mid_stream_does_not_stall_the_server(node, servers):
+    server = servers(node, "recompute", args=("--sim-time-scale", "0.01"))
+    body = json.dumps({"model": MODEL, "prompt": prompt_ids(512), "max_tokens": 2000, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        received = b""
+        while b"data: " not in received:
+            received += sock.recv(4096)
+    answer = server.complete(prompt_ids(256, seed=3), max_tokens=3)
+    assert len(answer["ids"]) == 3
+    with urllib.request.urlopen(server.url + "/metrics") as response:
+        assert f'vllm:num_requests_running{{model_name="{MODEL}",engine="0"}} 0' in response.read().decode()

@@ -142,3 +142,8 @@ def test_a_line_break_never_reaches_the_env_file():
 
     with pytest.raises(ValueError, match="line break"):
         shell_env_file({"A": "x\nrm -rf /"})
+
+
+def test_saved_settings_validate_again_unchanged():
+    settings = validate_deployment(DEFAULT_SIMULATED)
+    assert validate_deployment(settings.to_dict()) == settings

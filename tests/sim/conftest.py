@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,12 @@ import pytest
 import yaml
 
 from runners.remote.workload import parse_metrics
+from runners.sim.launch import free_port, stop
 from runners.simnode.state import default_state, save_state, update_state
 
 MODEL = "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"
 TRANSFER = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prompt_ids(length: int, seed: int = 1) -> list[int]:
@@ -95,14 +89,8 @@ class SimServer:
         raise AssertionError(f"server never became healthy:\n{self.log_text()}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
         if self.process is not None:
+            stop(self.process)
             self.log.close()
 
     def log_text(self) -> str:

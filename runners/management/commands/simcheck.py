@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,18 +23,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from runners.sim.calibration import TABLE1
+from runners.sim.launch import free_port, stop
 from runners.simnode.state import default_state, save_state
 
 MODEL = "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"
 TRANSFER = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 WORKLOAD = Path(settings.BASE_DIR) / "runners" / "remote" / "workload.py"
 PLAN = Path(settings.BASE_DIR) / "gates" / "plans" / "default.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cold_recovery_settings() -> dict:
@@ -85,13 +79,7 @@ class SimulatedServer:
         raise CommandError(f"the simulated {self.arm} server did not become healthy in {timeout:g} s")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
         self.log.close()
 
 

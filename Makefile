@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SCENARIO ?= nominal
 DEMO_PACKAGES := fonts-noto-cjk libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig
-TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils openssh-server openssh-client chromium
+TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils libnss3-tools openssh-server openssh-client chromium gettext
 PYTEST_ARGS ?=
 
 .PHONY: demo test venv system-demo system-test lint clean

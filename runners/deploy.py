@@ -281,7 +281,9 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
     health = f"bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} health {ssh.shell_path(deployment.arm_dir)}"
     while True:
         wait = max(1, min(HEALTH_POLL_S, int(deadline - time.monotonic())))
-        result = conn.run(f"{health} {wait}", job=job, step=step, timeout=wait + 60, check=False, echo=False)
+        # The detached runner writes exit_code when the server ends: the node stops waiting at once.
+        ended = ssh.shell_path(deployment.server["dir"] + "/exit_code")
+        result = conn.run(f"{health} {wait} {ended}", job=job, step=step, timeout=wait + 60, check=False, echo=False)
         if result.exit_code == 0:
             return
         status = detached.poll(conn, deployment.server)

@@ -3,7 +3,8 @@
 #
 #   deploy.sh preflight ARM_DIR          check port, model, cache paths; write ARM_DIR/manifest.json
 #   deploy.sh serve ARM_DIR              exec vllm serve (run detached by the runner)
-#   deploy.sh health ARM_DIR SECONDS     wait up to SECONDS for /health: exit 0 up, 3 not yet
+#   deploy.sh health ARM_DIR SECONDS [EXIT_FILE]
+#                                        wait up to SECONDS for /health: exit 0 up, 3 not yet, 4 EXIT_FILE appeared
 #   deploy.sh cleanup ARM_DIR            remove this arm's KV cache files
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
@@ -173,10 +174,11 @@ serve() {
 }
 
 health() {
-    local seconds=${3:-30} port deadline
+    local seconds=${3:-30} ended=${4:-} port deadline
     port=$(cat "$port_file")
     deadline=$(( $(date +%s) + seconds ))
     while :; do
+        [[ -n "$ended" && -e "$ended" ]] && { say "the server has exited"; exit 4; }
         if command -v curl >/dev/null; then
             curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null && { say "healthy on port $port"; exit 0; }
         elif python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \

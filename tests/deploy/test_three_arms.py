@@ -74,7 +74,9 @@ def test_three_arms_deploy_run_cold_recovery_and_tear_down(sim_nodes):
         assert all(r["status"] == "ok" for r in records), [r["error"] for r in records if r["status"] != "ok"]
         summaries = [json.loads(line) for line in read_artifact(by_kind["phase-summary"]).splitlines()]
         measure = [s for s in summaries if s["phase"] == "measure"]
-        hits[arm] = sum(s["metrics_after"].get("vllm:external_prefix_cache_hits_total", 0)
-                        - s["metrics_before"].get("vllm:external_prefix_cache_hits_total", 0) for s in measure)
+        external = sum(s["metrics_after"].get("vllm:external_prefix_cache_hits_total", 0)
+                       - s["metrics_before"].get("vllm:external_prefix_cache_hits_total", 0) for s in measure)
+        hits[arm] = external / sum(r["prompt_tokens"] for r in records if r["phase"] == "measure")
+    # After eviction from HBM the cache arms find the sessions' contexts (2048 of 2112 tokens) in LMCache.
     assert hits["recompute"] == 0
-    assert hits["local_nvme"] > 0 and hits["fx"] > 0
+    assert hits["local_nvme"] > 0.8 and hits["fx"] > 0.8

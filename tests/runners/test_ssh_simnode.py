@@ -11,7 +11,7 @@ from runners.artifacts import read_artifact
 from runners.models import Node
 from tests.runners.conftest import job_text, set_faults
 
-FAST = ssh.Timeouts(connect=10, banner=10, auth=10, channel=10, keepalive=5)
+ROOMY = ssh.Timeouts(connect=10, banner=10, auth=10, channel=10, keepalive=5)
 
 
 def test_first_contact_records_the_offered_key_and_stops(simnodes, make_node):
@@ -81,7 +81,7 @@ def test_a_dropped_connection_keeps_the_output_received_so_far(simnodes, make_no
     node = make_node(server)
     set_faults(server, drop_ssh_after_seconds=1.0)
     with pytest.raises(ssh.ConnectionLost) as caught:
-        ssh.run(node, "echo before-the-drop; sleep 30; echo never", job=job, timeouts=FAST)
+        ssh.run(node, "echo before-the-drop; sleep 30; echo never", job=job, timeouts=ROOMY)
     assert caught.value.transient
     assert caught.value.result.stdout_tail == "before-the-drop\n"
     assert job_text(job, "stdout") == "before-the-drop\n"
@@ -117,7 +117,7 @@ def test_an_unreachable_node_is_a_transient_error(simnodes, make_node):
         closed_port = sock.getsockname()[1]
     node = make_node(server, port=closed_port)
     with pytest.raises(ssh.Unreachable) as caught:
-        ssh.run(node, "true", timeouts=FAST)
+        ssh.run(node, "true", timeouts=ROOMY)
     assert caught.value.transient and "cannot connect" in str(caught.value)
 
 

@@ -104,6 +104,7 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
     chunks = _contiguous(list(job.chunks.filter(seq__gt=after).order_by("seq")[:LOG_BATCH]), after)
     last = chunks[-1].seq if chunks else after
     return render(request, "runners/_log_update.html", {
+        "artifacts": list(job.artifacts.select_related("node")), "can_download_raw": access.can(pilot, request.user, RAW_DATA),
         **_status_context(request, job, pilot), "chunks": chunks, "log_html": log_html(chunks), "last_seq": last,
         "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
         "poll_seconds": POLL_SECONDS})

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Evaluation, Gate
-from runners import output
+from runners import artifacts, output
 from runners.models import Job, Node, Site, Status, Step
 from tests.portal.conftest import private_key_text, verdict
 
@@ -137,6 +137,8 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
     for n in range(1, 4):
         output.append_output(job, f"probe line {n}\n", step=step)
     page.locator("#log").get_by_text("probe line 3").wait_for()
+    artifacts.store_bytes(job, "node1/probe/amd-smi.json", b'{"gpus": 8}', kind="probe", step=step, node=lab.node)
+    page.locator("#artifacts").get_by_text("node1/probe/amd-smi.json").wait_for()
     assert page.locator("#log .chunk").count() == 4
     assert [int(s) for s in page.locator("#log .chunk").evaluate_all("els => els.map(e => e.dataset.seq)")] == [1, 2, 3, 4]
     evaluation = Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass",

@@ -48,11 +48,17 @@ def number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def rule(verdict: str, op: str, threshold: float, ci: list | None, confidence: float) -> tuple[str, str]:
-    """The sentence of the rule that decided, (English, Chinese)."""
+def rule(verdict: str, op: str, threshold: float, ci: list | None, confidence: float, *,
+         exact: bool = False) -> tuple[str, str]:
+    """The sentence of the rule that decided, (English, Chinese). `exact`: a recorded fact, no interval."""
     level = f"{confidence * 100:g} %"
     bar = f"{OPS_EN[op]} {number(threshold)}"
     span = f"[{number(ci[0])}, {number(ci[1])}]" if ci and None not in ci else "[n/a]"
+    if exact and verdict in ("pass", "fail"):
+        value = number(ci[0]) if ci else "n/a"
+        if verdict == "pass":
+            return f"pass: {value} clears {bar} on every node", f"通过：每个节点的 {value} 均满足 {bar}"
+        return f"fail: {value} does not clear {bar}", f"未通过：{value} 不满足 {bar}"
     if verdict == "pass":
         return (f"pass: the whole {level} interval {span} clears {bar}",
                 f"通过：{level} 置信区间 {span} 整体满足 {bar}")
@@ -66,19 +72,40 @@ def rule(verdict: str, op: str, threshold: float, ci: list | None, confidence: f
             "无效：本次运行未通过有效性检查，不判定任何门槛")
 
 
+SHORT_EN = {"pass": "pass: the whole interval clears the bar", "fail": "fail: no part of the interval clears the bar",
+            "marginal": "marginal: the interval straddles the bar; more repetitions or a joint review decide",
+            "invalid": "invalid: the run did not pass its validity checks"}
+SHORT_ZH = {"pass": "通过：整个区间满足门槛", "fail": "未通过：区间没有任何部分满足门槛",
+            "marginal": "临界：区间跨越门槛；需增加重复次数或由双方联合评审决定", "invalid": "无效：本次运行未通过有效性检查"}
+
+
+def _zh(*parts: str) -> str:
+    """Chinese runs together; a space where Latin letters or digits meet anything else (fx 的 TTFT p50 为)."""
+    out = ""
+    for part in filter(None, parts):
+        if out and (out[-1].isascii() and out[-1].isalnum() or part[0].isascii() and part[0].isalnum()):
+            out += " "
+        out += part
+    return out
+
+
 def subject(spec, language: str) -> str:
     metric = (METRIC_EN if language == "en" else METRIC_ZH)[spec.metric]
     stat = (STAT_EN if language == "en" else STAT_ZH)[spec.statistic]
-    return f"{metric} {stat}".strip()
+    if spec.metric == "fio_read_gbps":
+        metric += f" ({spec.candidate or 'fx'})" if language == "en" else f"（{spec.candidate or 'fx'}）"
+    return f"{metric} {stat}".strip() if language == "en" else _zh(metric, stat)
 
 
 def where(cell: dict, spec, language: str) -> str:
     level = cell.get("concurrency")
+    if spec.metric == "read_bw":
+        return "From the LMCache retrieval log" if language == "en" else "根据 LMCache 读取日志"
     if language == "en":
         phase = "all phases" if spec.phase == "any" else f"phase {spec.phase}"
         return f"At concurrency {level}, {phase}" if level is not None else f"In {phase}"
     phase = "所有阶段" if spec.phase == "any" else f"{spec.phase} 阶段"
-    return f"在并发 {level}、{phase}" if level is not None else f"在{phase}"
+    return f"在并发 {level}、{phase}" if level is not None else f"在 {phase}" if spec.phase != "any" else "在所有阶段"
 
 
 def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float, metric_unit: str,
@@ -101,7 +128,7 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
               f"{fmt(cell.get('first_value'), metric_unit)} in the first window to {fmt(cell.get('last_value'), metric_unit)} "
               f"in window {cell.get('windows')}: drift {value} ({span_en}; n = {cell.get('n_first')} + {cell.get('n_last')} "
               f"requests); {bar_en}.")
-        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 的 {subject(spec, 'zh')} 从首个窗口的 "
+        zh = (f"{where(cell, spec, 'zh')}，{_zh(spec.candidate + ' 的', subject(spec, 'zh'), '从首个窗口的')} "
               f"{fmt(cell.get('first_value'), metric_unit)} 变为第 {cell.get('windows')} 个窗口的 "
               f"{fmt(cell.get('last_value'), metric_unit)}：漂移 {value}（{span_zh}；n = {cell.get('n_first')} + "
               f"{cell.get('n_last')} 个请求）；{bar_zh}。")
@@ -112,7 +139,7 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
               f"{fmt(cell.get('candidate_value'), metric_unit)} vs {spec.baseline} {fmt(cell.get('baseline_value'), metric_unit)}"
               f": {what_en} {value} ({span_en}; n = {cell.get('n_candidate')} + {cell.get('n_baseline')} {count}); {bar_en}.")
         count_zh = "次重复" if spec.metric == "throughput" else "个请求"
-        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 的 {subject(spec, 'zh')} 为 "
+        zh = (f"{where(cell, spec, 'zh')}，{_zh(spec.candidate + ' 的', subject(spec, 'zh'), '为')} "
               f"{fmt(cell.get('candidate_value'), metric_unit)}，{spec.baseline} 为 {fmt(cell.get('baseline_value'), metric_unit)}"
               f"：{what_zh} {value}（{span_zh}；n = {cell.get('n_candidate')} + {cell.get('n_baseline')} {count_zh}）；{bar_zh}。")
     else:
@@ -123,9 +150,12 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
         count_zh = {"output_match": "个会话", "read_bw": "次读取", "throughput": "次重复"}.get(spec.metric, "个请求")
         en = (f"{where(cell, spec, 'en')}: {arm} {subject(spec, 'en')}{against_en} = {value} ({span_en}; "
               f"n = {cell.get('n_candidate')} {count}); {bar_en}.")
-        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate or '所有配置'} 的 {subject(spec, 'zh')}{against_zh} = {value}"
+        zh = (f"{where(cell, spec, 'zh')}，{_zh((spec.candidate or '所有配置') + ' 的', subject(spec, 'zh'))}{against_zh} = {value}"
               f"（{span_zh}；n = {cell.get('n_candidate')} {count_zh}）；{bar_zh}。")
-    rule_en, rule_zh = rule(verdict, spec.op, spec.threshold, cell.get("ci"), confidence)
+    if spec.metric in INVENTORY_METRICS and verdict in ("pass", "fail"):
+        rule_en, rule_zh = rule(verdict, spec.op, spec.threshold, cell.get("ci"), confidence, exact=True)
+    else:
+        rule_en, rule_zh = SHORT_EN[verdict], SHORT_ZH[verdict]
     en, zh = f"{en} {rule_en[0].upper()}{rule_en[1:]}.", f"{zh}{rule_zh}。"
     levels = [c.get("concurrency") for c in cells if c.get("concurrency") is not None]
     if len(levels) > 1:

@@ -219,7 +219,8 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
     verdict = "invalid" if invalid_reasons else worst["verdict"]
     metric_unit = METRIC_UNITS.get(spec.metric, "")
     english, chinese = explain.explain(spec, worst, cells, verdict, confidence, metric_unit, invalid_reasons)
-    rule_en, rule_zh = explain.rule(verdict, spec.op, spec.threshold, worst.get("ci"), confidence)
+    rule_en, rule_zh = explain.rule(verdict, spec.op, spec.threshold, worst.get("ci"), confidence,
+                                    exact=spec.metric in INVENTORY_ONLY)
     return {
         "key": spec.key, "description": spec.description, "description_zh": spec.description_zh,
         "metric": spec.metric, "statistic": spec.statistic, "comparison": spec.comparison,

@@ -146,6 +146,15 @@ for candidate in candidates:
 ' "$1"
 }
 
+# Whether DEVICE (or a partition of it) is one of the comma-separated candidate namespaces.
+is_fx_device() {
+    local candidate
+    for candidate in ${2//,/ }; do
+        [[ "$1" == "$candidate" || "$1" == "${candidate}p"[0-9]* ]] && return 0
+    done
+    return 1
+}
+
 check_writable() {
     local probe="$FX_MOUNT/.fxpilot-write-test.$$"
     if ! { printf 'fxpilot write test\n' > "$probe" && sync "$probe" 2>/dev/null; rm -f "$probe"; }; then
@@ -196,8 +205,11 @@ attach() {
 
     found=$(mounted_device)
     if [[ -n "$found" ]]; then
-        say "$FX_MOUNT is already mounted (${found%% *}, ${found#* }; left mounted on teardown)"
         namespace=${found%% *}
+        if ! is_fx_device "$namespace" "$devices"; then
+            fail "$FX_MOUNT holds $namespace, which is not a namespace of $FX_NQN ($devices); a run there would not measure FX"
+        fi
+        say "$FX_MOUNT is already mounted ($namespace, ${found#* }; left mounted on teardown)"
     else
         namespace=""
         for _ in 1 2 3 4 5 6 7 8 9 10; do

@@ -122,3 +122,11 @@ def _env_values(path: str) -> dict:
         parsed = shlex.split(value)
         values[key] = parsed[0] if parsed else None
     return values
+
+
+def test_another_disk_mounted_at_the_fx_mount_point_is_refused(sandbox, fx_env):
+    # The local NVMe's mount point configured as the FX mount: a run there would measure the local disk.
+    wrong = sandbox.write_env("fx-wrong.env", {**_env_values(fx_env), "FX_MOUNT": str(sandbox.root / "mnt" / "nvme0")})
+    result = sandbox.run("attach_fx.sh", "attach", wrong, "fx-a")
+    assert result.returncode != 0
+    assert "holds /dev/nvme0n1, which is not a namespace of" in result.stderr

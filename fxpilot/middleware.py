@@ -1,4 +1,5 @@
 """Small request/response middleware of the portal: a Content-Security-Policy and the person's language."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,19 +10,21 @@ from django.utils import translation
 
 # Only our own scripts and styles: no inline script, no CDN (the portal must work on an isolated network).
 # style-src-attr allows the inline style attributes of server-rendered SVG charts, never a <style> or script.
-CONTENT_SECURITY_POLICY = "; ".join([
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "style-src-attr 'unsafe-inline'",
-    "img-src 'self' data:",
-    "font-src 'self'",
-    "connect-src 'self'",
-    "object-src 'none'",
-    "base-uri 'none'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-])
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 LANGUAGE_SESSION_KEY = "fxpilot_language"
 
 

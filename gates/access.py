@@ -3,6 +3,7 @@
 Objects of a pilot the person does not belong to answer 404 (their existence is not revealed);
 a member whose role does not allow an action gets 403, and the page does not offer it.
 """
+
 from __future__ import annotations
 
 from uuid import UUID
@@ -26,8 +27,11 @@ def roles_of(pilot: Pilot, user) -> frozenset[str]:
     """The person's roles in this pilot, computed once per pilot object."""
     cached = getattr(pilot, "_portal_roles", None)
     if cached is None or cached[0] != getattr(user, "pk", None):
-        roles = frozenset(Membership.objects.filter(
-            user=user, organisation_id__in=[pilot.customer_id, pilot.vendor_id]).values_list("role", flat=True))
+        roles = frozenset(
+            Membership.objects.filter(user=user, organisation_id__in=[pilot.customer_id, pilot.vendor_id]).values_list(
+                "role", flat=True
+            )
+        )
         pilot._portal_roles = cached = (getattr(user, "pk", None), roles)
     return cached[1]
 
@@ -67,7 +71,9 @@ def get_gate_for_user(request: HttpRequest, code: UUID, number: int) -> Gate:
 def get_report_for_user(request: HttpRequest, code: UUID) -> Report:
     report = get_object_or_404(
         Report.objects.select_related("pilot__customer", "pilot__vendor", "gate"),
-        code=code, pilot__in=Pilot.objects.for_user(request.user))
+        code=code,
+        pilot__in=Pilot.objects.for_user(request.user),
+    )
     if not roles_of(report.pilot, request.user):
         raise Http404("No such report")
     return report

@@ -1,4 +1,5 @@
 """The portal's forms. Every choice of a related object is scoped to the pilot being edited."""
+
 from __future__ import annotations
 
 from django import forms
@@ -23,14 +24,24 @@ class CriterionForm(forms.Form):
 
     op = forms.ChoiceField(label=_("Operator"), choices=OPERATORS)
     threshold = forms.FloatField(label=_("Threshold"))
-    concurrency = forms.CharField(label=_("Concurrency levels"), required=False, max_length=100,
-                                  help_text=_("Comma-separated, e.g. 8, 16, 32; empty for none"))
-    confidence = forms.FloatField(label=_("Confidence level"), validators=[MinValueValidator(0.5), MaxValueValidator(0.999)])
+    concurrency = forms.CharField(
+        label=_("Concurrency levels"),
+        required=False,
+        max_length=100,
+        help_text=_("Comma-separated, e.g. 8, 16, 32; empty for none"),
+    )
+    confidence = forms.FloatField(
+        label=_("Confidence level"), validators=[MinValueValidator(0.5), MaxValueValidator(0.999)]
+    )
 
     @classmethod
     def for_criterion(cls, criterion: Criterion, data=None) -> CriterionForm:
-        initial = {"op": criterion.op, "threshold": criterion.threshold, "confidence": criterion.confidence,
-                   "concurrency": ", ".join(str(level) for level in criterion.concurrency or [])}
+        initial = {
+            "op": criterion.op,
+            "threshold": criterion.threshold,
+            "confidence": criterion.confidence,
+            "concurrency": ", ".join(str(level) for level in criterion.concurrency or []),
+        }
         return cls(data=data, initial=initial, prefix=criterion.key)
 
     def clean_threshold(self) -> float:
@@ -47,8 +58,9 @@ class CriterionForm(forms.Form):
         for part in text.replace(";", ",").split(","):
             part = part.strip()
             if not part.isdigit() or not 1 <= int(part) <= 4096:
-                raise ValidationError(_("“%(part)s” is not a concurrency level (a whole number from 1 to 4096)."),
-                                      params={"part": part})
+                raise ValidationError(
+                    _("“%(part)s” is not a concurrency level (a whole number from 1 to 4096)."), params={"part": part}
+                )
             levels.append(int(part))
         return sorted(set(levels))
 
@@ -58,13 +70,20 @@ class CriterionForm(forms.Form):
 
 
 class PlanSignForm(forms.Form):
-    comment = forms.CharField(label=_("Comment"), required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    comment = forms.CharField(
+        label=_("Comment"), required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
 
 
 class GateSignOffForm(forms.Form):
     decision = forms.ChoiceField(label=_("Decision"), choices=SignOff.Decision.choices, widget=forms.RadioSelect)
-    comment = forms.CharField(label=_("Comment"), required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 3}),
-                              help_text=_("Required when you reject: say what is missing."))
+    comment = forms.CharField(
+        label=_("Comment"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("Required when you reject: say what is missing."),
+    )
 
     def clean(self) -> dict:
         data = super().clean()
@@ -79,7 +98,9 @@ class PdfUploadForm(forms.Form):
     def clean_file(self):
         upload = self.cleaned_data["file"]
         if upload.size > MAX_REPORT_BYTES:
-            raise ValidationError(_("The file is larger than %(limit)s MB."), params={"limit": MAX_REPORT_BYTES // 2**20})
+            raise ValidationError(
+                _("The file is larger than %(limit)s MB."), params={"limit": MAX_REPORT_BYTES // 2**20}
+            )
         head = upload.read(5)
         upload.seek(0)
         if head != b"%PDF-":
@@ -89,8 +110,11 @@ class PdfUploadForm(forms.Form):
 
 class SiteForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100)
-    queue = forms.SlugField(label=_("Celery queue"), max_length=64,
-                            help_text=_("Letters, digits, - and _; served by the worker that can reach this site"))
+    queue = forms.SlugField(
+        label=_("Celery queue"),
+        max_length=64,
+        help_text=_("Letters, digits, - and _; served by the worker that can reach this site"),
+    )
 
     def clean_queue(self) -> str:
         from runners.models import Site
@@ -143,12 +167,20 @@ class NodeForm(forms.Form):
 
 class CredentialForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100)
-    private_key = forms.CharField(label=_("Private key"), required=False, strip=False,
-                                  widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
-                                  help_text=_("OpenSSH or PEM; it is stored encrypted and never shown again"))
+    private_key = forms.CharField(
+        label=_("Private key"),
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
+        help_text=_("OpenSSH or PEM; it is stored encrypted and never shown again"),
+    )
     key_file = forms.FileField(label=_("…or a key file"), required=False)
-    passphrase = forms.CharField(label=_("Passphrase"), required=False, strip=False,
-                                 widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}))
+    passphrase = forms.CharField(
+        label=_("Passphrase"),
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
 
     def clean(self) -> dict:
         data = super().clean()

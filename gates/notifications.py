@@ -4,6 +4,7 @@
 each action, and a periodic task or `manage.py notify` may call it to catch what workers changed
 (a host key seen on first contact, a run that ended, a verdict that awaits sign-off).
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,11 +46,16 @@ def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
     if not ids:
         return actions
     latest: dict[int, PlanVersion] = {}
-    for version in PlanVersion.objects.filter(pilot_id__in=ids).only("id", "pilot_id", "number", "state").order_by("number"):
+    for version in (
+        PlanVersion.objects.filter(pilot_id__in=ids).only("id", "pilot_id", "number", "state").order_by("number")
+    ):
         latest[version.pilot_id] = version
     drafts = [v.pk for v in latest.values() if v.state == PlanVersion.State.DRAFT]
-    approved = set(SignOff.objects.filter(plan_version_id__in=drafts, decision=SignOff.Decision.APPROVE)
-                   .values_list("plan_version_id", "party"))
+    approved = set(
+        SignOff.objects.filter(plan_version_id__in=drafts, decision=SignOff.Decision.APPROVE).values_list(
+            "plan_version_id", "party"
+        )
+    )
     for pilot_id, version in latest.items():
         if version.state == PlanVersion.State.DRAFT:
             for party, role in SIGNING_ROLE.items():
@@ -58,10 +64,15 @@ def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
     gates = list(Gate.objects.filter(pilot_id__in=ids, number=F("pilot__current_gate")))
     waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
     latest_eval: dict[int, int] = {}
-    for gate_id, eval_id in (Evaluation.objects.filter(gate_id__in=[g.pk for g in waiting])
-                             .order_by("created", "id").values_list("gate_id", "id")):
+    for gate_id, eval_id in (
+        Evaluation.objects.filter(gate_id__in=[g.pk for g in waiting])
+        .order_by("created", "id")
+        .values_list("gate_id", "id")
+    ):
         latest_eval[gate_id] = eval_id
-    decided = set(SignOff.objects.filter(evaluation_id__in=list(latest_eval.values())).values_list("evaluation_id", "party"))
+    decided = set(
+        SignOff.objects.filter(evaluation_id__in=list(latest_eval.values())).values_list("evaluation_id", "party")
+    )
     for gate in gates:
         if gate.state == Gate.State.OPEN:
             actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
@@ -69,20 +80,25 @@ def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
             action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
             for party, role in SIGNING_ROLE.items():
                 if (latest_eval.get(gate.pk), party) not in decided:
-                    actions[gate.pilot_id].append({"role": role, "action": action, "subject": gate,
-                                                   "evaluation_id": latest_eval.get(gate.pk)})
+                    actions[gate.pilot_id].append(
+                        {"role": role, "action": action, "subject": gate, "evaluation_id": latest_eval.get(gate.pk)}
+                    )
     return actions
 
 
 def _members(pilot: Pilot, roles: Iterable[str] | None = None) -> list:
-    memberships = Membership.objects.filter(organisation_id__in=[pilot.customer_id, pilot.vendor_id], user__is_active=True)
+    memberships = Membership.objects.filter(
+        organisation_id__in=[pilot.customer_id, pilot.vendor_id], user__is_active=True
+    )
     if roles is not None:
         memberships = memberships.filter(role__in=list(roles))
     User = get_user_model()
     return list(User.objects.filter(pk__in=memberships.values("user_id")))
 
 
-def notify(users: Iterable, *, pilot: Pilot | None, key: str, kind: str, subject: Callable[[], str], url: str = "") -> list[Notification]:
+def notify(
+    users: Iterable, *, pilot: Pilot | None, key: str, kind: str, subject: Callable[[], str], url: str = ""
+) -> list[Notification]:
     """One notification per person and key; the first time only, with an email, both in the person's language."""
     key = key[:120]
     users = list(users)
@@ -96,7 +112,9 @@ def notify(users: Iterable, *, pilot: Pilot | None, key: str, kind: str, subject
             text = str(subject())[:300]
             try:
                 with transaction.atomic():
-                    note = Notification.objects.create(user=user, pilot=pilot, key=key, kind=kind, subject=text, url=url)
+                    note = Notification.objects.create(
+                        user=user, pilot=pilot, key=key, kind=kind, subject=text, url=url
+                    )
             except IntegrityError:
                 continue
             created.append(note)
@@ -120,11 +138,16 @@ def _email(user, note: Notification) -> None:
 def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[], str], str]:
     """(key, subject line, url) for a pending action."""
     if action == "sign_plan":
-        return (f"sign_plan:{subject.pk}",
-                lambda: _("%(pilot)s: sign plan v%(number)s") % {"pilot": pilot.name, "number": subject.number},
-                reverse("plan", args=[pilot.code]))
-    return (f"{action}:{subject.pk}", lambda: f"{pilot.name}: {ACTION_LABELS[action]} — {subject.label}",
-            reverse("gate", args=[pilot.code, subject.number]))
+        return (
+            f"sign_plan:{subject.pk}",
+            lambda: _("%(pilot)s: sign plan v%(number)s") % {"pilot": pilot.name, "number": subject.number},
+            reverse("plan", args=[pilot.code]),
+        )
+    return (
+        f"{action}:{subject.pk}",
+        lambda: f"{pilot.name}: {ACTION_LABELS[action]} — {subject.label}",
+        reverse("gate", args=[pilot.code, subject.number]),
+    )
 
 
 def sweep(pilots: Iterable[Pilot] | None = None) -> int:
@@ -142,23 +165,51 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
             key, subject, url = _action_notice(action["action"], pilot, action["subject"])
             if action.get("evaluation_id"):
                 key += f":{action['evaluation_id']}"
-            count += len(notify(_members(pilot, [action["role"]]), pilot=pilot, key=key, kind=action["action"],
-                                subject=subject, url=url))
+            count += len(
+                notify(
+                    _members(pilot, [action["role"]]),
+                    pilot=pilot,
+                    key=key,
+                    kind=action["action"],
+                    subject=subject,
+                    url=url,
+                )
+            )
     for node in Node.objects.filter(site__pilot_id__in=list(by_id), host_key_state=Node.HostKeyState.PENDING):
         pilot = by_id[node.site.pilot_id] if node.site_id else None
-        count += len(notify(
-            _members(pilot, [Role.VENDOR_ENGINEER]), pilot=pilot, kind="accept_host_key",
-            key=f"host_key:{node.code}:{node.pending_host_key_fingerprint}",
-            subject=lambda node=node, pilot=pilot: _("%(pilot)s: accept the host key of %(node)s (%(fingerprint)s)") % {
-                "pilot": pilot.name, "node": node.name, "fingerprint": node.pending_host_key_fingerprint},
-            url=reverse("node", args=[node.code])))
+        count += len(
+            notify(
+                _members(pilot, [Role.VENDOR_ENGINEER]),
+                pilot=pilot,
+                kind="accept_host_key",
+                key=f"host_key:{node.code}:{node.pending_host_key_fingerprint}",
+                subject=lambda node=node, pilot=pilot: (
+                    _("%(pilot)s: accept the host key of %(node)s (%(fingerprint)s)")
+                    % {"pilot": pilot.name, "node": node.name, "fingerprint": node.pending_host_key_fingerprint}
+                ),
+                url=reverse("node", args=[node.code]),
+            )
+        )
     since = timezone.now() - RUN_NOTICE_WINDOW
-    for job in Job.objects.filter(pilot_id__in=list(by_id), status__in=FINISHED, finished__gte=since).select_related("gate"):
+    for job in Job.objects.filter(pilot_id__in=list(by_id), status__in=FINISHED, finished__gte=since).select_related(
+        "gate"
+    ):
         pilot = by_id[job.pilot_id]
-        count += len(notify(
-            _members(pilot), pilot=pilot, kind="run_finished", key=f"run_finished:{job.code}",
-            subject=lambda job=job, pilot=pilot: _("%(pilot)s: %(what)s run ended — %(status)s") % {
-                "pilot": pilot.name, "what": job.gate.label if job.gate_id else job.get_kind_display(),
-                "status": job.get_status_display()},
-            url=reverse("run", args=[job.code])))
+        count += len(
+            notify(
+                _members(pilot),
+                pilot=pilot,
+                kind="run_finished",
+                key=f"run_finished:{job.code}",
+                subject=lambda job=job, pilot=pilot: (
+                    _("%(pilot)s: %(what)s run ended — %(status)s")
+                    % {
+                        "pilot": pilot.name,
+                        "what": job.gate.label if job.gate_id else job.get_kind_display(),
+                        "status": job.get_status_display(),
+                    }
+                ),
+                url=reverse("run", args=[job.code]),
+            )
+        )
     return count

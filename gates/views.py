@@ -3,6 +3,7 @@
 Every object is reached through gates.access (404 outside the pilot, 403 for a role that may not);
 every state change goes through gates.lifecycle; what a role may not do is not offered.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -70,9 +71,13 @@ class ThrottledLoginView(auth_views.LoginView):
         if max(cache.get(key, 0) for key in keys) >= LOGIN_FAILURES_ALLOWED:
             form = self.get_form()
             form.errors.clear()
-            response = self.render_to_response(self.get_context_data(
-                form=form, throttled=_("Too many failed attempts. Wait %(minutes)s minutes and try again.") % {
-                    "minutes": LOGIN_LOCKOUT_SECONDS // 60}))
+            response = self.render_to_response(
+                self.get_context_data(
+                    form=form,
+                    throttled=_("Too many failed attempts. Wait %(minutes)s minutes and try again.")
+                    % {"minutes": LOGIN_LOCKOUT_SECONDS // 60},
+                )
+            )
             response.status_code = 429
             return response
         return super().post(request, *args, **kwargs)
@@ -92,8 +97,9 @@ class ThrottledLoginView(auth_views.LoginView):
         language = Profile.objects.filter(user=form.get_user()).values_list("language", flat=True).first()
         if language:
             self.request.session[LANGUAGE_SESSION_KEY] = language
-            response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax",
-                                secure=settings.SESSION_COOKIE_SECURE)
+            response.set_cookie(
+                settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax", secure=settings.SESSION_COOKIE_SECURE
+            )
         return response
 
 
@@ -102,7 +108,9 @@ def set_language(request: HttpRequest) -> HttpResponse:
     """The person's language: remembered on their profile (all devices), in the session and a cookie."""
     language = request.POST.get("language", "")
     target = request.POST.get("next") or reverse("home")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         target = reverse("home")
     if language not in dict(settings.LANGUAGES):
         messages.error(request, _("Unknown language."))
@@ -140,17 +148,24 @@ def home(request: HttpRequest) -> HttpResponse:
             gate.pilot = pilot
         pilot.current = gate
         pilot.my_roles = mine[pilot.pk]
-        pilot.actions = [{**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
-                         for a in pending.get(pilot.pk, [])]
+        pilot.actions = [
+            {**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
+            for a in pending.get(pilot.pk, [])
+        ]
         todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
     from runners.models import Node
 
-    host_keys = list(Node.objects.filter(
-        host_key_state=Node.HostKeyState.PENDING,
-        site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]).select_related("site"))
+    host_keys = list(
+        Node.objects.filter(
+            host_key_state=Node.HostKeyState.PENDING, site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]
+        ).select_related("site")
+    )
     notes = list(Notification.objects.filter(user=request.user, read_at__isnull=True)[:20])
-    return render(request, "gates/home.html", {
-        "page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes})
+    return render(
+        request,
+        "gates/home.html",
+        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes},
+    )
 
 
 @login_required
@@ -166,8 +181,11 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
 def _who(pilot: Pilot) -> dict[str, list[str]]:
     """Role → names of the people holding it in this pilot's two organisations."""
     names: dict[str, list[str]] = defaultdict(list)
-    for membership in Membership.objects.filter(
-            organisation_id__in=[pilot.customer_id, pilot.vendor_id]).select_related("user").order_by("user__username"):
+    for membership in (
+        Membership.objects.filter(organisation_id__in=[pilot.customer_id, pilot.vendor_id])
+        .select_related("user")
+        .order_by("user__username")
+    ):
         names[membership.role].append(membership.user.get_full_name() or membership.user.get_username())
     return names
 
@@ -175,8 +193,15 @@ def _who(pilot: Pilot) -> dict[str, list[str]]:
 def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
     who = _who(pilot) if actions else {}
     roles = dict(Membership._meta.get_field("role").choices)
-    return [{**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": roles.get(a["role"], a["role"]),
-             "people": who.get(a["role"], [])} for a in actions]
+    return [
+        {
+            **a,
+            "label": notifications.ACTION_LABELS[a["action"]],
+            "role_label": roles.get(a["role"], a["role"]),
+            "people": who.get(a["role"], []),
+        }
+        for a in actions
+    ]
 
 
 def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
@@ -191,10 +216,21 @@ def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
             actual_start = max(1, min(weeks, (opened - pilot.start_date).days // 7 + 1))
             end_day = closed or today
             actual_end = max(actual_start, min(weeks, (end_day - pilot.start_date).days // 7 + 1))
-        rows.append({"gate": gate, "opened": opened, "closed": closed, "actual_start": actual_start,
-                     "actual_end_col": actual_end + 1 if actual_end else None, "planned_end_col": gate.week_end + 1})
-    return {"weeks": range(1, weeks + 1), "rows": rows,
-            "current_week": current_week if 1 <= current_week <= weeks else None}
+        rows.append(
+            {
+                "gate": gate,
+                "opened": opened,
+                "closed": closed,
+                "actual_start": actual_start,
+                "actual_end_col": actual_end + 1 if actual_end else None,
+                "planned_end_col": gate.week_end + 1,
+            }
+        )
+    return {
+        "weeks": range(1, weeks + 1),
+        "rows": rows,
+        "current_week": current_week if 1 <= current_week <= weeks else None,
+    }
 
 
 @login_required
@@ -209,18 +245,30 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     from runners.models import Job
 
     runs = list(Job.objects.filter(pilot=pilot).select_related("gate", "created_by")[:10])
-    return render(request, "gates/pilot.html", {
-        "pilot": pilot, "gates": gates, "plan": plan, "timeline": _timeline(pilot, gates, weeks),
-        "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot)), "runs": runs,
-        "roles": access.roles_of(pilot, request.user), "can_operate": can(pilot, request.user, OPERATE)})
+    return render(
+        request,
+        "gates/pilot.html",
+        {
+            "pilot": pilot,
+            "gates": gates,
+            "plan": plan,
+            "timeline": _timeline(pilot, gates, weeks),
+            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot)),
+            "runs": runs,
+            "roles": access.roles_of(pilot, request.user),
+            "can_operate": can(pilot, request.user, OPERATE),
+        },
+    )
 
 
 # ── The plan: review, edit while draft, sign, amend ───────────────────────────────────────────
 
 
 def _plan_editable(version: PlanVersion) -> bool:
-    return version.state == PlanVersion.State.DRAFT and not version.signoffs.filter(
-        decision=SignOff.Decision.APPROVE).exists()
+    return (
+        version.state == PlanVersion.State.DRAFT
+        and not version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists()
+    )
 
 
 def _parties_of(roles) -> list[str]:
@@ -236,29 +284,57 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     number = request.GET.get("v")
     version = next((v for v in versions if str(v.number) == number), versions[0])
     roles = access.roles_of(pilot, request.user)
-    editable = version.pk == versions[0].pk and _plan_editable(version) and bool(roles & EDIT_PLAN) \
+    editable = (
+        version.pk == versions[0].pk
+        and _plan_editable(version)
+        and bool(roles & EDIT_PLAN)
         and pilot.state not in notifications.FINAL
+    )
     signoffs = list(version.signoffs.select_related("person"))
     approved = {s.party for s in signoffs if s.decision == SignOff.Decision.APPROVE}
     may_sign = [p for p in _parties_of(roles) if p not in approved]
-    can_sign = version.state == PlanVersion.State.DRAFT and version.pk == versions[0].pk and bool(may_sign) \
+    can_sign = (
+        version.state == PlanVersion.State.DRAFT
+        and version.pk == versions[0].pk
+        and bool(may_sign)
         and pilot.state not in notifications.FINAL
+    )
     criteria = list(version.criteria.all())
     gate_names = {g.number: g for g in pilot.gates.all()}
     groups = []
     for criterion in criteria:
         if not groups or groups[-1]["number"] != criterion.gate_number:
-            groups.append({"number": criterion.gate_number, "gate": gate_names.get(criterion.gate_number), "criteria": []})
+            groups.append(
+                {"number": criterion.gate_number, "gate": gate_names.get(criterion.gate_number), "criteria": []}
+            )
         criterion.form = CriterionForm.for_criterion(criterion) if editable else None
         groups[-1]["criteria"].append(criterion)
-    edits = AuditEvent.objects.filter(pilot=pilot, action="criterion.edited", object_id__in=[str(c.pk) for c in criteria]
-                                      ).select_related("actor")[:30]
-    can_amend = versions[0].state != PlanVersion.State.DRAFT and bool(roles & EDIT_PLAN) \
+    edits = AuditEvent.objects.filter(
+        pilot=pilot, action="criterion.edited", object_id__in=[str(c.pk) for c in criteria]
+    ).select_related("actor")[:30]
+    can_amend = (
+        versions[0].state != PlanVersion.State.DRAFT
+        and bool(roles & EDIT_PLAN)
         and pilot.state not in notifications.FINAL
-    return render(request, "gates/plan.html", {
-        "pilot": pilot, "version": version, "versions": versions, "groups": groups, "editable": editable,
-        "signoffs": signoffs, "can_sign": can_sign, "sign_form": PlanSignForm(), "edits": edits, "can_amend": can_amend,
-        "plan_sha256": version.sha256 or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else "")})
+    )
+    return render(
+        request,
+        "gates/plan.html",
+        {
+            "pilot": pilot,
+            "version": version,
+            "versions": versions,
+            "groups": groups,
+            "editable": editable,
+            "signoffs": signoffs,
+            "can_sign": can_sign,
+            "sign_form": PlanSignForm(),
+            "edits": edits,
+            "can_amend": can_amend,
+            "plan_sha256": version.sha256
+            or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else ""),
+        },
+    )
 
 
 @login_required
@@ -271,8 +347,10 @@ def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
     form = CriterionForm.for_criterion(criterion, data=request.POST)
     if not form.is_valid():
         for field, errors in form.errors.items():
-            messages.error(request, f"{criterion.key} · {form.fields[field].label if field in form.fields else field}: "
-                                    f"{' '.join(errors)}")
+            messages.error(
+                request,
+                f"{criterion.key} · {form.fields[field].label if field in form.fields else field}: {' '.join(errors)}",
+            )
         return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
     changes = form.changes(criterion)
     if changes:
@@ -316,8 +394,10 @@ def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
     else:
-        messages.success(request, _("Plan v%(number)s is a draft: change it, then both parties sign it again.") % {
-            "number": version.number})
+        messages.success(
+            request,
+            _("Plan v%(number)s is a draft: change it, then both parties sign it again.") % {"number": version.number},
+        )
         notifications.sweep([pilot])
     return redirect("plan", pilot.code)
 
@@ -350,9 +430,20 @@ def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
         return rows
     version = gate.pilot.signed_plan or gate.pilot.latest_plan
     criteria = version.criteria.filter(gate_number=gate.number) if version else []
-    return [{"key": c.key, "text": (c.description_zh if chinese else "") or c.description, "metric": c.metric,
-             "statistic": c.statistic, "comparison": c.comparison, "op": c.get_op_display(), "threshold": c.threshold,
-             "unit": c.unit, "verdict": ""} for c in criteria]
+    return [
+        {
+            "key": c.key,
+            "text": (c.description_zh if chinese else "") or c.description,
+            "metric": c.metric,
+            "statistic": c.statistic,
+            "comparison": c.comparison,
+            "op": c.get_op_display(),
+            "threshold": c.threshold,
+            "unit": c.unit,
+            "verdict": "",
+        }
+        for c in criteria
+    ]
 
 
 def start_run_available() -> tuple[bool, str]:
@@ -376,19 +467,38 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
     decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
     may_sign = [p for p in _parties_of(roles) if p not in decided]
-    can_sign_off = bool(may_sign) and evaluation is not None and pilot.state == Pilot.State.ACTIVE \
+    can_sign_off = (
+        bool(may_sign)
+        and evaluation is not None
+        and pilot.state == Pilot.State.ACTIVE
         and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
+    )
     run_ok, run_why = start_run_available()
     can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
-    return render(request, "gates/gate.html", {
-        "pilot": pilot, "gate": gate, "evaluation": evaluation, "result": result,
-        "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
-        "validity": result.get("validity") or {}, "charts": _charts(result), "runs": runs, "signoffs": signoffs,
-        "can_sign_off": can_sign_off, "signoff_form": GateSignOffForm(),
-        "sign_party_label": Party(may_sign[0]).label if may_sign else "",
-        "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
-        "can_start": can_start, "run_available": run_ok, "run_unavailable_reason": run_why,
-        "reports": list(gate.reports.all()), "can_download_raw": bool(roles & RAW_DATA)})
+    return render(
+        request,
+        "gates/gate.html",
+        {
+            "pilot": pilot,
+            "gate": gate,
+            "evaluation": evaluation,
+            "result": result,
+            "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
+            "validity": result.get("validity") or {},
+            "charts": _charts(result),
+            "runs": runs,
+            "signoffs": signoffs,
+            "can_sign_off": can_sign_off,
+            "signoff_form": GateSignOffForm(),
+            "sign_party_label": Party(may_sign[0]).label if may_sign else "",
+            "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
+            "can_start": can_start,
+            "run_available": run_ok,
+            "run_unavailable_reason": run_why,
+            "reports": list(gate.reports.all()),
+            "can_download_raw": bool(roles & RAW_DATA),
+        },
+    )
 
 
 @login_required
@@ -402,8 +512,9 @@ def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             messages.error(request, " ".join(errors))
         return redirect("gate", gate.pilot.code, gate.number)
     try:
-        signoff = lifecycle.sign_off_gate(gate, request.user, decision=form.cleaned_data["decision"],
-                                comment=form.cleaned_data["comment"])
+        signoff = lifecycle.sign_off_gate(
+            gate, request.user, decision=form.cleaned_data["decision"], comment=form.cleaned_data["comment"]
+        )
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
     else:
@@ -416,7 +527,11 @@ def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 
 def _countersign(request: HttpRequest, signoff: SignOff) -> None:
     """The customer approver's signature added to the report of the evidence they approved, when one exists."""
-    report = Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation).order_by("-signatures", "-created").first()
+    report = (
+        Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation)
+        .order_by("-signatures", "-created")
+        .first()
+    )
     if report is None or report.signatures > 1:
         return
     try:
@@ -493,8 +608,11 @@ def report_verify(request: HttpRequest) -> HttpResponse:
                 result = verify_report_bytes(form.cleaned_data["file"].read())
             except Exception as exc:  # a damaged upload gets a message, not a server error
                 error = _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
-    return render(request, "gates/verify.html", {"form": form, "result": result, "error": error,
-                                                  "max_mb": MAX_REPORT_BYTES // 2**20})
+    return render(
+        request,
+        "gates/verify.html",
+        {"form": form, "result": result, "error": error, "max_mb": MAX_REPORT_BYTES // 2**20},
+    )
 
 
 # ── The audit log ─────────────────────────────────────────────────────────────────────────────
@@ -504,6 +622,6 @@ def report_verify(request: HttpRequest) -> HttpResponse:
 def audit_log(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
     page = Paginator(AuditEvent.objects.filter(pilot=pilot).select_related("actor"), PAGE_SIZE).get_page(
-        request.GET.get("page"))
+        request.GET.get("page")
+    )
     return render(request, "gates/audit.html", {"pilot": pilot, "page": page})
-

@@ -2,6 +2,7 @@
 
 Every object is reached through its parent pilot (gates.access); downloads included.
 """
+
 from __future__ import annotations
 
 from uuid import UUID
@@ -43,13 +44,23 @@ def _progress(job: Job, steps: list) -> dict:
     finished = sum(1 for s in steps if s.status in (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED))
     done = sum(s.requests_done for s in steps)
     total = sum(max(s.requests_total, s.requests_done) for s in steps)
-    return {"steps_total": len(steps), "steps_finished": finished, "requests_done": done, "requests_total": total,
-            "fraction": finished / len(steps) if steps else 0.0, "eta_seconds": None}
+    return {
+        "steps_total": len(steps),
+        "steps_finished": finished,
+        "requests_done": done,
+        "requests_total": total,
+        "fraction": finished / len(steps) if steps else 0.0,
+        "eta_seconds": None,
+    }
 
 
 def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
-    return get_for_user(request, Job.objects.select_related("gate", "site", "created_by", "pilot__customer",
-                                                            "pilot__vendor"), code, "pilot")
+    return get_for_user(
+        request,
+        Job.objects.select_related("gate", "site", "created_by", "pilot__customer", "pilot__vendor"),
+        code,
+        "pilot",
+    )
 
 
 def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
@@ -66,16 +77,26 @@ def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
 
 def log_html(chunks: list[OutputChunk]) -> SafeString:
     """The log lines as HTML, built here rather than in a template loop: a page may carry hundreds of chunks."""
-    return mark_safe("".join(  # noqa: S308 - every value is escaped or an integer
-        f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">{escape(c.text)}</span>' for c in chunks))
+    return mark_safe(
+        "".join(  # noqa: S308 - every value is escaped or an integer
+            f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">{escape(c.text)}</span>' for c in chunks
+        )
+    )
 
 
 def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
     steps = list(job.steps.select_related("node").order_by("seq"))
     orchestration = _orchestration()
-    return {"job": job, "pilot": pilot, "steps": steps, "progress": _progress(job, steps),
-            "can_cancel": access.can(pilot, request.user, OPERATE) and not job.is_finished and not job.cancel_requested
-            and orchestration is not None}
+    return {
+        "job": job,
+        "pilot": pilot,
+        "steps": steps,
+        "progress": _progress(job, steps),
+        "can_cancel": access.can(pilot, request.user, OPERATE)
+        and not job.is_finished
+        and not job.cancel_requested
+        and orchestration is not None,
+    }
 
 
 # ── Runs ──────────────────────────────────────────────────────────────────────────────────────
@@ -86,11 +107,20 @@ def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     job, pilot = _job_for_user(request, code)
     chunks = _contiguous(list(job.chunks.order_by("seq")[:LOG_BATCH]), 0)
     artifacts = list(job.artifacts.select_related("node"))
-    return render(request, "runners/run.html", {
-        **_status_context(request, job, pilot), "chunks": chunks, "log_html": log_html(chunks),
-        "last_seq": chunks[-1].seq if chunks else 0,
-        "more": len(chunks) == LOG_BATCH, "artifacts": artifacts,
-        "can_download_raw": access.can(pilot, request.user, RAW_DATA), "poll_seconds": POLL_SECONDS})
+    return render(
+        request,
+        "runners/run.html",
+        {
+            **_status_context(request, job, pilot),
+            "chunks": chunks,
+            "log_html": log_html(chunks),
+            "last_seq": chunks[-1].seq if chunks else 0,
+            "more": len(chunks) == LOG_BATCH,
+            "artifacts": artifacts,
+            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            "poll_seconds": POLL_SECONDS,
+        },
+    )
 
 
 @login_required
@@ -103,11 +133,20 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
         return HttpResponse(_("“after” must be a chunk number."), status=400)
     chunks = _contiguous(list(job.chunks.filter(seq__gt=after).order_by("seq")[:LOG_BATCH]), after)
     last = chunks[-1].seq if chunks else after
-    return render(request, "runners/_log_update.html", {
-        "artifacts": list(job.artifacts.select_related("node")), "can_download_raw": access.can(pilot, request.user, RAW_DATA),
-        **_status_context(request, job, pilot), "chunks": chunks, "log_html": log_html(chunks), "last_seq": last,
-        "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
-        "poll_seconds": POLL_SECONDS})
+    return render(
+        request,
+        "runners/_log_update.html",
+        {
+            "artifacts": list(job.artifacts.select_related("node")),
+            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            **_status_context(request, job, pilot),
+            "chunks": chunks,
+            "log_html": log_html(chunks),
+            "last_seq": last,
+            "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
+            "poll_seconds": POLL_SECONDS,
+        },
+    )
 
 
 @login_required
@@ -142,7 +181,9 @@ def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
     access.require_role(pilot, request.user, OPERATE)
     orchestration = _orchestration()
     if orchestration is None:
-        messages.error(request, _("Runs cannot be canceled from the portal yet: the orchestration module is not installed."))
+        messages.error(
+            request, _("Runs cannot be canceled from the portal yet: the orchestration module is not installed.")
+        )
     elif job.is_finished:
         messages.info(request, _("The run has already ended."))
     else:
@@ -153,14 +194,16 @@ def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
 
 @login_required
 def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
-    artifact, pilot = get_for_user(request, Artifact.objects.select_related("job__pilot__customer", "job__pilot__vendor"),
-                                   code, "job__pilot")
+    artifact, pilot = get_for_user(
+        request, Artifact.objects.select_related("job__pilot__customer", "job__pilot__vendor"), code, "job__pilot"
+    )
     access.require_role(pilot, request.user, RAW_DATA)
     if not artifact.path.is_file():
         raise Http404("The artifact's file is missing")
     name = artifact.name.replace("/", "_")
-    response = FileResponse(artifact.path.open("rb"), as_attachment=True, filename=name,
-                            content_type="application/octet-stream")
+    response = FileResponse(
+        artifact.path.open("rb"), as_attachment=True, filename=name, content_type="application/octet-stream"
+    )
     response["X-Content-SHA256"] = artifact.sha256
     return response
 
@@ -171,17 +214,32 @@ def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
 @login_required
 def sites(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    site_list = list(pilot.sites.prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.select_related("credential", "jump_host")),
-        Prefetch("credentials", queryset=Credential.objects.only(
-            "id", "code", "site_id", "name", "key_type", "public_fingerprint", "created"))))
+    site_list = list(
+        pilot.sites.prefetch_related(
+            Prefetch("nodes", queryset=Node.objects.select_related("credential", "jump_host")),
+            Prefetch(
+                "credentials",
+                queryset=Credential.objects.only(
+                    "id", "code", "site_id", "name", "key_type", "public_fingerprint", "created"
+                ),
+            ),
+        )
+    )
     can_operate = access.can(pilot, request.user, OPERATE)
     for site in site_list:
         if can_operate:
             site.node_form = NodeForm(site=site, prefix=f"n-{site.code}")
             site.credential_form = CredentialForm(prefix=f"c-{site.code}")
-    return render(request, "runners/sites.html", {
-        "pilot": pilot, "sites": site_list, "can_operate": can_operate, "site_form": SiteForm() if can_operate else None})
+    return render(
+        request,
+        "runners/sites.html",
+        {
+            "pilot": pilot,
+            "sites": site_list,
+            "can_operate": can_operate,
+            "site_form": SiteForm() if can_operate else None,
+        },
+    )
 
 
 @login_required
@@ -221,8 +279,11 @@ def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
             return redirect("sites", pilot.code)
         node.save()
         lifecycle.audit(pilot, request.user, "node.created", node, name=node.name, host=node.host, port=node.port)
-        messages.success(request, _("Node %(name)s added. Its host key is recorded on first contact and must then be "
-                                    "accepted here.") % {"name": node.name})
+        messages.success(
+            request,
+            _("Node %(name)s added. Its host key is recorded on first contact and must then be accepted here.")
+            % {"name": node.name},
+        )
     else:
         _form_errors(request, form)
     return redirect("sites", pilot.code)
@@ -238,15 +299,29 @@ def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
         from runners.credentials import create_credential
 
         try:
-            credential = create_credential(site, form.cleaned_data["name"], form.cleaned_data["private_key"],
-                                           form.cleaned_data["passphrase"], created_by=request.user)
+            credential = create_credential(
+                site,
+                form.cleaned_data["name"],
+                form.cleaned_data["private_key"],
+                form.cleaned_data["passphrase"],
+                created_by=request.user,
+            )
         except ValidationError as error:
             messages.error(request, _("Private key: %(error)s") % {"error": " ".join(error.messages)})
         else:
-            lifecycle.audit(pilot, request.user, "credential.created", credential, name=credential.name,
-                            fingerprint=credential.public_fingerprint)
-            messages.success(request, _("Credential %(name)s stored encrypted (%(fingerprint)s).") % {
-                "name": credential.name, "fingerprint": credential.public_fingerprint})
+            lifecycle.audit(
+                pilot,
+                request.user,
+                "credential.created",
+                credential,
+                name=credential.name,
+                fingerprint=credential.public_fingerprint,
+            )
+            messages.success(
+                request,
+                _("Credential %(name)s stored encrypted (%(fingerprint)s).")
+                % {"name": credential.name, "fingerprint": credential.public_fingerprint},
+            )
     else:
         _form_errors(request, form)
     return redirect("sites", pilot.code)
@@ -254,20 +329,34 @@ def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
 
 @login_required
 def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
-    node, pilot = get_for_user(request, Node.objects.select_related(
-        "site__pilot__customer", "site__pilot__vendor", "credential", "jump_host", "host_key_accepted_by"), code,
-        "site__pilot")
+    node, pilot = get_for_user(
+        request,
+        Node.objects.select_related(
+            "site__pilot__customer", "site__pilot__vendor", "credential", "jump_host", "host_key_accepted_by"
+        ),
+        code,
+        "site__pilot",
+    )
     probes = list(Job.objects.filter(pilot=pilot, steps__node=node).distinct().select_related("gate")[:10])
-    return render(request, "runners/node.html", {
-        "pilot": pilot, "node": node, "inventory": node.inventory or {}, "probes": probes,
-        "can_operate": access.can(pilot, request.user, OPERATE)})
+    return render(
+        request,
+        "runners/node.html",
+        {
+            "pilot": pilot,
+            "node": node,
+            "inventory": node.inventory or {},
+            "probes": probes,
+            "can_operate": access.can(pilot, request.user, OPERATE),
+        },
+    )
 
 
 @login_required
 @require_POST
 def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
-    node, pilot = get_for_user(request, Node.objects.select_related("site__pilot__customer", "site__pilot__vendor"),
-                               code, "site__pilot")
+    node, pilot = get_for_user(
+        request, Node.objects.select_related("site__pilot__customer", "site__pilot__vendor"), code, "site__pilot"
+    )
     access.require_role(pilot, request.user, OPERATE)
     fingerprint = request.POST.get("fingerprint", "")
     from runners.ssh import accept_host_key
@@ -277,10 +366,19 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
     except ValueError as error:
         messages.error(request, str(error))
     else:
-        lifecycle.audit(pilot, request.user, "node.host_key_accepted", accepted, Node.HostKeyState.PENDING,
-                        Node.HostKeyState.ACCEPTED, fingerprint=fingerprint)
-        messages.success(request, _("Host key %(fingerprint)s of %(node)s accepted.") % {
-            "fingerprint": fingerprint, "node": node.name})
+        lifecycle.audit(
+            pilot,
+            request.user,
+            "node.host_key_accepted",
+            accepted,
+            Node.HostKeyState.PENDING,
+            Node.HostKeyState.ACCEPTED,
+            fingerprint=fingerprint,
+        )
+        messages.success(
+            request,
+            _("Host key %(fingerprint)s of %(node)s accepted.") % {"fingerprint": fingerprint, "node": node.name},
+        )
         notifications.sweep([pilot])
     if request.POST.get("back") == "sites":
         return redirect("sites", pilot.code)

@@ -7,6 +7,7 @@ target is p95 ≤ 100 ms for the list and detail pages. Writes benchmarks/out/po
 
     .venv/bin/python benchmarks/portal/bench_portal.py [--pilots 200 --runs 50 --requests 300 --clients 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,9 @@ def populate(pilots: int, runs: int) -> dict:
     lifecycle.sign_plan(demo.latest_plan, people["alice"])
     lifecycle.sign_plan(demo.latest_plan, people["bob"])
     for n in range(pilots - 1):
-        pilot = lifecycle.create_pilot(name=f"Bench pilot {n:03d}", customer=demo.customer, vendor=demo.vendor,
-                                       who="bench")
+        pilot = lifecycle.create_pilot(
+            name=f"Bench pilot {n:03d}", customer=demo.customer, vendor=demo.vendor, who="bench"
+        )
         if n % 2 == 0:
             lifecycle.sign_plan(pilot.latest_plan, people["alice"])
             lifecycle.sign_plan(pilot.latest_plan, people["bob"])
@@ -68,25 +70,60 @@ def populate(pilots: int, runs: int) -> dict:
         Node.objects.create(site=site, name="node1", host="127.0.0.1", username="fx", simulated=True)
         gate = pilot.gates.get(number=1)
         for _ in range(runs):
-            jobs.append(Job(pilot=pilot, gate=gate, site=site, status=Status.SUCCESSFUL, created=now, started=now,
-                            finished=now, chunk_count=0, params={"time_scale": 0.01}))
+            jobs.append(
+                Job(
+                    pilot=pilot,
+                    gate=gate,
+                    site=site,
+                    status=Status.SUCCESSFUL,
+                    created=now,
+                    started=now,
+                    finished=now,
+                    chunk_count=0,
+                    params={"time_scale": 0.01},
+                )
+            )
         for e in range(50):
-            events.append(AuditEvent(pilot=pilot, actor_label="bench", action="bench.event", object_type="pilot",
-                                     object_id=str(pilot.pk), detail={"n": e}))
+            events.append(
+                AuditEvent(
+                    pilot=pilot,
+                    actor_label="bench",
+                    action="bench.event",
+                    object_type="pilot",
+                    object_id=str(pilot.pk),
+                    detail={"n": e},
+                )
+            )
     Job.objects.bulk_create(jobs, batch_size=2000)
     AuditEvent.objects.bulk_create(events, batch_size=2000)
     node_of = {n.site.pilot_id: n for n in Node.objects.select_related("site")}
     for job in Job.objects.all().only("id", "pilot_id"):
         for seq, name in enumerate(("probe", "collect", "evaluate"), 1):
-            steps.append(Step(job_id=job.pk, seq=seq, name=name, node=node_of[job.pilot_id], status=Status.SUCCESSFUL,
-                              requests_done=100, requests_total=100))
+            steps.append(
+                Step(
+                    job_id=job.pk,
+                    seq=seq,
+                    name=name,
+                    node=node_of[job.pilot_id],
+                    status=Status.SUCCESSFUL,
+                    requests_done=100,
+                    requests_total=100,
+                )
+            )
     Step.objects.bulk_create(steps, batch_size=5000)
     job = Job.objects.filter(pilot=demo).first()
-    OutputChunk.objects.bulk_create([OutputChunk(job=job, seq=n, stream="stdout", text=f"line {n} of the probe output\n")
-                                     for n in range(1, 1001)])
+    OutputChunk.objects.bulk_create(
+        [OutputChunk(job=job, seq=n, stream="stdout", text=f"line {n} of the probe output\n") for n in range(1, 1001)]
+    )
     Job.objects.filter(pk=job.pk).update(chunk_count=1000)
-    return {"pilot": str(demo.code), "job": str(job.code), "password": DEMO_PASSWORD,
-            "pilots": Pilot.objects.count(), "runs": Job.objects.count(), "steps": Step.objects.count()}
+    return {
+        "pilot": str(demo.code),
+        "job": str(job.code),
+        "password": DEMO_PASSWORD,
+        "pilots": Pilot.objects.count(),
+        "runs": Job.objects.count(),
+        "steps": Step.objects.count(),
+    }
 
 
 class Client:
@@ -111,10 +148,17 @@ def log_in(port: int, username: str, password: str) -> str:
     body = response.read().decode()
     csrf = re.search(r"csrftoken=([^;]+)", response.getheader("Set-Cookie")).group(1)
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', body).group(1)
-    conn.request("POST", "/accounts/login/", urlencode({"username": username, "password": password,
-                                                       "csrfmiddlewaretoken": token}),
-                 headers={"Content-Type": "application/x-www-form-urlencoded", "Cookie": f"csrftoken={csrf}",
-                          "Host": "127.0.0.1", "Referer": f"http://127.0.0.1:{port}/accounts/login/"})
+    conn.request(
+        "POST",
+        "/accounts/login/",
+        urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token}),
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Cookie": f"csrftoken={csrf}",
+            "Host": "127.0.0.1",
+            "Referer": f"http://127.0.0.1:{port}/accounts/login/",
+        },
+    )
     response = conn.getresponse()
     response.read()
     session = re.search(r"sessionid=([^;]+)", response.getheader("Set-Cookie") or "")
@@ -149,9 +193,16 @@ def load(port: int, cookie: str, path: str, clients: int, requests: int) -> dict
     elapsed = time.perf_counter() - started
     latencies.sort()
     q = statistics.quantiles(latencies, n=100)
-    return {"path": path, "requests": len(latencies), "errors": len(errors), "rps": round(len(latencies) / elapsed, 1),
-            "p50_ms": round(q[49], 1), "p95_ms": round(q[94], 1), "p99_ms": round(q[98], 1),
-            "max_ms": round(latencies[-1], 1)}
+    return {
+        "path": path,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "rps": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(q[49], 1),
+        "p95_ms": round(q[94], 1),
+        "p99_ms": round(q[98], 1),
+        "max_ms": round(latencies[-1], 1),
+    }
 
 
 def main() -> int:
@@ -168,21 +219,54 @@ def main() -> int:
         return 0
 
     scratch = Path(tempfile.mkdtemp(prefix="fxpilot-bench-portal-"))
-    env = {**os.environ, "FXPILOT_DATA_DIR": str(scratch), "DATABASE_URL": f"sqlite:///{scratch}/bench.sqlite3",
-           "DEBUG": "false", "DJANGO_SETTINGS_MODULE": "fxpilot.settings", "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "FXPILOT_DATA_DIR": str(scratch),
+        "DATABASE_URL": f"sqlite:///{scratch}/bench.sqlite3",
+        "DEBUG": "false",
+        "DJANGO_SETTINGS_MODULE": "fxpilot.settings",
+        "PYTHONPATH": str(ROOT),
+        "LOG_LEVEL": "WARNING",
+    }
     env.pop("FXPILOT_ENV", None)
     python = sys.executable
     started = time.perf_counter()
-    made = json.loads(subprocess.run([python, __file__, "--populate", "--pilots", str(args.pilots), "--runs",
-                                      str(args.runs)], env=env, cwd=ROOT, check=True, capture_output=True,
-                                     text=True).stdout.strip().splitlines()[-1])
-    print(f"populated {made['pilots']} pilots, {made['runs']} runs, {made['steps']} steps "
-          f"in {time.perf_counter() - started:.0f} s", flush=True)
+    made = json.loads(
+        subprocess.run(
+            [python, __file__, "--populate", "--pilots", str(args.pilots), "--runs", str(args.runs)],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    print(
+        f"populated {made['pilots']} pilots, {made['runs']} runs, {made['steps']} steps "
+        f"in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
     subprocess.run([python, "manage.py", "collectstatic", "--noinput", "-v", "0"], env=env, cwd=ROOT, check=True)
     port = free_port()
-    server = subprocess.Popen([python, "-m", "gunicorn", "fxpilot.wsgi", "-w", str(args.workers), "-b",
-                               f"127.0.0.1:{port}", "--log-level", "warning"], env=env, cwd=ROOT,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [
+            python,
+            "-m",
+            "gunicorn",
+            "fxpilot.wsgi",
+            "-w",
+            str(args.workers),
+            "-b",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -207,8 +291,11 @@ def main() -> int:
         for label, path in pages.items():
             results[label] = load(port, cookie, path, args.clients, args.requests)
             r = results[label]
-            print(f"{label:32} p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}  p99 {r['p99_ms']:6.1f} ms  "
-                  f"{r['rps']:6.1f} req/s  errors {r['errors']}", flush=True)
+            print(
+                f"{label:32} p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}  p99 {r['p99_ms']:6.1f} ms  "
+                f"{r['rps']:6.1f} req/s  errors {r['errors']}",
+                flush=True,
+            )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=20)
@@ -218,8 +305,14 @@ def main() -> int:
     ok = worst["p95_ms"] <= TARGET_P95_MS and not any(r["errors"] for r in results.values())
     out = ROOT / "benchmarks" / "out"
     out.mkdir(parents=True, exist_ok=True)
-    report = {"when": datetime.now().isoformat(timespec="seconds"), "args": vars(args), "data": made,
-              "target_p95_ms": TARGET_P95_MS, "ok": ok, "results": results}
+    report = {
+        "when": datetime.now().isoformat(timespec="seconds"),
+        "args": vars(args),
+        "data": made,
+        "target_p95_ms": TARGET_P95_MS,
+        "ok": ok,
+        "results": results,
+    }
     path = out / f"portal-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"worst page p95 {worst['p95_ms']} ms (target ≤ {TARGET_P95_MS}); {'met' if ok else 'MISSED'}; {path}")

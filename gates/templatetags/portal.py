@@ -1,4 +1,5 @@
 """Small template helpers of the portal: names in the reader's language, numbers and durations."""
+
 from __future__ import annotations
 
 from typing import Any

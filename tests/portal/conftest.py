@@ -1,5 +1,6 @@
 """Portal fixtures: the demo people plus erin (vendor lead only) and dave (customer viewer), and a pilot
 with a site, nodes, a credential, a G1 run with output and an artifact, a pass verdict and a report."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,31 +26,70 @@ def _fresh_throttle():
 
 def private_key_text() -> str:
     key = ed25519.Ed25519PrivateKey.generate()
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
 
 
 def verdict(gate: int = 1, result: str = "pass") -> dict:
     return {
-        "schema": "fxpilot.verdict/1", "gate": gate, "verdict": result, "plan_sha256": "0" * 64, "simulated": True,
+        "schema": "fxpilot.verdict/1",
+        "gate": gate,
+        "verdict": result,
+        "plan_sha256": "0" * 64,
+        "simulated": True,
         "validity": {"valid": True, "checks": [{"name": "enough requests", "ok": True, "detail": "96 ≥ 32"}]},
-        "criteria": [{
-            "key": "g1-ttft-cv", "description": "Baseline TTFT is stable", "description_zh": "基线首字延迟稳定",
-            "metric": "ttft", "statistic": "cv", "comparison": "absolute", "op": "<=", "threshold": 0.1, "unit": "fraction",
-            "verdict": result, "value": 0.04, "ci": [0.03, 0.05], "n": 48,
-            "cells": [{"concurrency": 16, "value": 0.04, "ci": [0.03, 0.05], "candidate_value": 0.04,
-                       "baseline_value": None, "n_candidate": 48, "n_baseline": 0, "verdict": result}],
-            "rule": "pass: the whole 95 % interval [0.030, 0.050] clears ≤ 0.100",
-            "explanation": "recompute TTFT p50 coefficient of variation 4.0 % across 3 repetitions"}],
-        "metrics": [{"arm": "recompute", "phase": "measure", "concurrency": 16, "repetition": 1, "n": 16, "n_ok": 16,
-                     "ttft_p50": 2.5, "throughput": 40.0}],
+        "criteria": [
+            {
+                "key": "g1-ttft-cv",
+                "description": "Baseline TTFT is stable",
+                "description_zh": "基线首字延迟稳定",
+                "metric": "ttft",
+                "statistic": "cv",
+                "comparison": "absolute",
+                "op": "<=",
+                "threshold": 0.1,
+                "unit": "fraction",
+                "verdict": result,
+                "value": 0.04,
+                "ci": [0.03, 0.05],
+                "n": 48,
+                "cells": [
+                    {
+                        "concurrency": 16,
+                        "value": 0.04,
+                        "ci": [0.03, 0.05],
+                        "candidate_value": 0.04,
+                        "baseline_value": None,
+                        "n_candidate": 48,
+                        "n_baseline": 0,
+                        "verdict": result,
+                    }
+                ],
+                "rule": "pass: the whole 95 % interval [0.030, 0.050] clears ≤ 0.100",
+                "explanation": "recompute TTFT p50 coefficient of variation 4.0 % across 3 repetitions",
+            }
+        ],
+        "metrics": [
+            {
+                "arm": "recompute",
+                "phase": "measure",
+                "concurrency": 16,
+                "repetition": 1,
+                "n": 16,
+                "n_ok": 16,
+                "ttft_p50": 2.5,
+                "throughput": 40.0,
+            }
+        ],
         "inputs": {},
     }
 
 
 def add_person(username: str, organisation, role: str):
-    user = get_user_model().objects.create_user(username, f"{username}@example.test", "pw-" + username,
-                                                first_name=username.title())
+    user = get_user_model().objects.create_user(
+        username, f"{username}@example.test", "pw-" + username, first_name=username.title()
+    )
     lifecycle.add_member(user, organisation, role)
     return user
 
@@ -69,30 +109,54 @@ def build_world(demo) -> SimpleNamespace:
     pilot.refresh_from_db()
     site = Site.objects.create(pilot=pilot, name="Lab", queue=f"site-{pilot.pk}")
     credential = create_credential(site, "lab key", private_key_text(), created_by=demo.alice)
-    node = Node.objects.create(site=site, name="node1", host="127.0.0.1", port=2222, username="fx", credential=credential,
-                               simulated=True)
-    Node.objects.filter(pk=node.pk).update(host_key_state=Node.HostKeyState.PENDING, pending_host_key_type="ssh-ed25519",
-                                           pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample",
-                                           pending_host_key_fingerprint="SHA256:examplefingerprint")
+    node = Node.objects.create(
+        site=site, name="node1", host="127.0.0.1", port=2222, username="fx", credential=credential, simulated=True
+    )
+    Node.objects.filter(pk=node.pk).update(
+        host_key_state=Node.HostKeyState.PENDING,
+        pending_host_key_type="ssh-ed25519",
+        pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample",
+        pending_host_key_fingerprint="SHA256:examplefingerprint",
+    )
     node.refresh_from_db()
     gate = pilot.gate(1)
     job = Job.objects.create(pilot=pilot, gate=gate, site=site, created_by=demo.alice, params={"time_scale": 0.01})
     step = Step.objects.create(job=job, seq=1, name="probe", node=node, status=Status.SUCCESSFUL)
     output.append_output(job, "probing node1\n", step=step)
     output.system_line(job, "probe done")
-    artifact = artifacts.store_bytes(job, "node1/probe/amd-smi.json", b'{"gpus": 8}', kind="probe", step=step, node=node,
-                                     simulated=True)
-    evaluation = Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass",
-                                           result=verdict(), simulated=True)
+    artifact = artifacts.store_bytes(
+        job, "node1/probe/amd-smi.json", b'{"gpus": 8}', kind="probe", step=step, node=node, simulated=True
+    )
+    evaluation = Evaluation.objects.create(
+        gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass", result=verdict(), simulated=True
+    )
     lifecycle.record_verdict(gate, evaluation)
     relative = Path("reports") / str(pilot.code) / "fixture.pdf"
     (Path(settings.DATA_DIR) / relative).parent.mkdir(parents=True, exist_ok=True)
     (Path(settings.DATA_DIR) / relative).write_bytes(b"%PDF-1.7\n% fixture report\n")
-    report = Report.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, kind=Report.Kind.GATE, path=str(relative),
-                                   sha256="f" * 64, size=26, simulated=True)
+    report = Report.objects.create(
+        pilot=pilot,
+        gate=gate,
+        evaluation=evaluation,
+        kind=Report.Kind.GATE,
+        path=str(relative),
+        sha256="f" * 64,
+        size=26,
+        simulated=True,
+    )
     gate.refresh_from_db()
-    return SimpleNamespace(**vars(demo), site=site, node=node, credential=credential, job=job, step=step,
-                           artifact=artifact, evaluation=evaluation, report=report, gate=gate)
+    return SimpleNamespace(
+        **vars(demo),
+        site=site,
+        node=node,
+        credential=credential,
+        job=job,
+        step=step,
+        artifact=artifact,
+        evaluation=evaluation,
+        report=report,
+        gate=gate,
+    )
 
 
 @pytest.fixture

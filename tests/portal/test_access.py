@@ -1,5 +1,6 @@
 """Every view for every role: members see their pilot, a role that may not act gets 403 and is not
 offered the action, a person of another customer gets 404 — pages, downloads and POSTs alike."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,8 +24,13 @@ ROUTES = [
     ("run_log", "get", lambda w: [w.job.code], set(MEMBERS), None),
     ("report_download", "get", lambda w: [w.report.code], set(MEMBERS), None),
     ("artifact_download", "get", lambda w: [w.artifact.code], RAW, None),
-    ("criterion_edit", "post", lambda w: [w.pilot.code, "g1-gpu-count"], SIGNERS,
-     {"g1-gpu-count-op": ">=", "g1-gpu-count-threshold": "7", "g1-gpu-count-confidence": "0.95"}),
+    (
+        "criterion_edit",
+        "post",
+        lambda w: [w.pilot.code, "g1-gpu-count"],
+        SIGNERS,
+        {"g1-gpu-count-op": ">=", "g1-gpu-count-threshold": "7", "g1-gpu-count-confidence": "0.95"},
+    ),
     ("plan_sign", "post", lambda w: [w.pilot.code], SIGNERS, {"comment": ""}),
     ("plan_amend", "post", lambda w: [w.pilot.code], SIGNERS, {}),
     ("gate_signoff", "post", lambda w: [w.pilot.code, 1], SIGNERS, {"decision": "approve", "comment": "ok"}),
@@ -88,11 +94,13 @@ def test_only_the_vendor_engineer_is_offered_sites_nodes_credentials_and_host_ke
 
 def test_only_signers_are_offered_the_gate_sign_off(client, world):
     for person in ("carol", "dave"):
-        assert reverse("gate_signoff", args=[world.pilot.code, 1]) not in _page(client, world, person, "gate",
-                                                                                 world.pilot.code, 1)
+        assert reverse("gate_signoff", args=[world.pilot.code, 1]) not in _page(
+            client, world, person, "gate", world.pilot.code, 1
+        )
     for person in ("erin", "bob"):
-        assert reverse("gate_signoff", args=[world.pilot.code, 1]) in _page(client, world, person, "gate",
-                                                                             world.pilot.code, 1)
+        assert reverse("gate_signoff", args=[world.pilot.code, 1]) in _page(
+            client, world, person, "gate", world.pilot.code, 1
+        )
 
 
 def test_a_viewer_sees_artifacts_without_a_download_link(client, world):

@@ -5,6 +5,7 @@ the portal); the second drives a real G1 run on a simulated node with a Celery w
 which module is missing, until the orchestration, the simulated nodes, the judge and the reports exist.
 Screenshots of the main pages go to test-artifacts/screenshots/.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +27,15 @@ from tests.portal.conftest import private_key_text, verdict
 pytestmark = [pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 15_000
 
@@ -88,11 +96,15 @@ def lab(demo):
 
     site = Site.objects.create(pilot=demo.pilot, name="Lab", queue=f"lab-{demo.pilot.pk}")
     credential = create_credential(site, "lab key", private_key_text(), created_by=demo.alice)
-    node = Node.objects.create(site=site, name="node1", host="127.0.0.1", port=2222, username="fx",
-                               credential=credential, simulated=True)
+    node = Node.objects.create(
+        site=site, name="node1", host="127.0.0.1", port=2222, username="fx", credential=credential, simulated=True
+    )
     Node.objects.filter(pk=node.pk).update(
-        host_key_state=Node.HostKeyState.PENDING, pending_host_key_type="ssh-ed25519",
-        pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample", pending_host_key_fingerprint="SHA256:e2eFingerprint")
+        host_key_state=Node.HostKeyState.PENDING,
+        pending_host_key_type="ssh-ed25519",
+        pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample",
+        pending_host_key_fingerprint="SHA256:e2eFingerprint",
+    )
     demo.site, demo.node = site, node
     return demo
 
@@ -128,8 +140,15 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
 
     # A G1 run, written from here as the workers would: the page shows it without being reloaded.
     log_in(page, base, "alice", lab.password)
-    job = Job.objects.create(pilot=pilot, gate=gate, site=lab.site, created_by=lab.alice, status=Status.RUNNING,
-                             started=timezone.now(), params={"time_scale": 0.01})
+    job = Job.objects.create(
+        pilot=pilot,
+        gate=gate,
+        site=lab.site,
+        created_by=lab.alice,
+        status=Status.RUNNING,
+        started=timezone.now(),
+        params={"time_scale": 0.01},
+    )
     step = Step.objects.create(job=job, seq=1, name="probe", node=lab.node, status=Status.RUNNING, requests_total=4)
     output.system_line(job, "G1 run created by Alice Chen")
     page.goto(f"{base}/runs/{job.code}/")
@@ -140,9 +159,15 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
     artifacts.store_bytes(job, "node1/probe/amd-smi.json", b'{"gpus": 8}', kind="probe", step=step, node=lab.node)
     page.locator("#artifacts").get_by_text("node1/probe/amd-smi.json").wait_for()
     assert page.locator("#log .chunk").count() == 4
-    assert [int(s) for s in page.locator("#log .chunk").evaluate_all("els => els.map(e => e.dataset.seq)")] == [1, 2, 3, 4]
-    evaluation = Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass",
-                                           result=verdict(), simulated=True)
+    assert [int(s) for s in page.locator("#log .chunk").evaluate_all("els => els.map(e => e.dataset.seq)")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    evaluation = Evaluation.objects.create(
+        gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass", result=verdict(), simulated=True
+    )
     lifecycle.record_verdict(gate, evaluation)
     Step.objects.filter(pk=step.pk).update(status=Status.SUCCESSFUL, requests_done=4)
     output.system_line(job, "run finished: successful")
@@ -184,8 +209,14 @@ def test_a_report_downloaded_from_the_gate_page_verifies_in_the_portal(page, liv
 
     gate = signed_pilot.pilot.gate(1)
     job = Job.objects.create(pilot=signed_pilot.pilot, gate=gate, created_by=signed_pilot.alice)
-    evaluation = Evaluation.objects.create(gate=gate, job=job, plan_version=signed_pilot.pilot.signed_plan,
-                                           verdict="pass", result=verdict(), simulated=True)
+    evaluation = Evaluation.objects.create(
+        gate=gate,
+        job=job,
+        plan_version=signed_pilot.pilot.signed_plan,
+        verdict="pass",
+        result=verdict(),
+        simulated=True,
+    )
     lifecycle.record_verdict(gate, evaluation)
     # pyHanko signs with asyncio.run(), which cannot run inside Playwright's loop: sign in another thread.
     with ThreadPoolExecutor(1) as pool:
@@ -219,14 +250,18 @@ def test_the_portal_is_usable_on_a_phone(browser, live_server, signed_pilot):
     context.close()
 
 
-MISSING = [name for name in ("runners.gateplans", "runners.simnode.server", "gates.judge", "gates.reports.service")
-           if importlib.util.find_spec(name) is None]
+MISSING = [
+    name
+    for name in ("runners.gateplans", "runners.simnode.server", "gates.judge", "gates.reports.service")
+    if importlib.util.find_spec(name) is None
+]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(bool(MISSING), reason=f"the full G1 flow needs modules not yet in the tree: {', '.join(MISSING)}")
-def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(page, live_server, demo, simnodes, user_key,
-                                                                             cluster, tmp_path):
+def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
+    page, live_server, demo, simnodes, user_key, cluster, tmp_path
+):
     from runners.config import default_simulated
     from runners.credentials import create_credential
     from runners.ssh import HostKeyPending, connect
@@ -237,8 +272,15 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(page
     server = simnodes(1)[0]
     site = Site.objects.create(pilot=pilot, name="Simulated lab", queue=f"sim-{pilot.pk}")
     credential = create_credential(site, "sim key", user_key.text, created_by=demo.alice)
-    node = Node.objects.create(site=site, name=server.name, host="127.0.0.1", port=server.port, username=server.username,
-                               credential=credential, simulated=True)
+    node = Node.objects.create(
+        site=site,
+        name=server.name,
+        host="127.0.0.1",
+        port=server.port,
+        username=server.username,
+        credential=credential,
+        simulated=True,
+    )
     with pytest.raises(HostKeyPending):
         connect(node)  # first contact records the key; an engineer must accept it
     cluster.worker("e2e", [site.queue, cluster.control])
@@ -270,8 +312,10 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(page
         time.sleep(1)
         job.refresh_from_db()
     assert job.status == Status.SUCCESSFUL, (
-        f"the run is {job.status}: {job.error}\n" + "".join(job.chunks.order_by("-seq").values_list("text", flat=True)[:20])
-        + cluster.logs())
+        f"the run is {job.status}: {job.error}\n"
+        + "".join(job.chunks.order_by("-seq").values_list("text", flat=True)[:20])
+        + cluster.logs()
+    )
     page.locator("#run-state").get_by_text("Successful").wait_for()
     shot(page, "real-run")
     gate = pilot.gate(1)
@@ -280,9 +324,11 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(page
     # which both parties close the same way: by approving.
     assert gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW), (
         f"G1 is {gate.state}; verdict {evaluation and evaluation.verdict}: "
-        f"{evaluation and [(c['key'], c['verdict']) for c in evaluation.result.get('criteria', [])]}")
+        f"{evaluation and [(c['key'], c['verdict']) for c in evaluation.result.get('criteria', [])]}"
+    )
     page.locator("#gate-state").get_by_text(gate.get_state_display()).wait_for()
     page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
+    shot(page, "real-gate")
     page.get_by_label("Approve").check()
     page.locator("#sign-off").click()
     page.get_by_text("Your decision is recorded.").wait_for()

@@ -1,4 +1,5 @@
 """Two languages chosen per person, and notifications: on the home page and by email, once per event."""
+
 from __future__ import annotations
 
 from django.core import mail

@@ -1,4 +1,5 @@
 """Plan review and signing, gate sign-off and the overview, through the pages."""
+
 from __future__ import annotations
 
 from django.urls import reverse
@@ -8,8 +9,12 @@ from gates.models import AuditEvent, Gate, Pilot, PlanVersion, SignOff
 
 
 def edit(client, pilot, key: str, **values):
-    data = {f"{key}-op": values.get("op", ">="), f"{key}-threshold": values.get("threshold", "8"),
-            f"{key}-concurrency": values.get("concurrency", ""), f"{key}-confidence": values.get("confidence", "0.95")}
+    data = {
+        f"{key}-op": values.get("op", ">="),
+        f"{key}-threshold": values.get("threshold", "8"),
+        f"{key}-concurrency": values.get("concurrency", ""),
+        f"{key}-confidence": values.get("confidence", "0.95"),
+    }
     return client.post(reverse("criterion_edit", args=[pilot.code, key]), data, follow=True)
 
 
@@ -103,8 +108,9 @@ def test_sign_off_by_both_parties_closes_g1_and_opens_g2(client, world):
 
 def test_a_rejection_without_a_comment_is_refused(client, world):
     client.force_login(world.bob)
-    response = client.post(reverse("gate_signoff", args=[world.pilot.code, 1]), {"decision": "reject", "comment": " "},
-                           follow=True)
+    response = client.post(
+        reverse("gate_signoff", args=[world.pilot.code, 1]), {"decision": "reject", "comment": " "}, follow=True
+    )
     assert "must say why" in response.content.decode()
     assert not SignOff.objects.filter(gate__isnull=False).exists()
 

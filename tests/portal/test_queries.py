@@ -1,4 +1,5 @@
 """The number of database queries of each page does not grow with the number of pilots, runs or records."""
+
 from __future__ import annotations
 
 from django.db import connection
@@ -20,8 +21,9 @@ def queries(client, url: str) -> int:
 
 def add_pilots(world, count: int) -> None:
     for n in range(count):
-        pilot = lifecycle.create_pilot(name=f"Extra pilot {n}", customer=world.pilot.customer, vendor=world.pilot.vendor,
-                                       who="test")
+        pilot = lifecycle.create_pilot(
+            name=f"Extra pilot {n}", customer=world.pilot.customer, vendor=world.pilot.vendor, who="test"
+        )
         if n % 2:
             lifecycle.sign_plan(pilot.latest_plan, world.alice)
 
@@ -36,8 +38,9 @@ def add_records(world, count: int) -> None:
     for n in range(count):
         step = Step.objects.create(job=world.job, seq=100 + n, name="measure", node=world.node, requests_total=10)
         output.append_output(world.job, f"line {n}\n", step=step)
-        artifacts.store_bytes(world.job, f"node1/records-{n}.jsonl", f"{n}".encode(), kind="records", step=step,
-                              node=world.node)
+        artifacts.store_bytes(
+            world.job, f"node1/records-{n}.jsonl", f"{n}".encode(), kind="records", step=step, node=world.node
+        )
         Node.objects.create(site=world.site, name=f"node-extra-{n}", host="127.0.0.1", username="fx")
         lifecycle.audit(world.pilot, world.alice, "test.event", world.pilot, n=n)
 
@@ -60,9 +63,14 @@ def test_pilot_and_gate_pages_cost_the_same_for_1_and_21_runs(client, world):
 
 def test_run_sites_node_and_audit_pages_cost_the_same_for_1_and_21_records(client, world):
     client.force_login(world.alice)
-    urls = [reverse("run", args=[world.job.code]), reverse("run_log", args=[world.job.code]) + "?after=0",
-            reverse("sites", args=[world.pilot.code]), reverse("audit", args=[world.pilot.code]),
-            reverse("node", args=[world.node.code]), reverse("plan", args=[world.pilot.code])]
+    urls = [
+        reverse("run", args=[world.job.code]),
+        reverse("run_log", args=[world.job.code]) + "?after=0",
+        reverse("sites", args=[world.pilot.code]),
+        reverse("audit", args=[world.pilot.code]),
+        reverse("node", args=[world.node.code]),
+        reverse("plan", args=[world.pilot.code]),
+    ]
     before = [queries(client, url) for url in urls]
     add_records(world, 20)
     assert [queries(client, url) for url in urls] == before

@@ -1,4 +1,5 @@
 """The run page: steps with progress, the live log back-filled by chunk number without gaps, artifacts."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Login throttling, the Content-Security-Policy, upload limits and the absence of secrets in pages."""
+
 from __future__ import annotations
 
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -72,8 +73,9 @@ def test_a_damaged_pdf_gets_a_message_not_a_server_error(client, world):
     client.force_login(world.carol)
     upload = SimpleUploadedFile("report.pdf", b"%PDF-1.7\n garbage", content_type="application/pdf")
     response = client.post(reverse("report_verify"), {"file": upload})
-    assert response.status_code == 200 and ("could not be read" in response.content.decode()
-                                            or "Not verified" in response.content.decode())
+    assert response.status_code == 200 and (
+        "could not be read" in response.content.decode() or "Not verified" in response.content.decode()
+    )
 
 
 def test_no_page_shows_the_secret_key_or_the_session_id(client, world, settings):

@@ -1,4 +1,5 @@
 """Sites, nodes and credentials: strict validation, keys never shown back, host keys accepted explicitly."""
+
 from __future__ import annotations
 
 from django.urls import reverse
@@ -10,8 +11,9 @@ from tests.portal.conftest import private_key_text
 
 def post_node(client, site, **fields):
     data = {"name": "node2", "host": "10.0.0.2", "port": "22", "username": "fx", "role": "gpu", **fields}
-    return client.post(reverse("node_create", args=[site.code]), {f"n-{site.code}-{k}": v for k, v in data.items()},
-                       follow=True)
+    return client.post(
+        reverse("node_create", args=[site.code]), {f"n-{site.code}-{k}": v for k, v in data.items()}, follow=True
+    )
 
 
 def test_a_vendor_engineer_adds_a_site(client, world):
@@ -22,8 +24,9 @@ def test_a_vendor_engineer_adds_a_site(client, world):
 
 def test_a_site_queue_already_used_is_refused(client, world):
     client.force_login(world.alice)
-    response = client.post(reverse("site_create", args=[world.pilot.code]), {"name": "Dup", "queue": world.site.queue},
-                           follow=True)
+    response = client.post(
+        reverse("site_create", args=[world.pilot.code]), {"name": "Dup", "queue": world.site.queue}, follow=True
+    )
     assert "already used" in response.content.decode()
 
 
@@ -60,7 +63,9 @@ def test_a_private_key_is_stored_encrypted_and_never_shown_back(client, world):
     client.force_login(world.alice)
     key = private_key_text()
     prefix = f"c-{world.site.code}"
-    client.post(reverse("credential_create", args=[world.site.code]), {f"{prefix}-name": "second", f"{prefix}-private_key": key})
+    client.post(
+        reverse("credential_create", args=[world.site.code]), {f"{prefix}-name": "second", f"{prefix}-private_key": key}
+    )
     credential = Credential.objects.get(name="second")
     body = key.splitlines()[1]
     assert body not in credential.private_key_encrypted
@@ -73,8 +78,11 @@ def test_a_private_key_is_stored_encrypted_and_never_shown_back(client, world):
 def test_a_file_that_is_not_a_private_key_is_refused_and_nothing_is_stored(client, world):
     client.force_login(world.alice)
     prefix = f"c-{world.site.code}"
-    response = client.post(reverse("credential_create", args=[world.site.code]),
-                           {f"{prefix}-name": "bad", f"{prefix}-private_key": "ssh-ed25519 AAAA public"}, follow=True)
+    response = client.post(
+        reverse("credential_create", args=[world.site.code]),
+        {f"{prefix}-name": "bad", f"{prefix}-private_key": "ssh-ed25519 AAAA public"},
+        follow=True,
+    )
     assert "not a private key" in response.content.decode()
     assert not Credential.objects.filter(name="bad").exists()
 
@@ -91,18 +99,25 @@ def test_the_waiting_host_key_is_shown_with_its_fingerprint_and_accepted_by_the_
 
 def test_a_host_key_other_than_the_one_shown_is_not_accepted(client, world):
     client.force_login(world.alice)
-    response = client.post(reverse("node_accept_host_key", args=[world.node.code]), {"fingerprint": "SHA256:other"},
-                           follow=True)
+    response = client.post(
+        reverse("node_accept_host_key", args=[world.node.code]), {"fingerprint": "SHA256:other"}, follow=True
+    )
     world.node.refresh_from_db()
     assert world.node.host_key_state == Node.HostKeyState.PENDING
     assert "SHA256:examplefingerprint" in response.content.decode()
 
 
 def test_the_node_page_shows_the_inventory_of_the_last_probe(client, world):
-    Node.objects.filter(pk=world.node.pk).update(inventory={
-        "schema": "fxpilot.inventory/1", "simulated": True, "gpus": {"count": 8, "model": "AMD Instinct MI308X"},
-        "rocm": "7.2.1", "nics": [{"name": "ens1f0np0", "state": "up", "speed_gbps": 100}],
-        "fio": {"fx": {"read_gbps": 21.3}}})
+    Node.objects.filter(pk=world.node.pk).update(
+        inventory={
+            "schema": "fxpilot.inventory/1",
+            "simulated": True,
+            "gpus": {"count": 8, "model": "AMD Instinct MI308X"},
+            "rocm": "7.2.1",
+            "nics": [{"name": "ens1f0np0", "state": "up", "speed_gbps": 100}],
+            "fio": {"fx": {"read_gbps": 21.3}},
+        }
+    )
     client.force_login(world.carol)
     page = client.get(reverse("node", args=[world.node.code])).content.decode()
     assert "AMD Instinct MI308X" in page and "7.2.1" in page and "100 Gb/s" in page and "21.3" in page

@@ -1,5 +1,6 @@
 """A person of another customer gets 404 on every URL that takes an id — found by walking the resolver,
 so a new page cannot forget it — and every POST refuses a request without a CSRF token."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,11 @@ def _walk(patterns, prefix=""):
 
 
 def id_taking_patterns() -> list[tuple[str, URLPattern]]:
-    return [(route, p) for route, p in _walk(get_resolver().url_patterns)
-            if p.pattern.converters and not route.startswith(SKIP)]
+    return [
+        (route, p)
+        for route, p in _walk(get_resolver().url_patterns)
+        if p.pattern.converters and not route.startswith(SKIP)
+    ]
 
 
 def _kwargs(route: str, pattern: URLPattern, world) -> dict:
@@ -99,6 +103,8 @@ def test_a_post_with_the_csrf_token_is_accepted(world):
     client.force_login(world.bob)
     client.get(reverse("gate", args=[world.pilot.code, 1]))
     token = client.cookies["csrftoken"].value
-    response = client.post(reverse("gate_signoff", args=[world.pilot.code, 1]),
-                           {"decision": "approve", "comment": "", "csrfmiddlewaretoken": token})
+    response = client.post(
+        reverse("gate_signoff", args=[world.pilot.code, 1]),
+        {"decision": "approve", "comment": "", "csrfmiddlewaretoken": token},
+    )
     assert response.status_code == 302

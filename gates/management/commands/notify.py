@@ -1,4 +1,5 @@
 """Send the notifications that are due (people who must act, runs that ended); idempotent, so a loop may call it."""
+
 from __future__ import annotations
 
 import time
@@ -9,7 +10,7 @@ from gates.notifications import sweep
 
 
 class Command(BaseCommand):
-    help = "Notify everyone who must act now (sign, sign off, accept a host key) and everyone concerned by a run that ended."
+    help = "Notify who must act now (sign, sign off, accept a host key) and who is concerned by a run that ended."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--loop", action="store_true", help="keep running, sweeping every --interval seconds")

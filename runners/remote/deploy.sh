@@ -96,6 +96,9 @@ preflight() {
         [[ -w "$root" ]] || fail "cannot create the KV cache directory $CACHE_DIR: $root is not writable by $(id -un)"
         mkdir -p "$CACHE_DIR" || fail "cannot create the KV cache directory $CACHE_DIR"
         local free_gb need_gb
+        # Which device and mount hold the KV files: evidence that each cache arm used the disk it names.
+        CACHE_DEVICE=$(df -P "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { print $1 }' || true)
+        CACHE_MOUNT=$(df -P "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { print $NF }' || true)
         free_gb=$(df -Pk "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { printf "%d", $4 / 1048576 }' || true)
         need_gb=$(python3 -c "print(int($MAX_LOCAL_DISK_SIZE * $TP))")
         if [[ -n "$free_gb" && "$free_gb" -lt "$need_gb" ]]; then
@@ -117,7 +120,8 @@ preflight() {
     ARGV_JSON=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}") \
     VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
     TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
-    DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" python3 - "$arm_dir/manifest.json" <<'PY'
+    DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
+    CACHE_MOUNT="${CACHE_MOUNT:-}" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
 env = os.environ
 manifest = {
@@ -127,6 +131,7 @@ manifest = {
     "kv_connector": "LMCacheConnectorV1" if env["KV_CONFIG_PATH"] else None,
     "lmcache_config": env["KV_CONFIG_PATH"] or None, "cache_dir": env["CACHE_DIR"] or None,
     "shared_pool": env.get("SHARED_DIR") or None,
+    "cache_device": env.get("CACHE_DEVICE") or None, "cache_mount": env.get("CACHE_MOUNT") or None,
     "page_cache": {"use_odirect": env["USE_ODIRECT"] == "1", "drop_page_cache": env["DROP_PAGE_CACHE"] == "1",
                    "method": env["PAGE_CACHE_METHOD"]},
     "command": json.loads(env["ARGV_JSON"]),

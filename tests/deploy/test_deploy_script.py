@@ -60,6 +60,8 @@ def test_preflight_picks_a_port_and_writes_the_manifest_with_versions(sandbox):
     assert manifest["kv_connector"] == "LMCacheConnectorV1"
     assert manifest["command"][:4] == ["vllm", "serve", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tensor-parallel-size"]
     assert (sandbox.root / "mnt" / "fx" / "fxpilot" / "kv" / "r1").is_dir()
+    assert manifest["cache_device"] == "/dev/nvme1n1"
+    assert manifest["cache_mount"] == str(sandbox.root / "mnt" / "fx")
 
 
 def test_a_port_in_use_fails_with_the_reason(sandbox):

@@ -68,6 +68,7 @@ def test_three_arms_deploy_run_cold_recovery_and_tear_down(sim_nodes):
         manifest = json.loads(read_artifact(by_kind["manifest"]))
         assert manifest["simulated"] is True and manifest["page_cache"]["method"] == "odirect"
         assert manifest["versions"]["lmcache"]["hip"] is True and manifest["versions"]["vllm"] == "0.20.1+rocm721"
+        assert manifest["cache_device"] == {"recompute": None, "local_nvme": "/dev/nvme0n1", "fx": "/dev/nvme1n1"}[arm]
         records = [json.loads(line) for line in read_artifact(by_kind["records"]).splitlines()]
         assert records and all(set(r) >= REQUEST_FIELDS and r["arm"] == arm and r["simulated"] for r in records)
         assert {r["concurrency"] for r in records if r["phase"] == "measure"} == {8, 16, 32}

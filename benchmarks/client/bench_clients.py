@@ -154,6 +154,10 @@ def main() -> int:
     p.add_argument("--install", action="store_true", help="run install_peers.sh first")
     p.add_argument("--no-pin", action="store_true", help="do not pin the server to CPU 1 and clients to CPU 0")
     p.add_argument("--clients", default="ours,vllm,guidellm")
+    p.add_argument("--coalesce-ms", type=float, default=2.0, help="our client's --coalesce-ms")
+    p.add_argument("--realtime", action="store_true",
+                   help="run server and clients under SCHED_FIFO (chrt -f 10; root): other work on a shared machine "
+                        "then cannot delay their wake-ups, which is what the first-token check measures")
     p.add_argument("--nice", type=int, default=0,
                    help="run server and clients at this niceness (e.g. -15 on a shared machine; needs root)")
     a = p.parse_args()
@@ -164,11 +168,13 @@ def main() -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     work = OUT / f"client-{stamp}"
     work.mkdir()
-    nice = ["nice", "-n", str(a.nice)] if a.nice else []
+    nice = (["nice", "-n", str(a.nice)] if a.nice else []) + (["chrt", "-f", "10"] if a.realtime else [])
     pin_server = nice + ([] if a.no_pin else ["taskset", "-c", "1"])
     pin_client = nice + ([] if a.no_pin else ["taskset", "-c", "0"])
     if not a.no_pin:
         os.sched_setaffinity(0, {1})  # the sampler stays off the client's core
+    if a.realtime:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))  # a busy real-time server must not starve it
     server_url = f"http://127.0.0.1:{a.port}"
     server = subprocess.Popen(pin_server + [sys.executable, str(HERE / "stream_server.py"), "--port", str(a.port)],
                               stdout=subprocess.DEVNULL)
@@ -179,7 +185,7 @@ def main() -> int:
                               "--model", "mock", "--out", str(work / "ours.jsonl"), "--evict", "none",
                               "--prompt-tokens", str(a.input_tokens), "--turn-tokens", "0",
                               "--output-tokens", str(a.output_tokens), "-c", str(a.concurrency), "--repetitions", "1",
-                              "--sessions", str(a.requests), "--requests-per-client",
+                              "--sessions", str(a.requests), "--coalesce-ms", str(a.coalesce_ms), "--requests-per-client",
                               str(-(-a.requests // a.concurrency)), "--quiet"],
         "vllm": pin_client + [str(PEERS / "vllm-venv/bin/vllm"), "bench", "serve", "--backend", "openai",
                               "--base-url", server_url, "--model", "mock", "--tokenizer", tok,

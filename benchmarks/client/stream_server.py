@@ -37,12 +37,14 @@ class Stats:
 
 
 class Stream:
-    __slots__ = ("conn", "rid", "model", "left", "sent", "ids", "t_recv", "t_first", "usage", "prompt", "misbehave")
+    __slots__ = ("conn", "rid", "model", "left", "sent", "ids", "t_recv", "t_first", "usage", "prompt", "misbehave",
+                 "created")
 
     def __init__(self, conn: Connection, rid: str, model: str, tokens: int, ids: bool, usage: bool, prompt: int):
         self.conn, self.rid, self.model, self.left, self.sent = conn, rid, model, tokens, 0
         self.ids, self.usage, self.prompt = ids, usage, prompt
         self.t_recv, self.t_first = time.time(), 0.0
+        self.created = int(self.t_recv)
         self.misbehave = model if model in MISBEHAVIOURS else ""
 
 
@@ -95,10 +97,14 @@ class Engine:
             s.sent += 1
             s.left -= 1
             last = s.left <= 0
-            ids = b',"token_ids":[%d]' % token if s.ids else b""
-            s.conn.chunk(b'data: {"id":"%s","object":"text_completion","model":"%s","choices":[{"index":0,'
-                         b'"text":" t%d"%s,"logprobs":null,"finish_reason":%s,"stop_reason":null}],"usage":null}\n\n'
-                         % (s.rid.encode(), s.model.encode(), token, ids, b'"length"' if last else b"null"))
+            choice = {"index": 0, "text": f" t{token}", "logprobs": None, "finish_reason": "length" if last else None,
+                      "stop_reason": None}
+            if s.ids:
+                choice["token_ids"] = [token]
+            # serialised per chunk, as real servers do (vLLM: one pydantic model_dump_json per chunk)
+            s.conn.chunk(b"data: " + json.dumps({"id": s.rid, "object": "text_completion", "created": s.created,
+                                                 "model": s.model, "choices": [choice], "usage": None},
+                                                separators=(",", ":")).encode() + b"\n\n")
             if s.sent == 1:
                 s.t_first = time.time()
             self.stats.tokens += 1

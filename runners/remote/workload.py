@@ -68,6 +68,7 @@ COLD_RECOVERY = {"prompt_tokens": 65536, "turn_tokens": 256, "output_tokens": 12
                  "repetitions": 3}
 PROBE = {"prompts": 8, "prompt_tokens": 4096, "output_tokens": 32}
 TOKEN_BASE, TOKEN_SPAN = 1000, 30000  # ids 1000..30999: ordinary tokens in every current vocabulary
+DEFAULT_COALESCE_MS = 2.0  # after a stream's first token, read it at most this often (client CPU vs t_end)
 GPU_COLD_MAX_HIT = 0.05  # same bar as the judge's validity check: above it HBM, not the tier, was measured
 METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens", "vllm:generation_tokens",
                    "vllm:request_success", "vllm:num_preemptions", "lmcache:", "fxpilot_sim")
@@ -186,7 +187,7 @@ class _Raw:
     """What came back for one request, before parsing: bytes, where the chunks are, when each read came."""
 
     __slots__ = ("status", "reason", "headers", "buf", "head_end", "starts", "lens", "block_end", "block_t",
-                 "mode", "error", "t_fail", "complete", "stale")
+                 "mode", "error", "t_fail", "complete", "stale", "body", "_cum", "_dec")
 
     def __init__(self) -> None:
         self.status, self.reason, self.headers = 0, "", {}
@@ -201,33 +202,95 @@ class _Raw:
         self.t_fail = 0.0
         self.complete = False
         self.stale = False
+        self.body = b""
+        self._cum: list[int] | None = None
+        self._dec: list[int] = []
 
-    def body(self) -> bytes:
-        if self.mode == "chunked":
-            buf = self.buf
-            return b"".join([buf[s:s + n] for s, n in zip(self.starts, self.lens)])
-        return bytes(self.buf[self.head_end:])
+    def decode(self) -> str | None:
+        """Take the body out of its chunked framing; None, or what is wrong with the framing."""
+        self._cum = None
+        if self.mode != "chunked":
+            self.body = bytes(self.buf[self.head_end:])
+            return None
+        body = bytes(self.buf[self.head_end:])
+        # the usual shape (no CR inside chunks): every CRLF is framing, so one split finds them all
+        parts = body[:-5].split(b"\r\n") if body.endswith(b"0\r\n\r\n") else [b"x"]
+        if len(parts) % 2 == 1 and not parts[-1]:
+            datas = parts[1::2]
+            try:
+                ok = list(map(len, datas)) == list(map(_hex, parts[0:-1:2]))
+            except ValueError:
+                ok = False
+            if ok:
+                self.body = b"".join(datas)
+                self._cum = list(accumulate(map(len, parts)))
+                self._dec = list(accumulate(map(len, datas)))
+                return None
+        del self.starts[:], self.lens[:]
+        status, _ = walk_chunks(self.buf, self.head_end, self.starts, self.lens)
+        self.body = b"".join([self.buf[s:s + n] for s, n in zip(self.starts, self.lens)])
+        self._dec = list(accumulate(self.lens))
+        if status == "more" and self.complete:
+            return "malformed chunked encoding: the response ended inside a chunk"
+        return None if status in ("end", "more") else status
 
     def time_at(self, offset: int) -> float:
-        """When the body byte just before decoded `offset` arrived."""
-        if self.mode == "chunked":
-            ends = list(accumulate(self.lens))
-            i = min(bisect_left(ends, offset), len(ends) - 1)
-            raw = self.starts[i] + self.lens[i] - (ends[i] - offset)
+        """When the byte just before decoded body `offset` arrived."""
+        if self.mode == "chunked" and self._dec:
+            i = min(bisect_left(self._dec, offset), len(self._dec) - 1)
+            if self._cum is not None:  # chunk i's data is part 2i+1, each part followed by CRLF
+                data_end = self.head_end + self._cum[2 * i + 1] + 2 * (2 * i + 1)
+            else:
+                data_end = self.starts[i] + self.lens[i]
+            raw = data_end - (self._dec[i] - offset)
         else:
             raw = self.head_end + offset
         j = min(bisect_left(self.block_end, raw), len(self.block_t) - 1)
         return self.block_t[j]
 
 
+def _hex(text: bytes) -> int:
+    return int(text, 16)
+
+
+def walk_chunks(buf: bytearray, pos: int, starts: list[int], lens: list[int]) -> tuple[str, int]:
+    """Chunked framing from `pos`: appends each complete chunk's start and length; returns ('end' at the
+    last chunk, 'more' when bytes are missing, else what is wrong) and where it stopped."""
+    n, find = len(buf), buf.find
+    while True:
+        i = find(b"\r\n", pos)
+        if i < 0:
+            return ("malformed chunked encoding: no chunk-size line" if n - pos > 4096 else "more"), pos
+        try:
+            size = int(buf[pos:i], 16)
+        except ValueError:
+            try:  # a chunk extension (`size;name=value`) is allowed and ignored
+                size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
+            except ValueError:
+                return f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}", pos
+        if not size:
+            # else the trailer section is not complete yet
+            return ("end" if find(b"\r\n\r\n", i) >= 0 else "more"), pos
+        end = i + 2 + size
+        if end + 2 > n:
+            return "more", pos
+        if buf[end:end + 2] != b"\r\n":
+            return "malformed chunked encoding: a chunk is longer than its size says", pos
+        starts.append(i + 2)
+        lens.append(size)
+        pos = end + 2
+
+
 class _Connection(asyncio.Protocol):
     """A keep-alive HTTP/1.1 connection carrying one request at a time. Work per read is small on
     purpose: stamp, append, note where the chunks of this read are; parsing happens later."""
 
-    def __init__(self) -> None:
+    def __init__(self, coalesce: float = 0.0) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.used = False
+        self.coalesce = coalesce
+        self._token_seen = self._paused = False
         self.raw: _Raw | None = None
         self.waiter: asyncio.Future | None = None
         self._scan = 0
@@ -238,6 +301,7 @@ class _Connection(asyncio.Protocol):
 
     def send(self, data: bytes, waiter: asyncio.Future) -> None:
         self.raw, self.waiter, self._scan = _Raw(), waiter, 0
+        self._token_seen = False
         self.raw.stale = self.used
         self.used = True
         self.transport.write(data)  # type: ignore[union-attr]
@@ -263,10 +327,29 @@ class _Connection(asyncio.Protocol):
             if not self._head(i):
                 return
         if raw.mode == "chunked":
-            self._chunks()  # incremental: each chunk header is read once, as it arrives
+            # the usual end is recognised by its last bytes; the framing is checked when parsed. A CRLF
+            # ending that is not the usual one (trailers, CRLF events) is walked chunk by chunk.
+            if buf.endswith(b"\r\n0\r\n\r\n") or len(buf) - raw.head_end == 5 and buf.endswith(b"0\r\n\r\n"):
+                self._done()
+            elif buf.endswith(b"\r\n\r\n"):
+                self._chunks()
         elif raw.mode == "length" and len(buf) - raw.head_end >= int(raw.headers["content-length"]):
             del buf[raw.head_end + int(raw.headers["content-length"]):]
             self._done()
+        if self.coalesce and self.raw is not None:
+            # once the first token is in, later tokens are read in batches: fewer reads, less CPU;
+            # only t_end can be late, by at most `coalesce`
+            if not self._token_seen:
+                self._token_seen = TOKEN_HINT.search(buf, raw.head_end) is not None
+            if self._token_seen and not self._paused:
+                self._paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+                asyncio.get_running_loop().call_later(self.coalesce, self._resume)
+
+    def _resume(self) -> None:
+        self._paused = False
+        if not self.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _head(self, i: int) -> bool:
         raw = self.raw
@@ -294,48 +377,12 @@ class _Connection(asyncio.Protocol):
         return True
 
     def _chunks(self) -> None:
-        status = self._walk()
+        raw = self.raw
+        status, self._scan = walk_chunks(raw.buf, self._scan, raw.starts, raw.lens)
         if status == "end":
             self._done()
         elif status != "more":
             self._fail(status)
-
-    def _walk(self) -> str:
-        """Find the chunks after the last one found: 'end' at the last chunk, 'more' when bytes are
-        missing, else what is wrong with the framing."""
-        raw = self.raw
-        buf, pos, n = raw.buf, self._scan, len(raw.buf)
-        find, starts, lens = buf.find, raw.starts, raw.lens
-        status = "more"
-        while True:
-            i = find(b"\r\n", pos)
-            if i < 0:
-                if n - pos > 4096:
-                    status = "malformed chunked encoding: no chunk-size line"
-                break
-            try:
-                size = int(buf[pos:i], 16)
-            except ValueError:
-                try:  # a chunk extension (`size;name=value`) is allowed and ignored
-                    size = int(bytes(buf[pos:i]).split(b";", 1)[0], 16)
-                except ValueError:
-                    status = f"malformed chunked encoding: chunk size {bytes(buf[pos:i])[:40]!r}"
-                    break
-            if not size:
-                if find(b"\r\n\r\n", i) >= 0:  # else the trailer section is not complete yet
-                    status = "end"
-                break
-            end = i + 2 + size
-            if end + 2 > n:
-                break
-            if buf[end:end + 2] != b"\r\n":
-                status = "malformed chunked encoding: a chunk is longer than its size says"
-                break
-            starts.append(i + 2)
-            lens.append(size)
-            pos = end + 2
-        self._scan = pos
-        return status
 
     def _done(self) -> None:
         raw, waiter = self.raw, self.waiter
@@ -348,8 +395,6 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(raw)
 
     def _fail(self, reason: str) -> None:
-        if self.raw is not None and self.raw.mode == "chunked":
-            self._walk()  # the chunks that did arrive, so the record can say how many tokens came
         raw, waiter = self.raw, self.waiter
         self.raw = self.waiter = None
         self.closed = True
@@ -383,8 +428,8 @@ class _Connection(asyncio.Protocol):
 class Lane:
     """One closed-loop client: reuses its connection while the server keeps it alive."""
 
-    def __init__(self, endpoint: Endpoint, timeout: float):
-        self.endpoint, self.timeout = endpoint, timeout
+    def __init__(self, endpoint: Endpoint, timeout: float, coalesce: float = 0.0):
+        self.endpoint, self.timeout, self.coalesce = endpoint, timeout, coalesce
         self.conn: _Connection | None = None
 
     async def exchange(self, body: bytes, path: str = "/v1/completions") -> tuple[float, _Raw]:
@@ -396,7 +441,8 @@ class Lane:
             if self.conn is None or self.conn.closed:
                 try:
                     _, self.conn = await asyncio.wait_for(loop.create_connection(
-                        _Connection, self.endpoint.host, self.endpoint.port), min(self.timeout, 60.0))
+                        lambda: _Connection(self.coalesce), self.endpoint.host, self.endpoint.port),
+                        min(self.timeout, 60.0))
                 except (OSError, asyncio.TimeoutError) as error:
                     raw = _Raw()
                     errno = getattr(error, "errno", None)
@@ -485,6 +531,7 @@ class Parsed:
     done: bool = False
 
 
+TOKEN_HINT = re.compile(rb'"text":"[^"]|"token_ids":\[\d')
 TEXT_RE = re.compile(rb'"text":"((?:[^"\\]|\\.)*)"')
 IDS_RE = re.compile(rb'"token_ids":\[([0-9, ]*)\]')
 
@@ -616,8 +663,8 @@ def completion_body(model: str, job: Job) -> bytes:
 
 
 def _http_error(raw: _Raw) -> str:
-    body = raw.body() if raw.complete else bytes(raw.buf[raw.head_end:])
-    text = body.decode("utf-8", "replace").strip()
+    raw.decode()
+    text = raw.body.decode("utf-8", "replace").strip()
     try:
         detail = json.loads(text)
         if isinstance(detail, dict):
@@ -644,7 +691,8 @@ def outcome(raw: _Raw) -> dict:
         out["error"] = raw.error or f"the server did not stream (Content-Type {ctype or 'missing'})"
         out["t_end"] = out["t_end"] or raw.block_t[-1]
         return out
-    p = parse_stream(raw.body() if raw.complete else _partial_body(raw))
+    framing = raw.decode()
+    p = parse_stream(raw.body)
     out["request_id"], out["cached_tokens"], out["output_tokens"] = p.request_id, p.cached, p.tokens
     if p.first is not None:
         out["t_first_token"] = raw.time_at(p.first)
@@ -652,6 +700,8 @@ def outcome(raw: _Raw) -> dict:
     if raw.error:
         tokens = f" after {p.tokens} tokens" if p.first is not None else " before any token"
         out["error"] = raw.error + tokens
+    elif framing:
+        out["error"] = framing
     elif p.error:
         out["error"] = p.error
     elif p.first is None:
@@ -667,12 +717,6 @@ def outcome(raw: _Raw) -> dict:
     return out
 
 
-def _partial_body(raw: _Raw) -> bytes:
-    if raw.mode == "chunked":
-        return b"".join([raw.buf[s:s + n] for s, n in zip(raw.starts, raw.lens)])
-    return bytes(raw.buf[raw.head_end:])
-
-
 # ── /metrics, eviction, health: short synchronous calls outside the timed windows ──────────────────
 
 def _http(endpoint: Endpoint, method: str, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
@@ -682,6 +726,8 @@ def _http(endpoint: Endpoint, method: str, path: str, timeout: float = 30.0) -> 
         conn.request(method, endpoint.base + path, headers=headers)
         response = conn.getresponse()
         return response.status, response.read()
+    except http.client.HTTPException as error:  # a broken answer is an I/O failure to every caller
+        raise OSError(f"{method} {path}: {type(error).__name__} {error}") from None
     finally:
         conn.close()
 
@@ -918,6 +964,7 @@ class RunContext:
     versions: dict | None = None
     quiet: bool = False
     endpoints: dict = field(default_factory=dict)
+    coalesce: float = DEFAULT_COALESCE_MS / 1000
 
     def __post_init__(self) -> None:
         self.finalizer = Finalizer(self)
@@ -1001,7 +1048,7 @@ def lane_for(ctx: RunContext, lanes: dict, job: Job) -> Lane:
     endpoint = ctx.endpoints.get(job.url, ctx.endpoint) if job.url else ctx.endpoint
     lane = lanes.get(endpoint.url)
     if lane is None:
-        lane = lanes[endpoint.url] = Lane(endpoint, ctx.timeout)
+        lane = lanes[endpoint.url] = Lane(endpoint, ctx.timeout, ctx.coalesce)
     return lane
 
 
@@ -1479,6 +1526,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default="", help="name of an environment variable holding a bearer token")
     p.add_argument("--versions", default="", help='JSON object copied into summaries, e.g. {"vllm": "0.20.1"}')
     p.add_argument("--quiet", action="store_true", help="no PROGRESS/PHASE lines on stdout")
+    p.add_argument("--coalesce-ms", type=_positive(float), default=DEFAULT_COALESCE_MS,
+                   help="after a stream's first token, read it at most once per this many ms: fewer reads and less "
+                        "client CPU; t_end may be late by as much (0: read every byte as it arrives)")
     g = p.add_argument_group("sessions and load")
     g.add_argument("--sessions", type=_positive(int), default=0,
                    help="sessions (default: max concurrency × requests per client)")
@@ -1589,7 +1639,7 @@ def main(argv: list[str] | None = None) -> int:
         simulated = detect_simulated(endpoint) if a.simulated == "auto" else a.simulated == "yes"
         recorder = Recorder(a.out, quiet=a.quiet)
         ctx = RunContext(endpoint, model, a.arm, a.run_id, a.instance or endpoint.name, recorder, simulated,
-                         a.timeout, versions=versions, quiet=a.quiet)
+                         a.timeout, versions=versions, quiet=a.quiet, coalesce=a.coalesce_ms / 1000)
         try:
             if a.command == "cold-recovery":
                 run = cmd_cold_recovery(ctx, a)

@@ -75,3 +75,54 @@ def test_a_slow_path_stream_with_crlf_lines_and_comments_parses_like_the_fast_on
 def test_a_line_that_is_not_an_sse_field_is_named():
     parsed = workload.parse_stream(b'data: {"choices":[{"text":"a"}]}\n\ngarbage here\n\ndata: [DONE]\n\n')
     assert parsed.error == "malformed SSE line b'garbage here' (expected 'data: ...')"
+
+
+class _Scripted:
+    """A raw HTTP server that answers every request with the same bytes, to test framing."""
+
+    def __init__(self, response: bytes):
+        import socketserver
+        import threading
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                self.request.recv(65536)
+                self.request.sendall(response)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _chunked(*pieces: bytes, trailer: bytes = b"") -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    return head + b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_crlf_events_split_across_chunks_with_extensions_and_trailers_are_read(tmp_path):
+    stream = (b'data: {"id":"c","choices":[{"text":"a"}]}\r\n\r\ndata: {"id":"c","choices":[{"text":"b"}]}\r\n\r\n'
+              b"data: [DONE]\r\n\r\n")
+    server = _Scripted(_chunked(stream[:30], stream[30:77], stream[77:], trailer=b"X-Trailer: 1\r\n"))
+    try:
+        records = _phase(server.url, tmp_path / "r.jsonl", "mock", sessions=2)
+    finally:
+        server.close()
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert records[0]["output_sha256"] == workload.hashlib.sha256(b"ab").hexdigest()
+    assert records[0]["output_tokens"] == 2
+
+
+def test_broken_chunk_framing_is_named(tmp_path):
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    server = _Scripted(head + b"zz\r\ndata: x\n\n\r\n0\r\n\r\n")
+    try:
+        records = _phase(server.url, tmp_path / "r.jsonl", "mock", sessions=1)
+    finally:
+        server.close()
+    assert records[0]["status"] == "error"
+    assert records[0]["error"].startswith("malformed chunked encoding: chunk size b'zz'"), records[0]["error"]

@@ -14,7 +14,7 @@ retrieves blocks the whole batch, as the real forward pass waits for ``start_loa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from runners.sim.model import MI308X_NODE, QWEN3_CODER_480B, Hardware, ModelSpec, step_seconds
 
@@ -38,7 +38,6 @@ class SimRequest:
     state: str = "new"            # waiting, running, done
     first_token_at: float | None = None
     finished_at: float | None = None
-    events: list = field(default_factory=list)
 
     @property
     def external_hit(self) -> int:
@@ -65,7 +64,6 @@ class Engine:
         self.running: list[SimRequest] = []    # decoding
         self.step_end: float | None = None
         self.step_plan: tuple[list[tuple[SimRequest, int]], list[SimRequest], list[dict]] | None = None
-        self.busy_seconds = 0.0
 
     # --- driving -------------------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
@@ -114,7 +112,7 @@ class Engine:
     def _maybe_start_step(self) -> None:
         if self.step_end is not None:
             return
-        decodes = [r for r in self.running]
+        decodes = list(self.running)
         budget = self.max_batched_tokens - len(decodes)
         chunks: list[tuple[SimRequest, int]] = []
         retrievals: list[dict] = []
@@ -153,7 +151,6 @@ class Engine:
             seconds += stored * self.model.kv_bytes_per_token() / self.hw.gpus / self.hw.h2d_bandwidth
         self.step_plan = (chunks, decodes, retrievals)
         self.step_end = self.now + seconds
-        self.busy_seconds += seconds
 
     def _finish_step(self) -> None:
         chunks, decodes, retrievals = self.step_plan

@@ -75,3 +75,22 @@ def interval(ci: Any) -> str:
     if not ci or len(ci) != 2 or ci[0] is None:
         return "—"
     return f"[{number(ci[0])}, {number(ci[1])}]"
+
+
+OPERATOR_SYMBOLS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
+
+
+@register.filter
+def op_symbol(op: str) -> str:
+    return OPERATOR_SYMBOLS.get(op, op)
+
+
+@register.filter
+def verdict_label(value: str) -> str:
+    """pass / marginal / fail / invalid in the reader's language."""
+    from gates.models import Gate
+
+    try:
+        return str(Gate.Verdict(value).label)
+    except ValueError:
+        return value

@@ -251,6 +251,17 @@ def _spread(table: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def _read_bandwidth(retrieves: pd.DataFrame) -> list[dict]:
+    """Cold-read bandwidth per GPU read back (GB/s), per arm, from the LMCache retrieval records."""
+    rows = []
+    for arm, sub in retrieves.groupby("arm", sort=True):
+        gbps = sub["gbps"].to_numpy(dtype=np.float64)
+        rows.append({"arm": str(arm), "n": len(sub), "gpus": int(sub["gpu"].nunique()),
+                     "p50": num(np.quantile(gbps, 0.5)), "mean": num(gbps.mean()), "min": num(gbps.min()),
+                     "max": num(gbps.max())})
+    return rows
+
+
 def _distributions(frame: pd.DataFrame) -> dict[str, list]:
     out = {}
     rows = frame[frame["ok"] & frame["ttft"].notna() & (frame["phase"] != "populate")]
@@ -296,6 +307,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         "criteria": criteria,
         "metrics": _metrics(table),
         "spread": _spread(table),
+        "read_bw": _read_bandwidth(inputs.retrieves),
         "distributions": _distributions(frame),
         "inventory": [_public(i) for i in inputs.inventories],
         "inputs": dict(inputs.digests),

@@ -6,6 +6,7 @@ checks but RecordErrors: there is nothing to judge.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from gates.judge.metrics import INVENTORY_ONLY, REPETITION_METRICS, REQUEST_METRICS
@@ -76,7 +77,7 @@ def _check(name: str, problems: list[str], ok_detail: str) -> dict:
 
 
 def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict) -> list[dict]:
-    checks = [_simulated(inputs), _versions(inputs)]
+    checks = [_simulated(inputs), _duplicates(inputs.requests), _versions(inputs)]
     checks += _coverage(gate, frame, judging)
     checks.append(_hit_behaviour(gate, inputs, frame))
     checks.append(_client(inputs))
@@ -95,6 +96,32 @@ def _simulated(inputs: Inputs) -> dict:
     problems = ["simulated and real inputs are mixed: a verdict rests on one or the other"] if len(flags) > 1 else []
     kind = "simulated" if flags == {True} else "real"
     return _check("no-simulated-mixed-with-real", problems, f"all inputs are {kind}")
+
+
+DUPLICATE_KEYS = ["run_id", "arm", "instance", "phase", "concurrency", "repetition", "session", "t_send", "t_end"]
+
+
+def _duplicates(requests: pd.DataFrame) -> dict:
+    """The same request twice (a file given under two names) would double n and narrow every interval.
+    Rows arrive in canonical order, so copies are neighbours: only rows tied on the timing keys are compared."""
+    if len(requests) < 2:
+        return _check("no-duplicate-requests", [], "no request appears twice")
+    tied = np.ones(len(requests) - 1, dtype=bool)
+    for name in ("arm", "phase", "concurrency", "repetition", "t_send", "t_end"):
+        column = requests[name]
+        values = column.cat.codes.to_numpy() if isinstance(column.dtype, pd.CategoricalDtype) else column.to_numpy()
+        tied &= values[1:] == values[:-1]
+    problems = []
+    if tied.any():
+        rows = np.unique(np.concatenate([np.nonzero(tied)[0], np.nonzero(tied)[0] + 1]))
+        candidates = requests.iloc[rows]
+        copies = candidates[candidates.duplicated(subset=DUPLICATE_KEYS)]
+        if len(copies):
+            first = copies.iloc[0]
+            problems.append(f"{len(copies)} request record(s) appear more than once (e.g. session {first['session']!r} "
+                            f"of {first['arm']}/{first['phase']}@{first['concurrency']} rep {first['repetition']}, "
+                            f"{first['_source']} line {first['_line']})")
+    return _check("no-duplicate-requests", problems, "no request appears twice")
 
 
 def _versions(inputs: Inputs) -> dict:

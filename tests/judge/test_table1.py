@@ -150,3 +150,10 @@ def test_sharing_read_back_on_the_writing_instance_is_invalid():
     assert verdict["verdict"] == "invalid" and "answered by the instance that wrote" in verdict["explanation"]
     frame.loc[frame["phase"] == "share", "instance"] = "node2:8000"
     assert evaluate(PLAN, 4, files_of(pd.concat([frame, written]), summaries=False))["verdict"] == "pass"
+
+
+def test_the_same_records_given_twice_are_invalid():
+    files = synthetic.gate_inputs(3)
+    verdict = evaluate(PLAN, 3, files + [("copy-of-records.jsonl", files[0][1])])
+    check = next(c for c in verdict["validity"]["checks"] if c["name"] == "no-duplicate-requests")
+    assert verdict["verdict"] == "invalid" and "768 request record(s) appear more than once" in check["detail"]

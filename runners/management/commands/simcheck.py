@@ -22,6 +22,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from runners.remote.workload import plan_args
 from runners.sim.calibration import TABLE1
 from runners.sim.launch import free_port, stop
 from runners.simnode.state import default_state, save_state
@@ -85,13 +86,12 @@ class SimulatedServer:
 
 def run_workload(server: SimulatedServer, command: str, out: Path, workload: dict, concurrency: list[int],
                  repetitions: int) -> list[dict]:
-    """The one place the workload client is called: its populate or measure command (cold recovery)."""
+    """The one place the workload client is called: its populate or measure command (cold recovery),
+    with the plan's numbers turned into flags by the client itself."""
     argv = [sys.executable, str(WORKLOAD), command, "--url", server.url, "--arm", server.arm, "--out", str(out),
             "--model", MODEL, "--run-id", "simcheck", "--simulated", "yes", "--quiet",
-            "--prompt-tokens", str(workload["prompt_tokens"]), "--turn-tokens", str(workload.get("turn_tokens", 256)),
-            "--output-tokens", str(workload["output_tokens"]), "-c", ",".join(map(str, concurrency)),
-            "--repetitions", str(repetitions), "--requests-per-client", str(workload["requests_per_client"]),
-            "--evict", "reset"]
+            *plan_args(command, {"cold_recovery": workload}),
+            "-c", ",".join(map(str, concurrency)), "--repetitions", str(repetitions), "--evict", "reset"]
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         raise CommandError(f"the workload client failed on the {server.arm} arm (exit {result.returncode}):\n"

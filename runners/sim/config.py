@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -210,10 +211,14 @@ class Node:
             return self._state
         if mtime != self._mtime:
             try:
-                self._state = node_state.load_state(self.root)
-                self._mtime = mtime
+                state = node_state.load_state(self.root)
             except (OSError, ValueError):
-                pass    # half-written by a tool that does not write atomically: keep the last good state
+                return self._state    # half-written by a tool that does not write atomically: keep the last good one
+            if isinstance(state, dict):
+                for section in ("fx", "local_nvme"):
+                    if not isinstance(state.get(section), dict):
+                        state[section] = {}
+                self._state, self._mtime = state, mtime
         return self._state
 
     def faults(self) -> dict:
@@ -356,7 +361,8 @@ def parse_serve(argv: list[str], environ: dict | None = None) -> ServeConfig:
     fx_paths = args.sim_fx_path or [p for p in environ.get("FXPILOT_SIM_FX_PATHS", "").split(":") if p]
     node = Node(root, fx_paths)
     if root and node.state is None:
-        raise ConfigError(f"FXPILOT_SIM_ROOT={root}: no readable state.json there")
+        print(f"WARNING: FXPILOT_SIM_ROOT={root} has no readable state.json; every path counts as local NVMe "
+              f"unless under --sim-fx-path, and no fault applies", file=sys.stderr, flush=True)
     if lmcache is not None:
         for key, path in (("local_disk", lmcache.local_disk), ("remote_url (fs pool)", lmcache.fs_pool)):
             if path is not None:

@@ -89,3 +89,13 @@ def test_the_serve_command_exits_with_the_reason(tmp_path):
                             env={"PATH": "/usr/bin:/bin", "LMCACHE_CONFIG_FILE": str(config)}, cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "unknown LMCache configuration key 'bogus'" in result.stderr
+
+
+def test_without_a_state_file_paths_are_local_unless_named_as_fx(tmp_path, capsys):
+    fx = tmp_path / "fx"
+    environ = {"FXPILOT_SIM_ROOT": str(tmp_path / "nowhere"), "FXPILOT_SIM_FX_PATHS": str(fx)}
+    config = serve(["--sim-time-scale", "0.5"], environ)
+    assert "no readable state.json" in capsys.readouterr().err
+    assert config.node.storage_kind(fx / "lmcache") == "fx"
+    assert config.node.storage_kind(tmp_path / "nvme") == "local_nvme"
+    assert config.node.fx_up() and config.time_scale == 0.5

@@ -45,6 +45,8 @@ import random
 import re
 import resource
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -281,38 +283,100 @@ def walk_chunks(buf: bytearray, pos: int, starts: list[int], lens: list[int]) ->
         pos = end + 2
 
 
-class _Connection(asyncio.Protocol):
-    """A keep-alive HTTP/1.1 connection carrying one request at a time. Work per read is small on
-    purpose: stamp, append, note where the chunks of this read are; parsing happens later."""
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; elsewhere the read time alone is used
+_ANCILLARY = socket.CMSG_SPACE(16)
+_clock = [0.0, -1.0]  # wall − monotonic, and when it was measured: kernel stamps are wall-clock time
 
-    def __init__(self, coalesce: float = 0.0) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.used = False
-        self.coalesce = coalesce
-        self._token_seen = self._paused = False
+
+def _kernel_time(ancillary: list, now: float) -> float | None:
+    """The kernel's receive time of the last bytes of a read, on the monotonic clock."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            if now - _clock[1] > 1.0:
+                _clock[0], _clock[1] = time.time() - time.monotonic(), now
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec + nsec * 1e-9 - _clock[0]
+    return None
+
+
+class _Connection:
+    """A keep-alive HTTP/1.1 connection carrying one request at a time, read straight from its socket.
+
+    Each read is stamped with the kernel's receive time of its last bytes (SO_TIMESTAMPNS), or the
+    read time when that is missing, so a busy or descheduled client does not make tokens look late.
+    Work per read is small: stamp, append, recognise the end; parsing happens later. Once the first
+    token is in, the later ones are read in batches (at most every `coalesce` seconds, sooner as the
+    expected end nears): fewer reads, less CPU, and the kernel stamps keep t_end exact."""
+
+    def __init__(self, sock: socket.socket, coalesce: float = 0.0):
+        self.sock, self.fd, self.coalesce = sock, sock.fileno(), coalesce
+        self.loop = asyncio.get_running_loop()
+        self.closed = self.used = self.reading = False
         self.raw: _Raw | None = None
         self.waiter: asyncio.Future | None = None
-        self._scan = 0
-        self._keep = True
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, data: bytes, waiter: asyncio.Future) -> None:
-        self.raw, self.waiter, self._scan = _Raw(), waiter, 0
+        self.timer: asyncio.TimerHandle | None = None
+        self._scan, self._keep, self._expect, self._events, self._first_t = 0, True, 0, 0, 0.0
         self._token_seen = False
-        self.raw.stale = self.used
-        self.used = True
-        self.transport.write(data)  # type: ignore[union-attr]
 
-    def data_received(self, data: bytes) -> None:
-        t = time.monotonic()
-        raw = self.raw
-        if raw is None or self.waiter is None:
-            self.closed = True  # bytes nobody asked for: the connection cannot be trusted any more
-            self.transport.close()  # type: ignore[union-attr]
+    @classmethod
+    async def open(cls, endpoint: Endpoint, coalesce: float, timeout: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        last: Exception = OSError(f"no address for {endpoint.host}")
+        for family, kind, proto, _, address in await loop.getaddrinfo(endpoint.host, endpoint.port,
+                                                                        type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                except OSError:
+                    pass
+                await asyncio.wait_for(loop.sock_connect(sock, address), timeout)
+                return cls(sock, coalesce)
+            except (OSError, asyncio.TimeoutError) as error:
+                sock.close()
+                last = error
+        raise last
+
+    async def send(self, data: bytes, waiter: asyncio.Future, expect: int) -> None:
+        self.raw, self.waiter, self._scan = _Raw(), waiter, 0
+        self._expect, self._events, self._token_seen = expect, 0, False
+        self.raw.stale, self.used = self.used, True
+        self._read(True)
+        try:
+            await self.loop.sock_sendall(self.sock, data)
+        except OSError as error:
+            self._fail(f"sending the request failed: {error.strerror or error}")
+
+    def _read(self, on: bool) -> None:
+        if on and not self.reading and not self.closed:
+            self.loop.add_reader(self.fd, self._readable)
+            self.reading = True
+        elif not on and self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(262144, _ANCILLARY)
+        except (BlockingIOError, InterruptedError):
             return
+        except OSError as error:
+            self._lost(error)
+            return
+        now = time.monotonic()
+        raw = self.raw
+        if raw is None:
+            self._lost(None if not data else OSError("bytes nobody asked for"))
+            return
+        if not data:
+            self._lost(None)
+            return
+        kernel = _kernel_time(ancillary, now) if ancillary else None
+        t = now if kernel is None or kernel > now else kernel
+        if raw.block_t and t < raw.block_t[-1]:
+            t = raw.block_t[-1]
         raw.stale = False
         buf = raw.buf
         buf += data
@@ -331,25 +395,42 @@ class _Connection(asyncio.Protocol):
             # ending that is not the usual one (trailers, CRLF events) is walked chunk by chunk.
             if buf.endswith(b"\r\n0\r\n\r\n") or len(buf) - raw.head_end == 5 and buf.endswith(b"0\r\n\r\n"):
                 self._done()
-            elif buf.endswith(b"\r\n\r\n"):
-                self._chunks()
+                return
+            if buf.endswith(b"\r\n\r\n"):
+                status, self._scan = walk_chunks(buf, self._scan, raw.starts, raw.lens)
+                if status == "end":
+                    self._done()
+                    return
+                if status != "more":
+                    self._fail(status)
+                    return
         elif raw.mode == "length" and len(buf) - raw.head_end >= int(raw.headers["content-length"]):
             del buf[raw.head_end + int(raw.headers["content-length"]):]
             self._done()
-        if self.coalesce and self.raw is not None:
-            # once the first token is in, later tokens are read in batches: fewer reads, less CPU;
-            # only t_end can be late, by at most `coalesce`
-            if not self._token_seen:
-                self._token_seen = TOKEN_HINT.search(buf, raw.head_end) is not None
-            if self._token_seen and not self._paused:
-                self._paused = True
-                self.transport.pause_reading()  # type: ignore[union-attr]
-                asyncio.get_running_loop().call_later(self.coalesce, self._resume)
+            return
+        if self.coalesce:
+            self._pace(data, buf, raw, t)
+
+    def _pace(self, data: bytes, buf: bytearray, raw: _Raw, t: float) -> None:
+        """After the first token, pause reading for a while: up to `coalesce`, less as the end nears."""
+        self._events += data.count(b"data:")
+        if not self._token_seen:
+            self._token_seen = TOKEN_HINT.search(buf, raw.head_end) is not None
+            self._first_t = t
+            return
+        remaining = self._expect - self._events
+        if remaining <= 1:
+            return
+        per_event = (t - self._first_t) / max(self._events - 1, 1)
+        pause = min(self.coalesce, 0.5 * remaining * per_event)
+        if pause > 0.0002:
+            self._read(False)
+            self.timer = self.loop.call_later(pause, self._resume)
 
     def _resume(self) -> None:
-        self._paused = False
-        if not self.closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+        self.timer = None
+        if self.raw is not None:
+            self._read(True)
 
     def _head(self, i: int) -> bool:
         raw = self.raw
@@ -369,37 +450,24 @@ class _Connection(asyncio.Protocol):
             raw.mode = "length"
         else:
             raw.mode = "close"
-        if parts[0] == "HTTP/1.0" or raw.headers.get("connection", "").lower() == "close" or raw.mode == "close":
-            self.used = True
-            self._keep = False
-        else:
-            self._keep = True
+        self._keep = not (parts[0] == "HTTP/1.0" or raw.headers.get("connection", "").lower() == "close"
+                          or raw.mode == "close")
         return True
-
-    def _chunks(self) -> None:
-        raw = self.raw
-        status, self._scan = walk_chunks(raw.buf, self._scan, raw.starts, raw.lens)
-        if status == "end":
-            self._done()
-        elif status != "more":
-            self._fail(status)
 
     def _done(self) -> None:
         raw, waiter = self.raw, self.waiter
         raw.complete = True
         self.raw = self.waiter = None
+        self._read(False)
         if not self._keep:
-            self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.close()
         if not waiter.done():
             waiter.set_result(raw)
 
     def _fail(self, reason: str) -> None:
         raw, waiter = self.raw, self.waiter
         self.raw = self.waiter = None
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.close()
         if raw is not None:
             raw.error, raw.t_fail = raw.error or reason, time.monotonic()
         if waiter is not None and not waiter.done():
@@ -408,21 +476,28 @@ class _Connection(asyncio.Protocol):
     def timeout(self, seconds: float) -> None:
         self._fail(f"timed out after {seconds:g} s")
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+    def _lost(self, error: Exception | None) -> None:
         raw = self.raw
         if raw is None:
+            self.close()
             return
         if raw.head_end >= 0 and raw.mode == "close":
+            self._keep = False
             self._done()
             return
-        if raw.head_end < 0:
-            reason = "the server closed the connection before answering"
-        else:
-            reason = "the server closed the connection mid-stream"
-        if exc is not None:
-            reason += f" ({exc})"
+        reason = ("the server closed the connection before answering" if raw.head_end < 0
+                  else "the server closed the connection mid-stream")
+        if error is not None:
+            reason += f" ({error})"
         self._fail(reason)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._read(False)
+            if self.timer is not None:
+                self.timer.cancel()
+            self.sock.close()
 
 
 class Lane:
@@ -432,7 +507,7 @@ class Lane:
         self.endpoint, self.timeout, self.coalesce = endpoint, timeout, coalesce
         self.conn: _Connection | None = None
 
-    async def exchange(self, body: bytes, path: str = "/v1/completions") -> tuple[float, _Raw]:
+    async def exchange(self, body: bytes, path: str = "/v1/completions", expect: int = 0) -> tuple[float, _Raw]:
         """Send one request; returns (t_send, raw response). Never raises for server misbehaviour."""
         loop = asyncio.get_running_loop()
         data = self.endpoint.request_head(path, len(body)) + body
@@ -440,9 +515,7 @@ class Lane:
             t_send = time.monotonic()
             if self.conn is None or self.conn.closed:
                 try:
-                    _, self.conn = await asyncio.wait_for(loop.create_connection(
-                        lambda: _Connection(self.coalesce), self.endpoint.host, self.endpoint.port),
-                        min(self.timeout, 60.0))
+                    self.conn = await _Connection.open(self.endpoint, self.coalesce, min(self.timeout, 60.0))
                 except (OSError, asyncio.TimeoutError) as error:
                     raw = _Raw()
                     errno = getattr(error, "errno", None)
@@ -452,8 +525,8 @@ class Lane:
                     return t_send, raw
             waiter = loop.create_future()
             conn = self.conn
-            conn.send(data, waiter)
             timer = loop.call_later(self.timeout, conn.timeout, self.timeout)
+            await conn.send(data, waiter, expect)
             raw = await waiter
             timer.cancel()
             # a kept-alive connection the server closed while idle: retry once on a fresh one
@@ -464,8 +537,8 @@ class Lane:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        if self.conn is not None and self.conn.transport is not None:
-            self.conn.transport.close()
+        if self.conn is not None:
+            self.conn.close()
         self.conn = None
 
 
@@ -1039,7 +1112,7 @@ async def send_one(ctx: RunContext, lane: Lane, job: Job, phase: str, st: PhaseS
     st.in_flight += 1
     if st.in_flight > st.max_in_flight:
         st.max_in_flight = st.in_flight
-    t_send, raw = await lane.exchange(completion_body(ctx.model, job))
+    t_send, raw = await lane.exchange(completion_body(ctx.model, job), expect=job.output_tokens)
     st.in_flight -= 1
     ctx.finalizer.submit((job, phase, st, t_send, raw))
 

@@ -22,7 +22,7 @@ from gates import access, lifecycle, notifications
 from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
 from gates.forms import CredentialForm, NodeForm, SiteForm
 from gates.views import start_run_available
-from runners.models import Artifact, Credential, Job, Node, OutputChunk, Site, Status
+from runners.models import FINISHED, Artifact, Credential, Job, Node, OutputChunk, Site, Status
 
 LOG_BATCH = 500
 POLL_SECONDS = 1
@@ -36,22 +36,40 @@ def _orchestration():
     return orchestration
 
 
-def _progress(job: Job, steps: list) -> dict:
-    """Step n of N and requests done of total; the orchestration's own figures when it is installed."""
+def _progress(job: Job) -> dict:
+    """Step n of N, requests done of total and each step's row; the orchestration's own figures when installed."""
     orchestration = _orchestration()
     if orchestration is not None and hasattr(orchestration, "job_progress"):
-        return orchestration.job_progress(job)
-    finished = sum(1 for s in steps if s.status in (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED))
-    done = sum(s.requests_done for s in steps)
-    total = sum(max(s.requests_total, s.requests_done) for s in steps)
-    return {
-        "steps_total": len(steps),
-        "steps_finished": finished,
-        "requests_done": done,
-        "requests_total": total,
-        "fraction": finished / len(steps) if steps else 0.0,
-        "eta_seconds": None,
-    }
+        progress = orchestration.job_progress(job)
+    else:
+        steps = list(job.steps.select_related("node").order_by("seq"))
+        finished = sum(1 for s in steps if s.status in FINISHED)
+        progress = {
+            "steps_total": len(steps),
+            "steps_finished": finished,
+            "requests_done": sum(s.requests_done for s in steps),
+            "requests_total": sum(max(s.requests_total, s.requests_done) for s in steps),
+            "fraction": finished / len(steps) if steps else 0.0,
+            "eta_seconds": None,
+            "steps": [
+                {
+                    "seq": s.seq,
+                    "name": s.name,
+                    "arm": s.arm,
+                    "node": s.node.name if s.node_id else "",
+                    "status": s.status,
+                    "attempts": s.attempts,
+                    "requests_done": s.requests_done,
+                    "requests_total": s.requests_total,
+                    "error": s.error,
+                }
+                for s in steps
+            ],
+        }
+    labels = dict(Status.choices)
+    for step in progress["steps"]:
+        step["status_label"] = labels.get(step["status"], step["status"])
+    return progress
 
 
 def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
@@ -85,13 +103,13 @@ def log_html(chunks: list[OutputChunk]) -> SafeString:
 
 
 def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
-    steps = list(job.steps.select_related("node").order_by("seq"))
     orchestration = _orchestration()
+    progress = _progress(job)
     return {
         "job": job,
         "pilot": pilot,
-        "steps": steps,
-        "progress": _progress(job, steps),
+        "steps": progress["steps"],
+        "progress": progress,
         "can_cancel": access.can(pilot, request.user, OPERATE)
         and not job.is_finished
         and not job.cancel_requested

@@ -257,8 +257,7 @@ class SimServer:
     def store(self, rid: str, request: SimRequest) -> None:
         """After prefill: the prompt's blocks stay in HBM; LMCache writes its chunks to every enabled tier."""
         blocks, keys = request.keys
-        for key in blocks:
-            self.hbm.put(key)
+        self.hbm.put_many(blocks)
         lm = self.config.lmcache
         if lm is None:
             return
@@ -267,7 +266,7 @@ class SimServer:
             if not self._tier_usable(tier):
                 continue
             try:
-                stored = max(stored, sum(1 for key in keys if tier.put(key)))
+                stored = max(stored, tier.put_many(keys))
             except OSError as error:
                 lmcache_log(f"WARNING: failed to store to {tier.name}: {error}")
         if stored:

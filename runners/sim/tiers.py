@@ -60,8 +60,12 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def _remove(path: Path) -> None:
-    path.unlink(missing_ok=True)
+def _apply(writes: list[Path], removes: list[Path], data: bytes) -> None:
+    """One batch per store: a chunk evicted by the same batch that wrote it ends up absent, as in the index."""
+    for path in writes:
+        _write(path, data)
+    for path in removes:
+        path.unlink(missing_ok=True)
 
 
 class LruTier:
@@ -82,7 +86,10 @@ class LruTier:
         self.entries.move_to_end(key)
 
     def put(self, key: str) -> bool:
-        """Insert (or refresh) ``key``; False when the tier has no room at all."""
+        """Insert (or refresh) ``key``; True when it was new."""
+        return self.put_many([key]) == 1
+
+    def _insert(self, key: str) -> bool:
         if self.capacity <= 0:
             return False
         if key in self.entries:
@@ -93,11 +100,20 @@ class LruTier:
             self._evict(self.entries.popitem(last=False)[0])
         return True
 
+    def put_many(self, keys: list[str]) -> int:
+        """Insert every key in order; returns how many were new."""
+        added = [key for key in keys if self._insert(key)]
+        self._flush(added)
+        return len(added)
+
     def clear(self) -> None:
         self.entries.clear()
 
     def _evict(self, key: str) -> None:
         """Hook for tiers that hold something outside memory."""
+
+    def _flush(self, added: list[str]) -> None:
+        """Hook: make ``added`` (and what was evicted meanwhile) durable."""
 
 
 class DiskTier(LruTier):
@@ -113,6 +129,7 @@ class DiskTier(LruTier):
         super().__init__(name, capacity)
         self.path = path
         self.writer = writer
+        self.doomed: list[Path] = []
         self.meta = json.dumps({"tokens": chunk_tokens, "bytes_per_rank": rank_bytes, "simulated": True}).encode()
         path.mkdir(parents=True, exist_ok=True)
         found = sorted(self.path.glob("*" + self.suffix), key=lambda p: p.stat().st_mtime)
@@ -120,23 +137,24 @@ class DiskTier(LruTier):
             self.entries[file.name[: -len(self.suffix)]] = None
         while len(self.entries) > self.capacity:
             self._evict(self.entries.popitem(last=False)[0])
+        self._flush([])
 
     def _file(self, key: str) -> Path:
         return self.path / (key + self.suffix)
 
-    def put(self, key: str) -> bool:
-        added = super().put(key)
-        if added:
-            self.writer.submit(_write, self._file(key), self.meta)
-        return added
-
     def clear(self) -> None:
-        for key in list(self.entries):
+        for key in self.entries:
             self._evict(key)
         super().clear()
+        self._flush([])
 
     def _evict(self, key: str) -> None:
-        self.writer.submit(_remove, self._file(key))
+        self.doomed.append(self._file(key))
+
+    def _flush(self, added: list[str]) -> None:
+        removes, self.doomed = self.doomed, []
+        if added or removes:
+            self.writer.submit(_apply, [self._file(key) for key in added], removes, self.meta)
 
 
 class FsPool:
@@ -162,12 +180,12 @@ class FsPool:
     def touch(self, key: str) -> None:
         """Reads do not reorder a pool without eviction."""
 
-    def put(self, key: str) -> bool:
-        if key in self:
-            return False
-        self.written.add(key)
-        self.writer.submit(_write, self.path / (key + self.suffix), self.meta)
-        return True
+    def put_many(self, keys: list[str]) -> int:
+        added = [key for key in keys if key not in self]
+        if added:
+            self.written.update(added)
+            self.writer.submit(_apply, [self.path / (key + self.suffix) for key in added], [], self.meta)
+        return len(added)
 
     def __len__(self) -> int:
         return sum(1 for _ in self.path.glob("*" + self.suffix))

@@ -26,6 +26,8 @@ CONTENT_SECURITY_POLICY = "; ".join(
     ]
 )
 LANGUAGE_SESSION_KEY = "fxpilot_language"
+# Above this, a request is refused before its body is read (uploads are a PDF to verify or an SSH key).
+MAX_BODY_BYTES = 128 * 1024 * 1024
 
 
 class ContentSecurityPolicyMiddleware:
@@ -37,6 +39,25 @@ class ContentSecurityPolicyMiddleware:
         if not request.path.startswith("/admin/"):
             response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
+
+
+class RequestSizeLimitMiddleware:
+    """Refuse an oversized body by its Content-Length, before CSRF or upload handling would read it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+        self.limit = getattr(settings, "FXPILOT_MAX_REQUEST_BYTES", MAX_BODY_BYTES)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return HttpResponse("Bad Content-Length.", status=400, content_type="text/plain")
+        if length > self.limit:
+            return HttpResponse(
+                f"The request is larger than {self.limit // 2**20} MB.", status=413, content_type="text/plain"
+            )
+        return self.get_response(request)
 
 
 class PersonLanguageMiddleware:

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from gates import access, lifecycle, notifications
@@ -307,6 +308,7 @@ def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
     return redirect("sites", pilot.code)
 
 
+@sensitive_post_parameters()
 @login_required
 @require_POST
 def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:

@@ -97,3 +97,12 @@ def test_a_signed_report_downloaded_from_the_portal_verifies_and_a_changed_byte_
     tampered = data[:-200] + bytes([data[-200] ^ 1]) + data[-199:]
     page = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", tampered)}).content.decode()
     assert "Not verified" in page or "could not be read" in page
+
+
+def test_an_oversized_request_is_refused_before_its_body_is_read(client, world):
+    client.force_login(world.carol)
+    response = client.generic(
+        "POST", reverse("report_verify"), b"x", CONTENT_TYPE="application/pdf", CONTENT_LENGTH=str(200 * 1024 * 1024)
+    )
+    assert response.status_code == 413
+

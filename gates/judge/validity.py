@@ -125,17 +125,24 @@ def _duplicates(requests: pd.DataFrame) -> dict:
 
 
 def _versions(inputs: Inputs) -> dict:
+    """Versions recorded somewhere, and the same in every phase summary: arms differ only in where the cache lives."""
+    found = []
     for inventory in inputs.inventories:
-        lmcache = inventory.get("lmcache") or {}
-        if inventory.get("vllm") and (lmcache.get("version") or lmcache.get("commit")):
-            return _check("versions-recorded", [], f"vLLM {inventory['vllm']}, LMCache "
-                          f"{lmcache.get('version') or ''} {lmcache.get('commit') or ''}".strip() + f" (node {inventory['node']})")
+        lmcache = inventory.get("lmcache")
+        lmcache = (lmcache.get("version") or lmcache.get("commit")) if isinstance(lmcache, dict) else lmcache
+        if inventory.get("vllm") and lmcache:
+            found.append(f"vLLM {inventory['vllm']}, LMCache {lmcache} (node {inventory['node']})")
+    reported = set()
     for summary in inputs.summaries:
         versions = summary.get("versions") or {}
         lmcache = versions.get("lmcache") or versions.get("lmcache_commit")
         if versions.get("vllm") and lmcache:
-            return _check("versions-recorded", [], f"vLLM {versions['vllm']}, LMCache {lmcache} (phase summary)")
-    return _check("versions-recorded", ["no inventory or phase summary records the vLLM and LMCache versions"], "")
+            found.append(f"vLLM {versions['vllm']}, LMCache {lmcache} (phase summary)")
+            reported.add(f"vLLM {versions['vllm']} / LMCache {lmcache}")
+    problems = [] if found else ["no inventory or phase summary records the vLLM and LMCache versions"]
+    if len(reported) > 1:
+        problems.append(f"the phase summaries report different versions ({'; '.join(sorted(reported))})")
+    return _check("versions-recorded", problems, found[0] if found else "")
 
 
 def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
@@ -221,6 +228,9 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 if gpu and sum(gpu) / total > GPU_COLD_MAX_HIT:
                     problems.append(f"{arm}/{phase}: the GPU prefix cache served {sum(gpu) / total:.1%} of the prompt "
                                     "tokens; the eviction did not make it cold")
+            if arm == RECOMPUTE_ARM and len(inputs.retrieves) and (inputs.retrieves["arm"] == arm).any():
+                evidence = True
+                problems.append(f"{arm}: LMCache logged retrievals for the recompute arm; it must have no KV connector")
             if not evidence:
                 problems.append(f"{arm}/{phase}: no cached_tokens in the records and no /metrics deltas in a phase "
                                 "summary, so the arm's cache behaviour cannot be verified")

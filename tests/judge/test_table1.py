@@ -157,3 +157,21 @@ def test_the_same_records_given_twice_are_invalid():
     verdict = evaluate(PLAN, 3, files + [("copy-of-records.jsonl", files[0][1])])
     check = next(c for c in verdict["validity"]["checks"] if c["name"] == "no-duplicate-requests")
     assert verdict["verdict"] == "invalid" and "768 request record(s) appear more than once" in check["detail"]
+
+
+def test_arms_measured_on_different_versions_are_invalid():
+    frame = synthetic.gate_frames(3)
+    summaries = synthetic.phase_summaries(frame)
+    for summary in summaries:
+        if summary["arm"] == "local_nvme":
+            summary["versions"] = {**summary["versions"], "vllm": "0.19.0"}
+    files = files_of(frame, summaries=False) + [("s.json", synthetic.jsonl(summaries))]
+    verdict = evaluate(PLAN, 3, files)
+    assert verdict["verdict"] == "invalid" and "report different versions" in verdict["explanation"]
+
+
+def test_retrievals_logged_for_the_recompute_arm_are_invalid():
+    files = synthetic.gate_inputs(2)
+    extra = synthetic.retrieve_records(arm="recompute", count=4)
+    verdict = evaluate(PLAN, 2, files + [("recompute/retrieve.jsonl", synthetic.jsonl(extra))])
+    assert verdict["verdict"] == "invalid" and "no KV connector" in verdict["explanation"]

@@ -30,6 +30,7 @@ from runners.orchestration import StepList
 G1_CONCURRENCY = 16
 G3_LEVELS = {"fx": [8, 16, 32], "local_nvme": [8, 16, 32], "recompute": [16]}
 G2_CONCURRENCY = 8
+SIM_SOAK_MAX_S = 60.0
 
 
 def workloads(job: Job) -> dict[str, dict[str, Any]]:
@@ -46,7 +47,7 @@ def build(job: Job, gate: Gate, nodes: list[Node], steps: StepList) -> None:
     lanes = builder(job, nodes, steps, workloads(job))
     evaluate = steps.add("evaluate", after=[s for lane in lanes for s in lane.collects],
                          after_done=[lane.last for lane in lanes])
-    steps.add("report", after_verdict=[evaluate], language=job.params.get("language", "en"))
+    steps.add("report", after_verdict=[evaluate], language=job.params.get("report_language") or job.params.get("language", "en"))
 
 
 class Lane:
@@ -149,7 +150,7 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     lanes = [first]
     soak_phases = [
         ("soak", {"workload": "soak", "windows": int(soak.get("windows", 6)),
-                  "seconds": float(job.params.get("soak_seconds") or float(soak.get("hours", 24)) * 3600 * scale),
+                  "seconds": _soak_seconds(job, soak, nodes),
                   "concurrency": [int(soak.get("concurrency", 16))]}),
         ("fault", {"workload": "fault", "cut_seconds": float(fault.get("cut_seconds", 60)) * scale,
                    "concurrency": [int(fault.get("concurrency", 8))]}),
@@ -170,6 +171,14 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
         first.arm("fx", soak_phases, share_pool=True)
     first.arm("recompute", [replay_step])
     return lanes
+
+
+def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:
+    """The plan's soak hours at the run's time scale; on simulated nodes at most SIM_SOAK_MAX_S (a demo, not a soak)."""
+    if job.params.get("soak_seconds"):
+        return float(job.params["soak_seconds"])
+    seconds = float(soak.get("hours", 24)) * 3600 * float(job.params.get("time_scale", 1.0))
+    return min(seconds, SIM_SOAK_MAX_S) if all(n.simulated for n in nodes) else seconds
 
 
 def _after_phases(steps: StepList, deploy: int) -> int:

@@ -142,7 +142,10 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
     if command == "replay":
         trace = f"{run_dir}/trace.csv"
         conn.upload(_trace_bytes(ctx), trace)
-        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", str(params["max_sessions"])]
+        # An in-flight cap as large as the sessions replayed never holds a request back; records then carry
+        # that cap as their concurrency (the judge needs one ≥ 1).
+        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", str(params["max_sessions"]),
+                 "--max-in-flight", str(params["max_sessions"])]
     elif command == "share":
         reader = _deployment(ctx, params["reader"])
         args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]

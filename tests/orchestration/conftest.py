@@ -124,6 +124,7 @@ def cluster(transactional_db, fast_settings, tmp_path):
 
     class Cluster:
         control = CONTROL_QUEUE
+        environment = env
 
         def worker(self, name: str, queues: list[str], concurrency: int = 2) -> Worker:
             purge(queues)

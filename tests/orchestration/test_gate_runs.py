@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -10,7 +12,7 @@ from gates.models import Evaluation, Gate
 from runners.artifacts import read_artifact
 from runners.models import Job, Status
 from runners.orchestration import job_progress, start_gate_run, wait_for
-from tests.orchestration.conftest import FAST_RUN, open_gate
+from tests.orchestration.conftest import FAST_RUN, ROOT, open_gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -46,9 +48,17 @@ def assert_judged(job: Job, cluster) -> Evaluation:
 
 def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_verdict(cluster, sim_site):
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
-    job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=FAST_RUN)
-    job = wait_for(job, 240)
+    # Started and followed the way an engineer does it: manage.py run_gate, exit code from the outcome.
+    command = subprocess.run(
+        [sys.executable, "manage.py", "run_gate", str(sim_site.pilot.code)[:8], "G1", "--site", sim_site.site.name,
+         "--params", json.dumps(FAST_RUN), "--as", "alice"],
+        cwd=ROOT, env=cluster.environment, capture_output=True, text=True, timeout=300)
+    job = Job.objects.get(gate=sim_site.pilot.gate(1))
     evaluation = assert_judged(job, cluster)
+    assert command.returncode == {"successful": 0, "failed": 1}[job.status], command.stdout[-3000:] + command.stderr
+    assert f"G1 run {job.code} started" in command.stdout
+    assert "step 6 measure [recompute] on node1 successful" in command.stdout
+    assert f"run {job.status}" in command.stdout
     assert {a.name for a in job.artifacts.filter(kind="inventory")} == {"node1/inventory.json", "node2/inventory.json"}
     assert len(evaluation.result["inventory"]) == 2
     rows = records_of(job)

@@ -6,6 +6,7 @@ real fidelity check (``manage.py simcheck``) drives the HTTP server with the wor
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runners.sim.engine import Engine, SimRequest
@@ -29,7 +30,8 @@ class ColdRecovery:
     chunk_size: int = 256
 
 
-def device_bandwidth(faults: dict | None = None):
+def device_bandwidth(faults: dict | None = None) -> Callable[[str], float]:
+    """Read bandwidth (B/s) of ``fx`` or ``local_nvme`` under the node's faults (runners/simnode/storage.py)."""
     faults = faults or {}
 
     def bandwidth(device: str) -> float:

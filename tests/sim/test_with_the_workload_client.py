@@ -4,8 +4,10 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from io import StringIO
 
-from runners.management.commands.simcheck import cell_figures
+from runners.management.commands.simcheck import Command, cell_figures
+from runners.sim.calibration import TABLE1
 from tests.sim.conftest import MODEL, REPO, prompt_ids
 
 
@@ -41,3 +43,15 @@ def test_a_client_that_goes_away_mid_stream_does_not_stall_the_server(node, serv
     assert len(answer["ids"]) == 3
     with urllib.request.urlopen(server.url + "/metrics") as response:
         assert f'vllm:num_requests_running{{model_name="{MODEL}",engine="0"}} 0' in response.read().decode()
+
+
+def test_simcheck_reports_every_cell_and_its_worst_error():
+    results = {cell: {"ttft_p50": ttft, "throughput": tps, "hit_ratio": 0.99, "failed": 0}
+               for cell, (ttft, tps) in TABLE1.items()}
+    results[("fx", 8)] = {**results[("fx", 8)], "ttft_p50": 7.53 * 1.2}
+    command = Command(stdout=StringIO())
+    assert round(command.report(results, 0.15), 3) == 0.2
+    printed = command.stdout.getvalue()
+    assert "+20.0% !" in printed and printed.count("\n") == len(TABLE1) + 1
+    del results[("recompute", 16)]
+    assert command.report(results, 0.15) == float("inf")

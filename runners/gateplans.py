@@ -47,7 +47,8 @@ def build(job: Job, gate: Gate, nodes: list[Node], steps: StepList) -> None:
     lanes = builder(job, nodes, steps, workloads(job))
     evaluate = steps.add("evaluate", after=[s for lane in lanes for s in lane.collects],
                          after_done=[lane.last for lane in lanes])
-    steps.add("report", after_verdict=[evaluate], language=job.params.get("report_language") or job.params.get("language", "en"))
+    language = job.params.get("report_language") or job.params.get("language", "en")
+    steps.add("report", after_verdict=[evaluate], language=language)
 
 
 class Lane:
@@ -56,24 +57,45 @@ class Lane:
     def __init__(self, steps: StepList, node: Node, after: list[int] | None = None):
         self.steps, self.node, self.last, self.collects = steps, node, None, []
         self.start_after = list(after or [])
+        self.deploy = self.previous = None
+        self.arm_steps: list[int] = []
+        self.arm_name = ""
 
-    def arm(self, arm: str, phases: list[tuple[str, dict]], *, share_pool: bool = False,
-            wait_for: list[int] | None = None) -> int:
-        """deploy → the phases → collect → teardown for one arm; returns the deploy step's seq."""
+    def open(self, arm: str, *, share_pool: bool = False) -> int:
+        """Deploy an arm's server once the node's previous arm is torn down; returns the deploy's seq."""
         before = [self.last] if self.last else []
-        deploy = self.steps.add("deploy", node=self.node, arm=arm, after=self.start_after if not before else [],
-                                after_done=before, share_pool=share_pool)
-        previous, lane_steps = deploy, [deploy]
-        for index, (name, params) in enumerate(phases):
-            extra = list(wait_for or []) if index == 0 else []
-            previous = self.steps.add(name, node=self.node, arm=arm, after=[previous, *extra], deploy=deploy,
-                                      requests_total=int(params.pop("requests_total", 0)), **params)
-            lane_steps.append(previous)
-        collect = self.steps.add("collect", node=self.node, arm=arm, after=[previous], deploy=deploy)
-        lane_steps.append(collect)
-        self.last = self.steps.add("teardown", node=self.node, arm=arm, after_done=lane_steps, always=True,
-                                   deploy=deploy)
+        self.arm_name = arm
+        self.deploy = self.previous = self.steps.add("deploy", node=self.node, arm=arm,
+                                                     after=self.start_after if not before else [], after_done=before,
+                                                     share_pool=share_pool)
+        self.arm_steps = [self.deploy]
+        return self.deploy
+
+    def phase(self, name: str, params: dict, *, wait_for: list[int] | None = None, node: Node | None = None) -> int:
+        """One workload step against the open arm's server (after the previous one and `wait_for`)."""
+        params = dict(params)
+        total = int(params.pop("requests_total", 0))
+        self.previous = self.steps.add(name, node=node or self.node, arm=self.arm_name,
+                                       after=[self.previous, *(wait_for or [])], deploy=self.deploy,
+                                       requests_total=total, **params)
+        self.arm_steps.append(self.previous)
+        return self.previous
+
+    def close(self) -> int:
+        """collect → teardown (always, once the deploy started); returns the teardown's seq."""
+        collect = self.steps.add("collect", node=self.node, arm=self.arm_name, after=[self.previous],
+                                 deploy=self.deploy)
         self.collects.append(collect)
+        self.last = self.steps.add("teardown", node=self.node, arm=self.arm_name, after_done=[*self.arm_steps, collect],
+                                   always=True, deploy=self.deploy)
+        return self.last
+
+    def arm(self, arm: str, phases: list[tuple[str, dict]], *, share_pool: bool = False) -> int:
+        """deploy → the phases → collect → teardown for one arm; returns the deploy step's seq."""
+        deploy = self.open(arm, share_pool=share_pool)
+        for name, params in phases:
+            self.phase(name, params)
+        self.close()
         return deploy
 
 
@@ -98,7 +120,8 @@ def _cold_recovery(job: Job, loads: dict, levels: list[int]) -> list[tuple[str, 
 
 def _probe_prompts(loads: dict) -> tuple[str, dict]:
     prompts = int(loads.get("probe_prompts", {}).get("prompts", 8))
-    return ("probe_prompts", {"workload": "probe_prompts", "concurrency": [G2_CONCURRENCY], "requests_total": 2 * prompts})
+    return ("probe_prompts", {"workload": "probe_prompts", "concurrency": [G2_CONCURRENCY],
+                              "requests_total": 2 * prompts})
 
 
 def _g1(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
@@ -143,34 +166,35 @@ def _g3(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
 def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
     replay, soak, fault, share = (loads.get(name, {}) for name in ("replay", "soak", "fault", "share"))
     reps = _reps(job, replay)
-    scale = float(job.params.get("time_scale", 1.0))
-    replay_step = ("replay", {"workload": "replay", "repetitions": reps, "max_sessions": int(replay.get("max_sessions", 64))})
+    replay_step = {"workload": "replay", "repetitions": reps, "max_sessions": int(replay.get("max_sessions", 64))}
+    sessions = int(share.get("sessions", 16))
+    soak_step = {"workload": "soak", "windows": int(soak.get("windows", 6)), "seconds": _soak_seconds(job, soak, nodes),
+                 "concurrency": [int(soak.get("concurrency", 16))]}
+    cut = float(fault.get("cut_seconds", 60)) * float(job.params.get("time_scale", 1.0))
+    fault_step = {"workload": "fault", "cut_seconds": cut,
+                  "concurrency": [int(fault.get("concurrency", 8))]}
     first = Lane(steps, nodes[0])
-    fx_first = first.arm("fx", [replay_step], share_pool=True)
-    lanes = [first]
-    soak_phases = [
-        ("soak", {"workload": "soak", "windows": int(soak.get("windows", 6)),
-                  "seconds": _soak_seconds(job, soak, nodes),
-                  "concurrency": [int(soak.get("concurrency", 16))]}),
-        ("fault", {"workload": "fault", "cut_seconds": float(fault.get("cut_seconds", 60)) * scale,
-                   "concurrency": [int(fault.get("concurrency", 8))]}),
-    ]
-    if len(nodes) > 1:
-        # Instance B is the second node's fx server, up while the first node's client writes through A and reads
-        # through B (the shared pool on the FX mount carries the sessions); soak and fault run there afterwards.
-        second = Lane(steps, nodes[1])
-        fx_second = second.arm("fx", soak_phases, share_pool=True, wait_for=[])
-        sharing = steps.add("share", node=nodes[0], arm="fx", after=[_after_phases(steps, fx_first), fx_second],
-                            deploy=fx_first, reader=fx_second, workload="share",
-                            sessions=int(share.get("sessions", 16)), requests_total=2 * int(share.get("sessions", 16)))
-        _insert_before_collect(steps, fx_first, sharing)
-        _wait(steps, fx_second, "soak", sharing)
-        lanes.append(second)
-    else:
+    first.open("fx", share_pool=True)
+    first.phase("replay", replay_step)
+    if len(nodes) == 1:
         steps.add("note", node=nodes[0], text="cross-instance sharing needs two nodes; this site has one")
-        first.arm("fx", soak_phases, share_pool=True)
-    first.arm("recompute", [replay_step])
-    return lanes
+        first.phase("soak", soak_step)
+        first.phase("fault", fault_step)
+        first.close()
+        first.arm("recompute", [("replay", dict(replay_step))])
+        return [first]
+    # Instance B is the second node's fx server, up while the first node's client writes through A and reads
+    # through B (the shared pool on the FX mount carries the sessions); soak and fault run there afterwards.
+    second = Lane(steps, nodes[1])
+    reader = second.open("fx", share_pool=True)
+    sharing = first.phase("share", {"workload": "share", "reader": reader, "sessions": sessions,
+                                    "requests_total": 2 * sessions}, wait_for=[reader])
+    first.close()
+    second.phase("soak", soak_step, wait_for=[sharing])
+    second.phase("fault", fault_step)
+    second.close()
+    first.arm("recompute", [("replay", dict(replay_step))])
+    return [first, second]
 
 
 def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:
@@ -179,24 +203,3 @@ def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:
         return float(job.params["soak_seconds"])
     seconds = float(soak.get("hours", 24)) * 3600 * float(job.params.get("time_scale", 1.0))
     return min(seconds, SIM_SOAK_MAX_S) if all(n.simulated for n in nodes) else seconds
-
-
-def _after_phases(steps: StepList, deploy: int) -> int:
-    """The last workload step of the arm deployed by `deploy` (before its collect)."""
-    return max(s.seq for s in steps.steps if s.params.get("deploy") == deploy and s.name not in ("collect", "teardown"))
-
-
-def _insert_before_collect(steps: StepList, deploy: int, extra: int) -> None:
-    """The arm's collect (and so its teardown) waits for an extra step of the same server."""
-    for step in steps.steps:
-        if step.params.get("deploy") == deploy and step.name in ("collect", "teardown"):
-            key = "after" if step.name == "collect" else "after_done"
-            step.params[key] = [*step.params.get(key, []), extra]
-
-
-def _wait(steps: StepList, deploy: int, name: str, extra: int) -> None:
-    for step in steps.steps:
-        if step.params.get("deploy") == deploy and step.name == name:
-            step.params["after"] = [*step.params.get("after", []), extra]
-        if step.params.get("deploy") == deploy and step.name == "teardown":
-            step.params["after_done"] = [*step.params.get("after_done", []), extra]

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Gate
-from runners.models import FINISHED, Job, Node, Site, Status, Step
+from runners.models import FINISHED, Artifact, Job, Node, Site, Status, Step
 from runners.output import append_output, system_line
 from runners.queues import CONTROL_QUEUE, queue_for_step
 
@@ -394,6 +394,10 @@ def execute_step(step_id: int, worker: str) -> str:
     kind = get_kind(step.name)
     ctx = StepContext(step, token)
     ctx.say(f"{step_label(step)} started (attempt {step.attempts}, {worker})")
+    if step.attempts > 1 and not kind.detached:
+        # An unfinished attempt's evidence is dropped so the new attempt's own files take its names
+        # (the bytes stay in the content-addressed store; the judge never saw them).
+        Artifact.objects.filter(job_id=job.pk, step=step).delete()
     try:
         if kind.detached:
             with _Heartbeat(step.pk, token):
@@ -487,7 +491,8 @@ def poll_step(step_id: int, token: str) -> str:
         failures = int(step.remote.get("poll_failures", 0)) + 1
         limit = max(settings.FXPILOT_STEP_MAX_ATTEMPTS * 3, 6)
         if failures > limit:
-            _finish(step, token, Status.ERROR, error=f"lost contact with {step.node.name if step.node_id else 'the node'} "
+            where = step.node.name if step.node_id else "the node"
+            _finish(step, token, Status.ERROR, error=f"lost contact with {where} "
                                                       f"({failures} polls in a row failed): {_describe(exc)}")
             dispatch_advance(step.job_id)
             return "error"
@@ -556,7 +561,8 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
     running step goes back to pending and is claimed again (its handler is idempotent).
     """
     close_old_connections()
-    stale = timezone.now() - timedelta(seconds=stale_seconds if stale_seconds is not None else settings.FXPILOT_STALE_SECONDS)
+    seconds = stale_seconds if stale_seconds is not None else settings.FXPILOT_STALE_SECONDS
+    stale = timezone.now() - timedelta(seconds=seconds)
     counts = {"repolled": 0, "requeued": 0, "gave_up": 0, "jobs": 0}
     for step in Step.objects.select_related("job", "node__site").filter(
             status=Status.RUNNING, job__status__in=UNFINISHED, heartbeat__lt=stale):
@@ -588,7 +594,8 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
 def request_cancel(job: Job, who=None) -> Job:
     """Stop dispatching, kill the run's remote process groups, run teardown, end `canceled`."""
     with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, status__in=UNFINISHED, cancel_requested=False).update(cancel_requested=True):
+        mine = Job.objects.filter(pk=job.pk, status__in=UNFINISHED, cancel_requested=False)
+        if not mine.update(cancel_requested=True):
             job.refresh_from_db()
             return job
         job.refresh_from_db()

@@ -128,7 +128,9 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
     command = WORKLOAD_COMMANDS[step.name]
     loads = gateplans.workloads(job)
     # evict writes no records: its (empty) file stays out of the records the judge reads.
-    out = f"{run_dir}/none.jsonl" if command == "evict" else f"{deployment.records_dir}/{step.seq:02d}-{step.name}.jsonl"
+    out = f"{deployment.records_dir}/{step.seq:02d}-{step.name}.jsonl"
+    if command == "evict":
+        out = f"{run_dir}/none.jsonl"
     args = [command, "--url", deployment.url, "--arm", deployment.arm, "--out", out, "--run-id", run_id_of(job),
             "--instance", deployment.instance, "--simulated", "yes" if deployment.simulated else "no",
             *plan_args("cold-recovery" if command in ("populate", "evict", "measure") else command, loads)]
@@ -266,7 +268,8 @@ def poll_workload(ctx: StepContext) -> Poll:
 
 def finish_workload(ctx: StepContext, found: Poll) -> dict:
     if found.exit_code != 0:
-        reason = {2: "bad arguments or trace", 3: "the server or the eviction could not be used"}.get(found.exit_code, "")
+        reasons = {2: "bad arguments or trace", 3: "the server or the eviction could not be used"}
+        reason = reasons.get(found.exit_code, "")
         tail = " | ".join(found.stderr.strip().splitlines()[-3:]) if found.stderr else ""
         raise StepError(f"the workload client exited with code {found.exit_code}"
                         + (f" ({reason})" if reason else "") + (f": {tail}" if tail else ""))
@@ -328,7 +331,8 @@ def run_report(ctx: StepContext) -> dict:
     try:
         from gates.reports.service import create_gate_report
     except ImportError as exc:
-        raise StepError(f"the report module is not available ({exc}); the verdict is recorded without a report") from None
+        raise StepError(f"the report module is not available ({exc}); the verdict is recorded without a report") \
+            from None
     try:
         report = create_gate_report(evaluation.gate, evaluation, language=ctx.step.params.get("language", "en"))
     except Exception as exc:  # noqa: BLE001 — a report failure must not hide the recorded verdict

@@ -194,8 +194,9 @@ def open_gate(pilot, number: int, people) -> None:
 
     for earlier in range(1, number):
         gate = pilot.gate(earlier)
-        evaluation = Evaluation.objects.create(gate=gate, plan_version=pilot.signed_plan, verdict="pass",
-                                               result={"verdict": "pass", "gate": earlier, "criteria": []}, simulated=True)
+        result = {"verdict": "pass", "gate": earlier, "criteria": []}
+        evaluation = Evaluation.objects.create(gate=gate, plan_version=pilot.signed_plan, verdict="pass", result=result,
+                                               simulated=True)
         lifecycle.record_verdict(gate, evaluation, who="test")
         lifecycle.sign_off_gate(gate, people.alice, decision="approve")
         lifecycle.sign_off_gate(gate, people.bob, decision="approve")

@@ -36,7 +36,8 @@ def _start(ctx: StepContext) -> dict:
     # Each "request" appends one line to records.jsonl, then prints PROGRESS, like the workload client.
     body = (f"for i in $(seq 1 {count}); do sleep {pause}; echo '{{\"i\": '$i'}}' >> records.jsonl; "
             f"echo PROGRESS $i {count}; done; exit {fail}")
-    script = f"cd {shlex.quote(str(where))} || exit 1; ( bash -c {shlex.quote(body)}; echo $? > exit ) > log 2>&1 & echo $! > pid"
+    script = (f"cd {shlex.quote(str(where))} || exit 1; "
+              f"( bash -c {shlex.quote(body)}; echo $? > exit ) > log 2>&1 & echo $! > pid")
     subprocess.run(["bash", "-c", script], start_new_session=True, check=True)
     pid = int((where / "pid").read_text())
     return {"dir": str(where), "pid": pid, "pgid": os.getpgid(pid), "offset": 0, "worker": ctx.token.split("#")[0]}
@@ -54,7 +55,8 @@ def _poll(ctx: StepContext) -> Poll:
             done, total = (int(x) for x in line.split()[1:3])
     exit_file = where / "exit"
     if exit_file.exists() and exit_file.read_text().strip():
-        return Poll(running=False, exit_code=int(exit_file.read_text()), requests_done=done, requests_total=total, output=new)
+        return Poll(running=False, exit_code=int(exit_file.read_text()), requests_done=done, requests_total=total,
+                    output=new)
     return Poll(running=True, requests_done=done, requests_total=total, output=new)
 
 

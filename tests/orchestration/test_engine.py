@@ -1,4 +1,4 @@
-"""The engine on its own, with real workers and a real broker, on local stand-in steps (tests/orchestration/kinds.py)."""
+"""The engine alone, with real workers and a real broker, on local stand-in steps (tests/orchestration/kinds.py)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""What goes wrong during a gate run on simulated nodes: a worker killed, SSH dropping, the server crashing, a cancel."""
+"""What goes wrong during a gate run on simulated nodes: a worker killed, SSH dropping, a server crash, a cancel."""
 from __future__ import annotations
 
 import time
@@ -92,7 +92,8 @@ def test_a_server_crash_ends_the_run_in_error_naming_the_step_and_leaves_the_pil
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=FAST_RUN)
     job = wait_for(job, 240)
     assert job.status == Status.ERROR, explain(job, cluster)
-    assert job.error.startswith("step 6 measure [recompute] on node1: the recompute server on node1 exited during measure")
+    assert job.error.startswith("step 6 measure [recompute] on node1: "
+                                "the recompute server on node1 exited during measure")
     statuses = dict(job.steps.values_list("name", "status"))
     assert statuses["teardown"] == Status.SUCCESSFUL
     assert statuses["evaluate"] == Status.CANCELED

@@ -41,8 +41,8 @@ def assert_judged(job: Job, cluster) -> Evaluation:
     expected = {"pass": Gate.State.AWAITING_SIGNOFF, "marginal": Gate.State.REVIEW, "fail": Gate.State.FAILED}
     assert gate.state == expected[evaluation.verdict]
     assert (job.status == Status.FAILED) == (evaluation.verdict == "fail")
-    assert set(evaluation.inputs) == set(job.artifacts.filter(kind__in=("records", "retrieve", "inventory", "phase-summary"))
-                                         .values_list("name", flat=True))
+    judged = job.artifacts.filter(kind__in=("records", "retrieve", "inventory", "phase-summary"))
+    assert set(evaluation.inputs) == set(judged.values_list("name", flat=True))
     return evaluation
 
 
@@ -65,8 +65,8 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     assert Counter(r["phase"] for r in rows) == {"populate": 16, "measure": 16 * 2}
     assert len({request_key(r) for r in rows}) == len(rows)
     steps = list(job.steps.order_by("seq"))
-    assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect", "teardown",
-                                       "evaluate", "report"]
+    assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect",
+                                       "teardown", "evaluate", "report"]
     assert all(s.attempts == 1 for s in steps)
     assert all(s.status == Status.SUCCESSFUL for s in steps[:-1])
     measure = steps[5]

@@ -1,0 +1,108 @@
+"""The step list of each gate run, built from the signed plan (no worker needed)."""
+from __future__ import annotations
+
+import pytest
+
+from gates.lifecycle import TransitionRefused
+from runners.gateplans import spread_levels
+from runners.models import Node, Site, Status, Step
+from runners.orchestration import RunRefused, job_progress, start_gate_run
+from tests.orchestration.conftest import open_gate
+
+
+@pytest.fixture
+def site_of(signed_pilot):
+    def make(count: int) -> Site:
+        site = Site.objects.create(pilot=signed_pilot.pilot, name=f"site{count}", queue=f"q-site{count}")
+        for i in range(1, count + 1):
+            Node.objects.create(site=site, name=f"node{i}", host="127.0.0.1", username="fxpilot", simulated=True)
+        return site
+    return make
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_every_step_depends_only_on_earlier_steps_and_ends_with_evaluate_and_report(signed_pilot, site_of, number,
+                                                                                    nodes):
+    open_gate(signed_pilot.pilot, number, signed_pilot)
+    job = start_gate_run(signed_pilot.pilot.gate(number), signed_pilot.alice, site=site_of(nodes))
+    steps = list(job.steps.order_by("seq"))
+    for step in steps:
+        for key in ("after", "after_done", "after_verdict"):
+            assert all(dep < step.seq for dep in step.params.get(key, [])), (step, step.params)
+    assert [s.name for s in steps[-2:]] == ["evaluate", "report"]
+    deploys = [s for s in steps if s.name == "deploy"]
+    teardowns = [s for s in steps if s.name == "teardown"]
+    assert sorted(t.params["deploy"] for t in teardowns) == [d.seq for d in deploys]
+    assert all(t.params.get("always") for t in teardowns)
+    assert job.params["time_scale"] > 0 and all(s.status == Status.PENDING for s in steps)
+
+
+def test_g3_measures_every_compared_pair_of_cells_on_one_node(signed_pilot, site_of):
+    open_gate(signed_pilot.pilot, 3, signed_pilot)
+    job = start_gate_run(signed_pilot.pilot.gate(3), signed_pilot.alice, site=site_of(2))
+    cells = {}
+    for step in Step.objects.filter(job=job, name="measure").select_related("node"):
+        for level in step.params["concurrency"]:
+            cells[(step.arm, level)] = step.node.name
+    assert cells == {("fx", 32): "node1", ("local_nvme", 32): "node1", ("fx", 16): "node2",
+                     ("local_nvme", 16): "node2", ("recompute", 16): "node2", ("fx", 8): "node2",
+                     ("local_nvme", 8): "node2"}
+
+
+def test_levels_are_spread_heaviest_first_keeping_the_arms_of_a_level_together():
+    assert spread_levels({"fx": [8, 16, 32], "recompute": [16]}, 1) == [{"fx": [8, 16, 32], "recompute": [16]}]
+    assert spread_levels({"fx": [8, 16, 32], "local_nvme": [8, 16, 32]}, 3) == [
+        {"fx": [32], "local_nvme": [32]}, {"fx": [16], "local_nvme": [16]}, {"fx": [8], "local_nvme": [8]}]
+
+
+def test_g4_without_a_customer_trace_replays_a_sample_and_says_so(signed_pilot, site_of):
+    open_gate(signed_pilot.pilot, 4, signed_pilot)
+    job = start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(2))
+    assert job.artifacts.filter(name="sample-trace.csv", kind="trace").exists()
+    assert "generated sample trace" in "".join(job.chunks.values_list("text", flat=True))
+    names = list(job.steps.order_by("seq").values_list("name", flat=True))
+    assert {"replay", "share", "soak", "fault"} <= set(names)
+
+
+def test_g4_keeps_the_customer_trace_with_the_run(signed_pilot, site_of):
+    open_gate(signed_pilot.pilot, 4, signed_pilot)
+    csv = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,100,10,0\n"
+    job = start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(1), trace=csv)
+    assert job.artifacts.get(kind="trace").name == "customer-trace.csv"
+
+
+def test_a_run_is_refused_on_a_gate_that_is_not_open_and_while_another_run_goes(signed_pilot, site_of):
+    site = site_of(1)
+    with pytest.raises(TransitionRefused, match="G2 is not yet open"):
+        start_gate_run(signed_pilot.pilot.gate(2), signed_pilot.alice, site=site)
+    start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site)
+    with pytest.raises(RunRefused, match="already has a run going"):
+        start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site)
+
+
+def test_a_run_needs_a_site_with_gpu_nodes(signed_pilot):
+    with pytest.raises(RunRefused, match="no site with a GPU node"):
+        start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice)
+
+
+def test_progress_counts_steps_and_requests_and_estimates_the_time_left(signed_pilot, site_of):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runners.models import Job
+
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
+    steps = list(job.steps.order_by("seq"))
+    Job.objects.filter(pk=job.pk).update(status=Status.RUNNING, started=timezone.now() - timedelta(seconds=100))
+    Step.objects.filter(pk__in=[s.pk for s in steps[:4]]).update(status=Status.SUCCESSFUL)
+    measure = next(s for s in steps if s.name == "measure")
+    Step.objects.filter(pk=measure.pk).update(status=Status.RUNNING, requests_done=10)
+    job.refresh_from_db()
+    progress = job_progress(job)
+    assert progress["steps_total"] == 9 and progress["steps_finished"] == 4
+    assert progress["step"] == measure.seq
+    assert progress["requests_done"] == 10 and progress["requests_total"] == measure.requests_total + 16
+    assert progress["current"][0]["name"] == "measure"
+    assert 0 < progress["eta_seconds"] < 200

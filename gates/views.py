@@ -463,7 +463,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     result = evaluation.result if evaluation else {}
     from runners.models import Job
 
-    runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:20])
+    runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:10])
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
     decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
     may_sign = [p for p in _parties_of(roles) if p not in decided]

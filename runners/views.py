@@ -5,6 +5,7 @@ Every object is reached through its parent pilot (gates.access); downloads inclu
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from uuid import UUID
 
 from django.contrib import messages
@@ -23,9 +24,17 @@ from gates import access, lifecycle, notifications
 from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
 from gates.forms import CredentialForm, NodeForm, SiteForm
 from gates.views import start_run_available
-from runners.models import FINISHED, Artifact, Credential, Job, Node, OutputChunk, Site, Status
+from runners.models import FINISHED, Artifact, Credential, Job, Node, Site, Status
 
 LOG_BATCH = 500
+
+
+class Chunk(NamedTuple):
+    seq: int
+    stream: str
+    text: str
+
+
 POLL_SECONDS = 1
 
 
@@ -82,7 +91,13 @@ def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
     )
 
 
-def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
+def _chunks(job: Job, after: int) -> list[Chunk]:
+    """Up to LOG_BATCH chunks numbered after `after`, as plain tuples (a page may carry hundreds)."""
+    rows = job.chunks.filter(seq__gt=after).order_by("seq").values_list("seq", "stream", "text")[:LOG_BATCH]
+    return _contiguous([Chunk(*row) for row in rows], after)
+
+
+def _contiguous(chunks: list[Chunk], after: int) -> list[Chunk]:
     """Chunks after `after` up to the first missing number, so the page never shows a gap."""
     run = []
     expected = after + 1
@@ -94,7 +109,7 @@ def _contiguous(chunks: list[OutputChunk], after: int) -> list[OutputChunk]:
     return run
 
 
-def log_html(chunks: list[OutputChunk]) -> SafeString:
+def log_html(chunks: list[Chunk]) -> SafeString:
     """The log lines as HTML, built here rather than in a template loop: a page may carry hundreds of chunks."""
     return mark_safe(
         "".join(  # noqa: S308 - every value is escaped or an integer
@@ -124,7 +139,7 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
 @login_required
 def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     job, pilot = _job_for_user(request, code)
-    chunks = _contiguous(list(job.chunks.order_by("seq")[:LOG_BATCH]), 0)
+    chunks = _chunks(job, 0)
     artifacts = list(job.artifacts.select_related("node"))
     return render(
         request,
@@ -150,7 +165,7 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
         after = max(0, int(request.GET.get("after", "0")))
     except ValueError:
         return HttpResponse(_("“after” must be a chunk number."), status=400)
-    chunks = _contiguous(list(job.chunks.filter(seq__gt=after).order_by("seq")[:LOG_BATCH]), after)
+    chunks = _chunks(job, after)
     last = chunks[-1].seq if chunks else after
     return render(
         request,

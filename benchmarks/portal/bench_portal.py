@@ -141,6 +141,20 @@ def scratch_database(url: str, *, create: bool) -> None:
             conn.execute(f"CREATE DATABASE {name}")
 
 
+def server_cpu_seconds(master: int) -> float:
+    """User + system CPU time of the gunicorn workers (children of the master), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 class Client:
     """One keep-alive HTTP connection with a session cookie."""
 
@@ -342,14 +356,18 @@ def main() -> int:
         }
         results = {}
         for label, path in pages.items():
+            cpu_before = server_cpu_seconds(server.pid)
             if shutil.which("wrk"):
                 results[label] = load_wrk(port, cookie, path, args.clients, args.seconds)
             else:
                 results[label] = load(port, cookie, path, args.clients, args.requests)
             r = results[label]
+            r["server_cpu_ms_per_request"] = round(
+                (server_cpu_seconds(server.pid) - cpu_before) * 1000 / max(1, r["requests"]), 2
+            )
             print(
                 f"{label:32} p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}  p99 {r['p99_ms']:6.1f} ms  "
-                f"{r['rps']:6.1f} req/s  errors {r['errors']}",
+                f"{r['rps']:6.1f} req/s  server CPU {r['server_cpu_ms_per_request']:5.1f} ms/req  errors {r['errors']}",
                 flush=True,
             )
     finally:

@@ -38,7 +38,12 @@ FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
 RUN_NOTICE_WINDOW = timedelta(days=7)
 
 
-def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
+def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
+    """Pilot id → its current gate, in one query."""
+    return {g.pilot_id: g for g in Gate.objects.filter(pilot__in=list(pilots), number=F("pilot__current_gate"))}
+
+
+def pending_actions_bulk(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
     """lifecycle.pending_actions for many pilots in a fixed number of queries: pilot id → actions."""
     pilots = [p for p in pilots if p.state not in FINAL]
     ids = [p.pk for p in pilots]
@@ -61,7 +66,8 @@ def pending_actions_bulk(pilots: Iterable[Pilot]) -> dict[int, list[dict]]:
             for party, role in SIGNING_ROLE.items():
                 if (version.pk, party) not in approved:
                     actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
-    gates = list(Gate.objects.filter(pilot_id__in=ids, number=F("pilot__current_gate")))
+    current = current if current is not None else current_gates(pilots)
+    gates = [current[pk] for pk in ids if pk in current]
     waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
     latest_eval: dict[int, int] = {}
     for gate_id, eval_id in (

@@ -17,7 +17,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import F
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -139,8 +138,8 @@ def home(request: HttpRequest) -> HttpResponse:
     page = Paginator(access.pilots_for(request), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
     mine = _my_roles_by_pilot(request.user, pilots)
-    pending = notifications.pending_actions_bulk(pilots)
-    gates = {g.pilot_id: g for g in Gate.objects.filter(pilot__in=pilots, number=F("pilot__current_gate"))}
+    gates = notifications.current_gates(pilots)
+    pending = notifications.pending_actions_bulk(pilots, gates)
     todo = []
     for pilot in pilots:
         gate = gates.get(pilot.pk)

@@ -276,6 +276,11 @@ def main() -> int:
         help="postgres://user:pass@host:port/NAME: a scratch PostgreSQL database NAME, created and dropped here "
         "(the role needs CREATEDB); default: SQLite in the scratch folder",
     )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="serve with benchmarks/portal/tuned_settings.py (persistent connections, cached sessions)",
+    )
     parser.add_argument("--populate", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.populate:
@@ -291,8 +296,8 @@ def main() -> int:
         "FXPILOT_DATA_DIR": str(scratch),
         "DATABASE_URL": database_url,
         "DEBUG": "false",
-        "DJANGO_SETTINGS_MODULE": "fxpilot.settings",
-        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tuned_settings" if args.tuned else "fxpilot.settings",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{Path(__file__).resolve().parent}",
         "LOG_LEVEL": "WARNING",
     }
     env.pop("FXPILOT_ENV", None)
@@ -383,6 +388,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     report = {
         "database": "postgresql" if args.database_url else "sqlite",
+        "settings": "tuned" if args.tuned else "default",
         "load_average": os.getloadavg(),
         "when": datetime.now().isoformat(timespec="seconds"),
         "args": vars(args),

@@ -19,6 +19,7 @@ CACHE_MIN_HIT = 0.5           # a cache arm that recovers less than half its pro
 GPU_COLD_MAX_HIT = 0.05       # after eviction the GPU prefix cache must be cold, or HBM was measured, not the tier
 HIT_PHASES = ("measure",)     # phases that come right after an eviction
 CLIENT_CPU_MAX = 0.9          # a single-threaded client busy 90 % of the time could not keep up
+OPEN_LOOP_PHASES = ("replay",)  # sent at the trace's arrival times: concurrency is a cap, not a target
 
 
 def select(frame: pd.DataFrame, arm: str, phase: str) -> pd.DataFrame:
@@ -251,7 +252,7 @@ def _client(inputs: Inputs) -> dict:
     problems, checked = [], 0
     for summary in inputs.summaries:
         in_flight = summary.get("max_in_flight")
-        if in_flight is None:
+        if in_flight is None or summary["phase"] in OPEN_LOOP_PHASES:
             continue
         checked += 1
         wanted = summary["concurrency"]

@@ -175,3 +175,13 @@ def test_retrievals_logged_for_the_recompute_arm_are_invalid():
     extra = synthetic.retrieve_records(arm="recompute", count=4)
     verdict = evaluate(PLAN, 2, files + [("recompute/retrieve.jsonl", synthetic.jsonl(extra))])
     assert verdict["verdict"] == "invalid" and "no KV connector" in verdict["explanation"]
+
+
+def test_an_open_loop_replay_below_its_cap_is_not_a_client_bottleneck():
+    frame = synthetic.gate_frames(4)
+    summaries = synthetic.phase_summaries(frame)
+    for summary in summaries:
+        if summary["phase"] == "replay":
+            summary["max_in_flight"] = 3
+    files = files_of(frame, summaries=False) + [("s.json", synthetic.jsonl(summaries))]
+    assert evaluate(PLAN, 4, files)["verdict"] == "pass"

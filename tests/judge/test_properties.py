@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -72,3 +73,25 @@ def test_the_bootstrap_does_not_depend_on_sample_order(values, seed):
     a = bootstrap.resample(np.sort(values), "p90", 200, bootstrap.rng_for(seed, "k"))
     b = bootstrap.resample(np.sort(list(reversed(values))), "p90", 200, bootstrap.rng_for(seed, "k"))
     assert np.array_equal(a, b)
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=True)
+                           | st.text(max_size=5), lambda inner: st.lists(inner, max_size=2), max_leaves=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(line=st.integers(0, 9), field=st.sampled_from(sorted(RECORDS[0]) + ["extra"]), value=JSON_VALUES,
+       drop=st.booleans())
+def test_any_damaged_record_is_either_read_or_refused_with_its_line(line, field, value, drop):
+    from gates.judge import RecordError, load_inputs
+
+    records = [dict(r) for r in RECORDS[:10]]
+    if drop:
+        records[line].pop(field, None)
+    else:
+        records[line][field] = value
+    data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    try:
+        load_inputs([("r.jsonl", data)])
+    except RecordError as error:
+        assert error.source == "r.jsonl" and error.line == line + 1

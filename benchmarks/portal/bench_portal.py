@@ -196,9 +196,10 @@ def log_in(port: int, username: str, password: str) -> str:
     return f"sessionid={session.group(1)}; csrftoken={csrf}"
 
 
-def load_wrk(port: int, cookie: str, path: str, clients: int, seconds: float) -> dict:
+def load_wrk(port: int, cookie: str, path: str, clients: int, seconds: float, nice: int = 0) -> dict:
     """wrk (C, light on the CPU the server needs) with `clients` connections for `seconds`."""
     argv = [
+        *(["nice", "-n", str(nice)] if nice else []),
         "wrk",
         "-t",
         "2",
@@ -281,6 +282,12 @@ def main() -> int:
         action="store_true",
         help="serve with benchmarks/portal/tuned_settings.py (persistent connections, cached sessions)",
     )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="run gunicorn and wrk at this niceness (e.g. -10 as root, to measure beside unrelated load)",
+    )
     parser.add_argument("--populate", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.populate:
@@ -324,6 +331,7 @@ def main() -> int:
     port = free_port()
     server = subprocess.Popen(
         [
+            *(["nice", "-n", str(args.nice)] if args.nice else []),
             python,
             "-m",
             "gunicorn",
@@ -363,7 +371,7 @@ def main() -> int:
         for label, path in pages.items():
             cpu_before = server_cpu_seconds(server.pid)
             if shutil.which("wrk"):
-                results[label] = load_wrk(port, cookie, path, args.clients, args.seconds)
+                results[label] = load_wrk(port, cookie, path, args.clients, args.seconds, args.nice)
             else:
                 results[label] = load(port, cookie, path, args.clients, args.requests)
             r = results[label]
@@ -389,6 +397,7 @@ def main() -> int:
     report = {
         "database": "postgresql" if args.database_url else "sqlite",
         "settings": "tuned" if args.tuned else "default",
+        "nice": args.nice,
         "load_average": os.getloadavg(),
         "when": datetime.now().isoformat(timespec="seconds"),
         "args": vars(args),

@@ -436,7 +436,7 @@ def build_app(server: SimServer) -> web.Application:
             max_tokens = _number(body, "max_tokens", None, int, 1)
             max_tokens = _number(body, "max_completion_tokens", max_tokens, int, 1) if limit is not None else max_tokens
             if max_tokens is None:
-                max_tokens = min(128 if chat else 16, config.max_model_len - len(prompt))
+                max_tokens = max(min(128 if chat else 16, config.max_model_len - len(prompt)), 1)
             temperature = _number(body, "temperature", 1.0, float, 0.0)
             seed = body.get("seed")
             if len(prompt) + max_tokens > config.max_model_len:

@@ -52,3 +52,9 @@ def test_models_and_metrics_say_the_server_is_simulated(node, servers):
     assert models.data[0].id == MODEL and models.model_extra["simulated"] is True
     metrics = server.metrics()
     assert metrics["fxpilot_simulated"] == 1 and metrics["fxpilot_sim_time_scale"] == 0.002
+
+
+def test_a_prompt_longer_than_the_model_allows_is_a_400(node, servers):
+    server = servers(node, "recompute", args=("--max-model-len", "100"))
+    status, _, body = server.post("/v1/completions", {"model": MODEL, "prompt": list(range(1000, 1100))})
+    assert status == 400 and b"maximum context length is 100 tokens" in body and b'"simulated": true' in body

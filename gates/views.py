@@ -410,7 +410,7 @@ def _charts(result: dict) -> list:
         from gates.reports import charts
     except ImportError:
         return []
-    render_charts = getattr(charts, "gate_charts", None)
+    render_charts = getattr(charts, "gate_charts", None) or getattr(charts, "verdict_charts", None)
     if render_charts is None or not result:
         return []
     try:

@@ -74,14 +74,16 @@ def verdict(gate: int = 1, result: str = "pass") -> dict:
             {
                 "arm": "recompute",
                 "phase": "measure",
-                "concurrency": 16,
+                "concurrency": level,
                 "repetition": 1,
                 "n": 16,
                 "n_ok": 16,
-                "ttft_p50": 2.5,
-                "throughput": 40.0,
+                "ttft_p50": 1.5 * level / 8,
+                "throughput": 40.0 * level / 8,
             }
+            for level in (8, 16)
         ],
+        "distributions": {"recompute@16": [2.0 + 0.05 * q for q in range(21)]},
         "inputs": {},
     }
 

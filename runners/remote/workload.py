@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import functools
 import hashlib
 import http.client
 import json
@@ -251,8 +252,7 @@ class _Raw:
         return self.block_t[j]
 
 
-def _hex(text: bytes) -> int:
-    return int(text, 16)
+_hex = functools.partial(int, base=16)
 
 
 def walk_chunks(buf: bytearray, pos: int, starts: list[int], lens: list[int]) -> tuple[str, int]:
@@ -285,6 +285,7 @@ def walk_chunks(buf: bytearray, pos: int, starts: list[int], lens: list[int]) ->
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; elsewhere the read time alone is used
 _ANCILLARY = socket.CMSG_SPACE(16)
+_SCRATCH = memoryview(bytearray(262144))  # every read lands here first (one event loop, one reader at a time)
 _clock = [0.0, -1.0]  # wall − monotonic, and when it was measured: kernel stamps are wall-clock time
 
 
@@ -359,7 +360,8 @@ class _Connection:
 
     def _readable(self) -> None:
         try:
-            data, ancillary, _, _ = self.sock.recvmsg(262144, _ANCILLARY)
+            # into one preallocated buffer: a fresh 256 KiB bytes object per read costs more than the read
+            size, ancillary, _, _ = self.sock.recvmsg_into([_SCRATCH], _ANCILLARY)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as error:
@@ -368,9 +370,9 @@ class _Connection:
         now = time.monotonic()
         raw = self.raw
         if raw is None:
-            self._lost(None if not data else OSError("bytes nobody asked for"))
+            self._lost(None if not size else OSError("bytes nobody asked for"))
             return
-        if not data:
+        if not size:
             self._lost(None)
             return
         kernel = _kernel_time(ancillary, now) if ancillary else None
@@ -379,7 +381,7 @@ class _Connection:
             t = raw.block_t[-1]
         raw.stale = False
         buf = raw.buf
-        buf += data
+        buf += _SCRATCH[:size]
         raw.block_end.append(len(buf))
         raw.block_t.append(t)
         if raw.head_end < 0:
@@ -409,11 +411,11 @@ class _Connection:
             self._done()
             return
         if self.coalesce:
-            self._pace(data, buf, raw, t)
+            self._pace(size, buf, raw, t)
 
-    def _pace(self, data: bytes, buf: bytearray, raw: _Raw, t: float) -> None:
+    def _pace(self, size: int, buf: bytearray, raw: _Raw, t: float) -> None:
         """After the first token, pause reading for a while: up to `coalesce`, less as the end nears."""
-        self._events += data.count(b"data:")
+        self._events += buf.count(b"data:", len(buf) - size)
         if not self._token_seen:
             self._token_seen = TOKEN_HINT.search(buf, raw.head_end) is not None
             self._first_t = t
@@ -604,6 +606,7 @@ class Parsed:
     done: bool = False
 
 
+STREAM_SHAPE = re.compile(rb"(?:data: \{[^\n]*\}\n\n)+data: \[DONE\]\n\n")
 TOKEN_HINT = re.compile(rb'"text":"[^"]|"token_ids":\[\d')
 TEXT_RE = re.compile(rb'"text":"((?:[^"\\]|\\.)*)"')
 IDS_RE = re.compile(rb'"token_ids":\[([0-9, ]*)\]')
@@ -612,18 +615,14 @@ IDS_RE = re.compile(rb'"token_ids":\[([0-9, ]*)\]')
 def parse_stream(body: bytes) -> Parsed:
     """Token events, usage and errors of an OpenAI completions stream (one choice).
 
-    The common shape (`data: {...}` events of one line, `data: [DONE]` last, no error) is read with a
+    The common shape (one-line `data: {...}` events, `data: [DONE]` last, no error) is read with a
     few whole-body operations: the first event and the usage event are parsed as JSON, the others
-    are checked to be one JSON object each and their `text` / `token_ids` values are taken by
+    must each be one line holding one object and their `text` / `token_ids` values are taken by
     pattern (a `"text":"` outside a JSON string is always a key). Anything else takes the slow path,
     which parses every event and names the bad one."""
-    n = body.count(b"\n\n")
-    if (not body.startswith(b"data: {") or not body.endswith(b"}\n\ndata: [DONE]\n\n") or b"\r" in body
-            or body.count(b"\n") != 2 * n or body.count(b"\n\ndata: {") != n - 2 or body.count(b"}\n\n") != n - 1
-            or b'"error"' in body):
+    if b"\r" in body or b'"error"' in body or not STREAM_SHAPE.fullmatch(body):
         return parse_stream_slow(body)
-    p = Parsed(done=True)
-    texts = list(TEXT_RE.finditer(body))
+    texts = TEXT_RE.findall(body)
     if len(texts) != body.count(b'"choices":[{'):
         return parse_stream_slow(body)
     first_end = body.find(b"\n\n")
@@ -634,22 +633,25 @@ def parse_stream(body: bytes) -> Parsed:
         if usage_at >= 0:
             start = body.rfind(b"\n\ndata: ", 0, usage_at) + 8
             usage = json.loads(body[start:body.find(b"\n\n", usage_at)]).get("usage")
-        text = json.loads(b'"' + b"".join([m.group(1) for m in texts]) + b'"')
+        text = json.loads(b'"' + b"".join(texts) + b'"')
         ids_found = IDS_RE.findall(body)
-        ids = json.loads(b"[" + b",".join([i for i in ids_found if i.strip()]) + b"]") if ids_found else []
+        ids = json.loads(b"[" + b",".join([i for i in ids_found if i.strip()] if b"" in ids_found else ids_found)
+                         + b"]") if ids_found else []
     except (ValueError, AttributeError):
         return parse_stream_slow(body)
     if not isinstance(first, dict):
         return parse_stream_slow(body)
+    p = Parsed(done=True)
     p.request_id = first.get("id") if isinstance(first.get("id"), str) else None
-    bearing = [m for m in texts if m.end() - m.start() > 9]  # a non-empty "text" value
-    if len(ids_found) == len(texts):
-        bearing = [m for m, i in zip(texts, ids_found) if i.strip() or m.end() - m.start() > 9]
-    if bearing:
-        p.first = bearing[0].end()
-        p.last = bearing[-1].end()
+    first_token = TOKEN_HINT.search(body)
+    if first_token is not None:
+        p.first = first_token.end()
+        # the last token sits near the end: look there first
+        tail = (list(TOKEN_HINT.finditer(body, max(first_token.start(), len(body) - 4096)))
+                or [first_token, *TOKEN_HINT.finditer(body, first_token.end())])
+        p.last = tail[-1].end()
     with_ids = bool(ids) and len(ids_found) == len(texts)
-    tokens = len(ids) if with_ids else len(bearing)
+    tokens = len(ids) if with_ids else len(texts) - texts.count(b"")
     if isinstance(usage, dict):
         if isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]

@@ -32,6 +32,7 @@ from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUpl
 from gates.models import (
     AuditEvent,
     Criterion,
+    Evaluation,
     Gate,
     Membership,
     Notification,
@@ -404,19 +405,29 @@ def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
 # ── A gate: verdicts, runs, sign-off, reports ─────────────────────────────────────────────────
 
 
-def _charts(result: dict) -> list:
-    """SVG charts from the report engineer's module, when it exists; nothing otherwise."""
+def _charts(evaluation: Evaluation | None) -> list:
+    """SVG charts from the report engineer's module, when it exists; nothing otherwise.
+
+    An evaluation never changes, so its charts are drawn once per language and kept in the cache.
+    """
+    if evaluation is None or not evaluation.result:
+        return []
     try:
         from gates.reports import charts
     except ImportError:
         return []
-    render_charts = getattr(charts, "gate_charts", None) or getattr(charts, "verdict_charts", None)
-    if render_charts is None or not result:
+    draw = getattr(charts, "gate_charts", None) or getattr(charts, "verdict_charts", None)
+    if draw is None:
         return []
-    try:
-        return list(render_charts(result))
-    except (KeyError, TypeError, ValueError):
-        return []
+    key = f"portal-charts:{evaluation.pk}:{translation.get_language()}"
+    drawn = cache.get(key)
+    if drawn is None:
+        try:
+            drawn = [{"key": c.key, "title": str(c.title), "svg": c.svg} for c in draw(evaluation.result)]
+        except (KeyError, TypeError, ValueError):
+            drawn = []
+        cache.set(key, drawn, 3600)
+    return drawn
 
 
 def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
@@ -484,7 +495,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "result": result,
             "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
             "validity": result.get("validity") or {},
-            "charts": _charts(result),
+            "charts": _charts(evaluation),
             "runs": runs,
             "signoffs": signoffs,
             "can_sign_off": can_sign_off,

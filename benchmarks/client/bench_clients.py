@@ -154,7 +154,7 @@ def main() -> int:
     p.add_argument("--install", action="store_true", help="run install_peers.sh first")
     p.add_argument("--no-pin", action="store_true", help="do not pin the server to CPU 1 and clients to CPU 0")
     p.add_argument("--clients", default="ours,vllm,guidellm")
-    p.add_argument("--coalesce-ms", type=float, default=2.0, help="our client's --coalesce-ms")
+    p.add_argument("--coalesce-ms", type=float, default=10.0, help="our client's --coalesce-ms")
     p.add_argument("--realtime", action="store_true",
                    help="run server and clients under SCHED_FIFO (chrt -f 10; root): other work on a shared machine "
                         "then cannot delay their wake-ups, which is what the first-token check measures")

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connections, transaction
+from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -560,7 +560,6 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
     A detached step whose remote process started is re-polled (never restarted); any other stale
     running step goes back to pending and is claimed again (its handler is idempotent).
     """
-    close_old_connections()
     seconds = stale_seconds if stale_seconds is not None else settings.FXPILOT_STALE_SECONDS
     stale = timezone.now() - timedelta(seconds=seconds)
     counts = {"repolled": 0, "requeued": 0, "gave_up": 0, "jobs": 0}

@@ -106,3 +106,63 @@ def test_progress_counts_steps_and_requests_and_estimates_the_time_left(signed_p
     assert progress["requests_done"] == 10 and progress["requests_total"] == measure.requests_total + 16
     assert progress["current"][0]["name"] == "measure"
     assert 0 < progress["eta_seconds"] < 200
+
+
+def test_beat_schedules_the_reconcile_sweep_on_the_control_queue(settings):
+    from fxpilot.celery import app
+
+    entry = app.conf.beat_schedule["reconcile stale steps"]
+    assert entry["task"] == "runners.tasks.reconcile"
+    assert entry["options"]["queue"] == settings.CELERY_TASK_DEFAULT_QUEUE
+    assert entry["schedule"] == settings.FXPILOT_RECONCILE_SECONDS
+
+
+def test_a_step_is_claimed_once(signed_pilot, site_of):
+    from runners.orchestration import execute_step
+
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
+    probe = job.steps.get(seq=1)
+    Step.objects.filter(pk=probe.pk).update(status=Status.RUNNING, claimed_by="elsewhere#1")
+    assert execute_step(probe.pk, "w") == "not pending"
+    deploy = job.steps.get(name="deploy")
+    assert execute_step(deploy.pk, "w") == "not ready"  # its probe has not finished
+    assert Step.objects.get(pk=deploy.pk).status == Status.PENDING
+
+
+def test_reconcile_follows_a_started_remote_process_again_and_reruns_any_other_stale_step(signed_pilot, site_of):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runners.orchestration import reconcile
+
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
+    old = timezone.now() - timedelta(hours=1)
+    probe = job.steps.get(seq=1)
+    measure = job.steps.get(name="measure")
+    Step.objects.filter(pk=probe.pk).update(status=Status.RUNNING, claimed_by="dead#1", heartbeat=old, attempts=1)
+    Step.objects.filter(pk=measure.pk).update(status=Status.RUNNING, claimed_by="dead#2", heartbeat=old, attempts=1,
+                                              remote={"dir": "/x", "pid": 10, "pgid": 10})
+    counts = reconcile()
+    assert (counts["requeued"], counts["repolled"]) == (1, 1)
+    probe.refresh_from_db()
+    measure.refresh_from_db()
+    assert probe.status == Status.PENDING and probe.claimed_by == ""
+    assert measure.status == Status.RUNNING and measure.claimed_by.startswith("reconcile#") and measure.attempts == 1
+    Step.objects.filter(pk=probe.pk).update(status=Status.RUNNING, heartbeat=old, attempts=4)
+    assert reconcile()["gave_up"] == 1
+    probe.refresh_from_db()
+    assert probe.status == Status.ERROR and "worker died 4 times" in probe.error
+
+
+def test_cancel_run_asks_the_run_to_stop_and_audits_who_asked(signed_pilot, site_of):
+    from django.core.management import call_command
+
+    from gates.models import AuditEvent
+
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
+    call_command("cancel_run", str(job.code)[:8], "--as", "bob")
+    job.refresh_from_db()
+    assert job.cancel_requested
+    event = AuditEvent.objects.get(action="run.cancel_requested")
+    assert event.actor_label == "bob" and event.object_id == str(job.pk)

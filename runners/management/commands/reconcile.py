@@ -5,6 +5,7 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
 
 from runners.orchestration import reconcile
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         try:
             while True:
                 try:
+                    close_old_connections()  # a long loop outlives database restarts
                     counts = reconcile(stale)
                 except Exception as exc:  # noqa: BLE001 — one bad sweep must not end the loop
                     if not loop:

@@ -103,6 +103,8 @@ def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509
     context = ValidationContext(trust_roots=roots, allow_fetching=False)
     for position, sig in enumerate(embedded):
         check = _check_signature(sig, context, data, last=position == len(embedded) - 1)
+        check.problems += _foreign_certificates(sig, roots)
+        check.ok = not check.problems
         result.signatures.append(check)
         reasons += [f"signature {check.field!r} ({check.signer}): {problem}" for problem in check.problems]
     files = _embedded_files(reader, reasons)
@@ -157,6 +159,45 @@ def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool
         covers_whole_file=covers_whole_file, modification=level.name if level is not None else "unknown",
         ok=not problems, problems=problems,
     )
+
+
+def _foreign_certificates(sig, roots: list[asn1_x509.Certificate]) -> list[str]:
+    """Certificates carried in the signature are not covered by it: each must be the signer's, or a trusted
+    root byte for byte, or issued by one — an altered copy of the root would otherwise pass unnoticed."""
+    try:
+        carried = list(sig.signed_data["certificates"])
+        signer = sig.signer_cert
+    except Exception as error:  # noqa: BLE001 — a mangled CMS blob is a verdict, not a crash
+        return [f"the certificates carried in the signature cannot be read ({error})"]
+    trusted = {root.dump() for root in roots}
+    trusted_names = {root.subject.dump() for root in roots}
+    problems = _unsigned_fields(sig, signer)
+    for choice in carried:
+        cert = choice.chosen
+        if cert.dump() == signer.dump() or cert.dump() in trusted:
+            continue
+        if cert.subject.dump() in trusted_names:
+            problems.append(f"a carried copy of the trusted root {cert.subject.human_friendly!r} differs from the root")
+        elif cert.issuer.dump() not in trusted_names:
+            problems.append(f"the signature carries a certificate that no trusted root issued ({cert.subject.human_friendly})")
+    return problems
+
+
+def _unsigned_fields(sig, signer) -> list[str]:
+    """The signer identifier and the digest algorithm list sit outside what the signature covers: they must agree
+    with the signer's certificate and the digest actually used."""
+    problems = []
+    signer_info = sig.signer_info
+    sid = signer_info["sid"]
+    if sid.name == "issuer_and_serial_number":
+        chosen = sid.chosen
+        if chosen["issuer"].dump() != signer.issuer.dump() or chosen["serial_number"].native != signer.serial_number:
+            problems.append("the signer identifier does not match the signer's certificate")
+    used = signer_info["digest_algorithm"]["algorithm"].native
+    listed = {algo["algorithm"].native for algo in sig.signed_data["digest_algorithms"]}
+    if used not in listed:
+        problems.append(f"the signature's digest algorithm list {sorted(listed)} does not name the digest used ({used})")
+    return problems
 
 
 def _clean_placeholder(hole: bytes) -> bool:

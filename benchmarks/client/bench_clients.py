@@ -168,9 +168,11 @@ def main() -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     work = OUT / f"client-{stamp}"
     work.mkdir()
-    nice = (["nice", "-n", str(a.nice)] if a.nice else []) + (["chrt", "-f", "10"] if a.realtime else [])
-    pin_server = nice + ([] if a.no_pin else ["taskset", "-c", "1"])
-    pin_client = nice + ([] if a.no_pin else ["taskset", "-c", "0"])
+    nice = ["nice", "-n", str(a.nice)] if a.nice else []
+    realtime = ["chrt", "-f", "10"] if a.realtime else []
+    pin_server = nice + realtime + ([] if a.no_pin else ["taskset", "-c", "1"])
+    pin_client = nice + realtime + ([] if a.no_pin else ["taskset", "-c", "0"])
+    pin_multiprocess = nice + ([] if a.no_pin else ["taskset", "-c", "0"])
     if not a.no_pin:
         os.sched_setaffinity(0, {1})  # the sampler stays off the client's core
     if a.realtime:
@@ -194,7 +196,8 @@ def main() -> int:
                               "--max-concurrency", str(a.concurrency), "--ignore-eos", "--save-result",
                               "--save-detailed", "--result-dir", str(work), "--result-filename", "vllm.json",
                               "--disable-tqdm"],
-        "guidellm": pin_client + [str(PEERS / "guidellm-venv/bin/guidellm"), "run", "--backend",
+        # guidellm's worker processes starve one another under SCHED_FIFO on one core: never real-time
+        "guidellm": pin_multiprocess + [str(PEERS / "guidellm-venv/bin/guidellm"), "run", "--backend",
                                   f"kind=openai_http,target={server_url},model=mock,request_format=/v1/completions",
                                   "--profile", f"kind=concurrent,streams={a.concurrency}",
                                   "--data", f"kind=synthetic_text,prompt_tokens={a.input_tokens},"
@@ -213,8 +216,9 @@ def main() -> int:
                 time.sleep(0.05)
         for name in a.clients.split(","):
             cmd = clients[name]
-            if name != "ours" and not Path(cmd[len(pin_client)]).exists():
-                results.append({"client": name, "error": f"not installed: {cmd[len(pin_client)]} (run with --install)"})
+            program = next(x for x in cmd if "/" in x)
+            if name != "ours" and not Path(program).exists():
+                results.append({"client": name, "error": f"not installed: {program} (run with --install)"})
                 continue
             get(server_url + "/stamps")
             print(f"running {name} …", flush=True)

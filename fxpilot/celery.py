@@ -18,3 +18,12 @@ def schedule_reconcile(sender: Celery, **kwargs) -> None:
     sender.add_periodic_task(settings.FXPILOT_RECONCILE_SECONDS,
                              sender.signature("runners.tasks.reconcile", queue=settings.CELERY_TASK_DEFAULT_QUEUE),
                              name="reconcile stale steps")
+
+
+@app.on_after_configure.connect
+def schedule_notifications(sender: Celery, **kwargs) -> None:
+    """Beat asks for the notification sweep: runs that ended and verdicts awaiting sign-off reach people by email."""
+    from django.conf import settings
+
+    sender.add_periodic_task(30.0, sender.signature("gates.tasks.notify", queue=settings.CELERY_TASK_DEFAULT_QUEUE),
+                             name="notify who must act")

@@ -94,3 +94,12 @@ def test_the_notify_command_sends_what_is_due_once(demo):
     call_command("notify", stdout=out)
     call_command("notify", stdout=out)
     assert out.getvalue().splitlines() == ["2 notification(s) sent", "0 notification(s) sent"]
+
+
+def test_beat_runs_the_notification_sweep_on_the_default_queue(settings, demo):
+    from fxpilot.celery import app
+    from gates.tasks import notify
+
+    entry = app.conf.beat_schedule["notify who must act"]
+    assert entry["task"] == "gates.tasks.notify" and entry["options"]["queue"] == settings.CELERY_TASK_DEFAULT_QUEUE
+    assert notify() == 2 and notify() == 0

@@ -119,3 +119,10 @@ def test_the_plan_is_editable_only_by_plan_editors_and_only_before_a_signature(c
     assert edit not in client.get(reverse("plan", args=[demo.pilot.code])).content.decode()
     client.force_login(demo.bob)
     assert edit in client.get(reverse("plan", args=[demo.pilot.code])).content.decode()
+
+
+@pytest.mark.parametrize("person", [*MEMBERS, "charlie"])
+def test_the_pages_without_an_id_open_for_everyone_signed_in(client, world, person):
+    _login(client, world, person)
+    for name in ("home", "report_verify"):
+        assert client.get(reverse(name)).status_code == 200

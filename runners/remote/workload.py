@@ -1276,7 +1276,9 @@ async def _evict(ctx: RunContext, a: argparse.Namespace) -> dict:
 def cold_recovery_plan(a: argparse.Namespace) -> tuple[int, list[tuple[int, int, int]]]:
     """(sessions to populate, [(concurrency, repetition, sessions measured)])."""
     count = a.sessions or max(a.concurrency) * a.requests_per_client
-    cells = [(c, r, min(count, c * a.requests_per_client)) for c in a.concurrency for r in range(1, a.repetitions + 1)]
+    first = getattr(a, "first_repetition", 1)  # > 1 when a marginal run is extended with more repetitions
+    cells = [(c, r, min(count, c * a.requests_per_client)) for c in a.concurrency
+             for r in range(first, first + a.repetitions)]
     return count, cells
 
 
@@ -1619,6 +1621,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="closed-loop concurrency levels, e.g. 8,16,32 (modes with one level use the first)")
     g.add_argument("--populate-concurrency", type=_positive(int), default=0, help="default: the highest level")
     g.add_argument("--repetitions", type=_positive(int), default=COLD_RECOVERY["repetitions"])
+    g.add_argument("--first-repetition", type=_positive(int), default=1,
+                   help="number of the first repetition (an extension of a marginal run continues the count)")
     g.add_argument("--requests-per-client", type=_positive(int), default=COLD_RECOVERY["requests_per_client"])
     g = p.add_argument_group("eviction")
     g.add_argument("--evict", type=_methods, default=["reset", "drop-caches"],

@@ -101,13 +101,15 @@ class _Judge:
             point = bootstrap.cv(per_rep) if statistic == "cv" else bootstrap.point(per_rep, statistic)
             return point, bootstrap.resample_repetitions(per_rep, statistic, self.resamples, rng), len(per_rep)
         if spec.statistic == "cv":
+            # Spread across repetitions: the repetitions are the sample. Requests of one closed-loop repetition
+            # are not independent draws (their TTFTs are the places in one queue), so they are not resampled.
             per_rep_stat = "p50" if spec.metric == "ttft" else "mean"
             samples = [request_values(sub, spec.metric) for _, sub in rows.groupby("repetition", sort=True)]
             points = np.array([bootstrap.point(s, per_rep_stat) for s in samples])
             if len(samples) < 2:
                 return math.nan, np.full(self.resamples, np.nan), sum(len(s) for s in samples)
-            matrix = np.column_stack([bootstrap.resample(s, per_rep_stat, self.resamples, rng) for s in samples])
-            return bootstrap.cv(points), bootstrap.along_rows(matrix, "cv"), sum(len(s) for s in samples)
+            return bootstrap.cv(points), bootstrap.resample_repetitions(points, "cv", self.resamples, rng), \
+                sum(len(s) for s in samples)
         values = request_values(rows, spec.metric)
         return (bootstrap.point(values, spec.statistic),
                 bootstrap.resample(values, spec.statistic, self.resamples, rng), len(values))

@@ -64,7 +64,7 @@ class Paths:
 @dataclass(frozen=True)
 class Sizes:
     chunk_size: int = 256
-    max_local_cpu_size: float = 5.0
+    max_local_cpu_size: float = 0.25
     max_local_disk_size: float = 200.0
 
 
@@ -154,7 +154,7 @@ DEFAULT_SIMULATED: dict[str, Any] = {
     "ports": {"base": 0},
     "paths": {"fx_mount": "~/mnt/fx", "local_nvme_path": "~/mnt/nvme0/fxpilot", "shared_pool": "~/mnt/fx/fxpilot-shared",
               "run_root": "~/fxpilot-runs"},
-    "sizes": {"chunk_size": 256, "max_local_cpu_size": 5.0, "max_local_disk_size": 200.0},
+    "sizes": {"chunk_size": 256, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0},
     "use_odirect": True,
     "drop_page_cache": False,
     "fx_target": {"transport": "rdma", "address": "192.168.100.10", "service_id": 4420,
@@ -312,7 +312,7 @@ def _under(path: str, root: str) -> bool:
 def _sizes(data: dict) -> Sizes:
     _no_unknown(data, {"chunk_size", "max_local_cpu_size", "max_local_disk_size"}, "sizes.")
     chunk = _int(data.get("chunk_size", 256), "sizes.chunk_size", 16, 8192)
-    cpu = _number(data.get("max_local_cpu_size", 5.0), "sizes.max_local_cpu_size", 0.0, 4096.0)
+    cpu = _number(data.get("max_local_cpu_size", 0.25), "sizes.max_local_cpu_size", 0.0, 4096.0)
     disk = _number(data.get("max_local_disk_size", 200.0), "sizes.max_local_disk_size", 0.0, 1_000_000.0)
     if cpu >= disk:
         raise DeploymentSettingsError("sizes.max_local_cpu_size", _("%(cpu)s GB is not smaller than the disk tier (%(disk)s GB): "

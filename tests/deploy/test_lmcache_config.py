@@ -33,7 +33,7 @@ def test_the_cache_arms_differ_only_in_where_the_files_live(settings):
     local, fx = rendered(settings, "local_nvme"), rendered(settings, "fx")
     assert local.pop("local_disk") == "file:///home/fxpilot/mnt/nvme0/fxpilot/kv/abc123/"
     assert fx.pop("local_disk") == "file:///home/fxpilot/mnt/fx/fxpilot/kv/abc123/"
-    assert local == fx == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0, "max_local_disk_size": 200.0,
+    assert local == fx == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0,
                            "extra_config": {"use_odirect": True}}
 
 
@@ -74,5 +74,5 @@ def test_the_simulated_servers_lmcache_reader_takes_the_rendered_file(settings, 
     read = read_lmcache({"LMCACHE_CONFIG_FILE": str(path)})
     root = "/home/fxpilot/mnt/nvme0/fxpilot" if arm == "local_nvme" else "/home/fxpilot/mnt/fx/fxpilot"
     assert str(read.local_disk) == f"{root}/kv/abc123"
-    assert read.use_odirect is True and read.chunk_size == 256 and read.max_local_cpu_size == 5.0
+    assert read.use_odirect is True and read.chunk_size == 256 and read.max_local_cpu_size == 0.25
     assert read.fs_pool == (None if arm == "local_nvme" else type(read.local_disk)("/home/fxpilot/mnt/fx/fxpilot-shared/abc123"))

@@ -203,3 +203,27 @@ def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:
         return float(job.params["soak_seconds"])
     seconds = float(soak.get("hours", 24)) * 3600 * float(job.params.get("time_scale", 1.0))
     return min(seconds, SIM_SOAK_MAX_S) if all(n.simulated for n in nodes) else seconds
+
+
+def extension(job: Job, steps: StepList, first_repetition: int, extra: int) -> list[int]:
+    """More repetitions of every measured cell, each on the node and with the arm it was measured with first.
+
+    Each node gets deploy → populate → evict → measure (repetitions first_repetition…) → collect → teardown
+    per arm, as in the run itself; returns the collect and teardown seqs the new evaluate waits for.
+    """
+    lanes: dict[int, Lane] = {}
+    waits: list[int] = []
+    measured = job.steps.filter(name="measure").select_related("node").order_by("seq")
+    for measure in (m for m in measured if "first_repetition" not in m.params):  # the run's own cells, once each
+        lane = lanes.setdefault(measure.node_id, Lane(steps, measure.node))
+        levels = list(measure.params.get("concurrency") or [])
+        phases = _cold_recovery(job, workloads(job), levels)
+        for name, params in phases:
+            params.update(repetitions=extra, first_repetition=first_repetition)
+            if name == "measure":
+                per_client = int(workloads(job).get("cold_recovery", {}).get("requests_per_client", 2))
+                params["requests_total"] = sum(min(max(levels) * per_client, c * per_client) for c in levels) * extra
+        lane.arm(measure.arm, phases)
+    for lane in lanes.values():
+        waits += [*lane.collects, lane.last]
+    return waits

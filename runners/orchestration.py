@@ -224,6 +224,31 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     return job
 
 
+@transaction.atomic
+def extend_run(job: Job, evaluate: Step, evaluation, *, first_repetition: int, extra: int = 1) -> int:
+    """A marginal verdict with room left: more repetitions (new steps), then a new evaluate; the report moves after it.
+
+    Returns how many steps were added. The verdict is recorded only by the last evaluate.
+    """
+    from runners import gateplans
+
+    last = job.steps.order_by("-seq").values_list("seq", flat=True).first()
+    steps = StepList(job, start=last + 1)
+    waits = gateplans.extension(job, steps, first_repetition, extra)
+    collects = [seq for seq in waits if steps.steps[seq - last - 1].name == "collect"]
+    again = steps.add("evaluate", after=[evaluate.seq, *collects], after_done=[s for s in waits if s not in collects],
+                      after_evaluation=evaluation.pk)
+    steps.save()
+    report = job.steps.filter(name="report", status=Status.PENDING).first()
+    if report is not None:
+        report.params = {**report.params, "after_verdict": [again]}
+        report.seq = steps.next_seq
+        report.save(update_fields=["params", "seq"])
+    system_line(job, f"the verdict is marginal and the plan allows more repetitions: repetition {first_repetition} "
+                     f"of every cell is measured, then the gate is judged again ({len(steps.steps)} steps added)")
+    return len(steps.steps)
+
+
 # ── Dispatch ───────────────────────────────────────────────────────────────────────────────────
 
 
@@ -630,13 +655,13 @@ def job_progress(job: Job) -> dict[str, Any]:
         elapsed = max(0.0, (end - job.started).total_seconds())
         if not job.is_finished and fraction > 0:
             eta = elapsed * (1 - fraction) / fraction
-    current = running[0] if running else next((s for s in steps if s.status == Status.PENDING), None)
+
     return {
         "job": str(job.code),
         "status": job.status,
         "cancel_requested": job.cancel_requested,
         "error": job.error,
-        "step": (current.seq if current else total),
+        "step": min(finished + 1, total),
         "steps_total": total,
         "steps_finished": finished,
         "current": [

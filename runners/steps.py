@@ -21,7 +21,7 @@ from runners import detached, ssh
 from runners.artifacts import read_artifact, store_bytes
 from runners.deploy import DeployError, Deployment, collect_deployment, deploy_arm, run_id_of, teardown_arm
 from runners.models import Artifact, Job
-from runners.orchestration import Poll, StepContext, StepError, StepFailed, StepKind, register_kind
+from runners.orchestration import Poll, StepContext, StepError, StepFailed, StepKind, extend_run, register_kind
 
 WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
                      "replay": "replay", "share": "share", "soak": "soak", "fault": "fault"}
@@ -141,6 +141,8 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--concurrency", ",".join(str(c) for c in params["concurrency"])]
     if params.get("repetitions"):
         args += ["--repetitions", str(params["repetitions"])]
+    if params.get("first_repetition"):
+        args += ["--first-repetition", str(params["first_repetition"])]
     if command == "replay":
         trace = f"{run_dir}/trace.csv"
         conn.upload(_trace_bytes(ctx), trace)
@@ -303,6 +305,13 @@ def run_evaluate(ctx: StepContext) -> dict:
     result = {"evaluation": evaluation.pk, "verdict": evaluation.verdict}
     ctx.say(f"verdict {evaluation.verdict} (evaluation {evaluation.pk})")
     gate = Gate.objects.get(pk=job.gate_id)
+    extensible = gate.number in (1, 2, 3) and job.params.get("extend_marginal", True)
+    if evaluation.verdict == Gate.Verdict.MARGINAL and extensible:
+        done = _repetitions_done(job)
+        if judge.can_extend(evaluation.result, job.pilot.signed_plan.to_plan(), done):
+            added = extend_run(job, ctx.step, evaluation, first_repetition=done + 1)
+            ctx.say(f"marginal: {added} more steps measure repetition {done + 1} of every cell; judged again after")
+            return {**result, "extended": True, "repetitions_done": done + 1}
     already = gate.verdict == evaluation.verdict and gate.state not in (Gate.State.OPEN,)
     if not already or evaluation.verdict == Gate.Verdict.INVALID:
         try:
@@ -317,6 +326,12 @@ def run_evaluate(ctx: StepContext) -> dict:
                   if not c.get("ok")]
         raise StepError("the judge found the measurement invalid — " + ("; ".join(checks) or "see the evaluation"))
     return result
+
+
+def _repetitions_done(job: Job) -> int:
+    measured = [s.params.get("first_repetition", 1) + s.params.get("repetitions", 1) - 1
+                for s in job.steps.filter(name="measure", status="successful")]
+    return max(measured, default=0)
 
 
 def run_report(ctx: StepContext) -> dict:

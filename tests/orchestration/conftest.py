@@ -178,7 +178,7 @@ def sim_site(signed_pilot, simnodes, user_key):  # noqa: F811
 
 
 # Small and fast: a tiny time scale and few requests, still enough for the judge's minimum per cell.
-FAST_RUN = {"time_scale": 0.002, "repetitions": 2, "fio_runtime": 1, "fio_size": "16M",
+FAST_RUN = {"time_scale": 0.002, "repetitions": 2, "fio_runtime": 1, "fio_size": "16M", "extend_marginal": False,
             "workloads": {"cold_recovery": {"requests_per_client": 1, "prompt_tokens": 8192},
                           "probe_prompts": {"prompts": 4, "prompt_tokens": 1024}}}
 

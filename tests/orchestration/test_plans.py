@@ -166,3 +166,35 @@ def test_cancel_run_asks_the_run_to_stop_and_audits_who_asked(signed_pilot, site
     assert job.cancel_requested
     event = AuditEvent.objects.get(action="run.cancel_requested")
     assert event.actor_label == "bob" and event.object_id == str(job.pk)
+
+
+def test_a_marginal_run_is_extended_by_one_repetition_of_every_cell_then_judged_again(signed_pilot, site_of):
+    from gates.models import Evaluation
+    from runners.orchestration import extend_run
+
+    open_gate(signed_pilot.pilot, 3, signed_pilot)
+    job = start_gate_run(signed_pilot.pilot.gate(3), signed_pilot.alice, site=site_of(2), params={"repetitions": 2})
+    before = job.steps.count()
+    evaluate = job.steps.get(name="evaluate")
+    job.steps.exclude(name="report").update(status=Status.SUCCESSFUL)
+    evaluation = Evaluation.objects.create(gate=job.gate, job=job, plan_version=signed_pilot.pilot.signed_plan,
+                                           verdict="marginal", result={"verdict": "marginal", "gate": 3})
+    added = extend_run(job, evaluate, evaluation, first_repetition=3)
+    steps = list(job.steps.order_by("seq"))
+    assert len(steps) == before + added
+    new = [s for s in steps if s.seq > evaluate.seq and s.name != "report"]
+    measures = [s for s in new if s.name == "measure"]
+    original = [s for s in steps if s.name == "measure" and s.seq < evaluate.seq]
+    assert {(m.node.name, m.arm, tuple(m.params["concurrency"])) for m in measures} == {
+        (s.node.name, s.arm, tuple(s.params["concurrency"])) for s in original}
+    assert all(m.params["first_repetition"] == 3 and m.params["repetitions"] == 1 for m in measures)
+    again = new[-1]
+    assert again.name == "evaluate" and again.params["after_evaluation"] == evaluation.pk
+    assert steps[-1].name == "report" and steps[-1].params["after_verdict"] == [again.seq]
+    for step in steps:
+        for key in ("after", "after_done", "after_verdict"):
+            assert all(dep < step.seq for dep in step.params.get(key, [])), step
+    # A second extension measures the run's own cells once more, not the first extension's again.
+    job.steps.exclude(name="report").update(status=Status.SUCCESSFUL)
+    assert extend_run(job, again, evaluation, first_repetition=4) == added
+    assert job.steps.filter(name="measure", params__first_repetition=4).count() == len(original)

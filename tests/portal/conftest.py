@@ -96,20 +96,12 @@ def add_person(username: str, organisation, role: str):
     return user
 
 
-def build_world(demo) -> SimpleNamespace:
-    """The demo pilot signed by both parties, with everything a page can show."""
-    from runners import artifacts, output
+def add_lab(demo, fingerprint: str):
+    """A site, a credential and a simulated node whose host key (with this fingerprint) waits for acceptance."""
     from runners.credentials import create_credential
-    from runners.models import Job, Node, Site, Status, Step
+    from runners.models import Node, Site
 
-    pilot = demo.pilot
-    demo.erin = add_person("erin", pilot.vendor, Role.VENDOR_LEAD)
-    demo.dave = add_person("dave", pilot.customer, Role.VIEWER)
-    version = pilot.latest_plan
-    lifecycle.sign_plan(version, demo.alice)
-    lifecycle.sign_plan(version, demo.bob)
-    pilot.refresh_from_db()
-    site = Site.objects.create(pilot=pilot, name="Lab", queue=f"site-{pilot.pk}")
+    site = Site.objects.create(pilot=demo.pilot, name="Lab", queue=f"lab-{demo.pilot.pk}")
     credential = create_credential(site, "lab key", private_key_text(), created_by=demo.alice)
     node = Node.objects.create(
         site=site, name="node1", host="127.0.0.1", port=2222, username="fx", credential=credential, simulated=True
@@ -118,9 +110,25 @@ def build_world(demo) -> SimpleNamespace:
         host_key_state=Node.HostKeyState.PENDING,
         pending_host_key_type="ssh-ed25519",
         pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample",
-        pending_host_key_fingerprint="SHA256:examplefingerprint",
+        pending_host_key_fingerprint=fingerprint,
     )
     node.refresh_from_db()
+    return site, credential, node
+
+
+def build_world(demo) -> SimpleNamespace:
+    """The demo pilot signed by both parties, with everything a page can show."""
+    from runners import artifacts, output
+    from runners.models import Job, Status, Step
+
+    pilot = demo.pilot
+    demo.erin = add_person("erin", pilot.vendor, Role.VENDOR_LEAD)
+    demo.dave = add_person("dave", pilot.customer, Role.VIEWER)
+    version = pilot.latest_plan
+    lifecycle.sign_plan(version, demo.alice)
+    lifecycle.sign_plan(version, demo.bob)
+    pilot.refresh_from_db()
+    site, credential, node = add_lab(demo, "SHA256:examplefingerprint")
     gate = pilot.gate(1)
     job = Job.objects.create(pilot=pilot, gate=gate, site=site, created_by=demo.alice, params={"time_scale": 0.01})
     step = Step.objects.create(job=job, seq=1, name="probe", node=node, status=Status.SUCCESSFUL)

@@ -22,7 +22,7 @@ from gates import lifecycle
 from gates.models import Evaluation, Gate
 from runners import artifacts, output
 from runners.models import Job, Node, Site, Status, Step
-from tests.portal.conftest import private_key_text, verdict
+from tests.portal.conftest import add_lab, verdict
 
 pytestmark = [pytest.mark.browser]
 
@@ -92,21 +92,31 @@ def log_out(page) -> None:
 @pytest.fixture
 def lab(demo):
     """The demo pilot, unsigned, with a site, a credential and a node whose host key waits for acceptance."""
-    from runners.credentials import create_credential
-
-    site = Site.objects.create(pilot=demo.pilot, name="Lab", queue=f"lab-{demo.pilot.pk}")
-    credential = create_credential(site, "lab key", private_key_text(), created_by=demo.alice)
-    node = Node.objects.create(
-        site=site, name="node1", host="127.0.0.1", port=2222, username="fx", credential=credential, simulated=True
-    )
-    Node.objects.filter(pk=node.pk).update(
-        host_key_state=Node.HostKeyState.PENDING,
-        pending_host_key_type="ssh-ed25519",
-        pending_host_key="AAAAC3NzaC1lZDI1NTE5AAAAIExample",
-        pending_host_key_fingerprint="SHA256:e2eFingerprint",
-    )
-    demo.site, demo.node = site, node
+    demo.site, _credential, demo.node = add_lab(demo, "SHA256:e2eFingerprint")
     return demo
+
+
+def sign_plan_as_both_parties(page, base: str, pilot, password: str) -> None:
+    """Alice (vendor lead) then Bob (customer approver) sign the plan; G1 opens."""
+    log_in(page, base, "alice", password)
+    page.goto(f"{base}/pilots/{pilot.code}/plan/")
+    shot(page, "plan")
+    page.locator("#sign-plan").click()
+    page.get_by_text("You signed the plan.").wait_for()
+    log_out(page)
+    log_in(page, base, "bob", password)
+    page.goto(f"{base}/pilots/{pilot.code}/plan/")
+    page.locator("#sign-plan").click()
+    page.get_by_text("Signed by both parties").first.wait_for()
+    log_out(page)
+
+
+def approve_gate(page, base: str, pilot, comment: str = "") -> None:
+    page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
+    page.get_by_label("Approve").check()
+    page.get_by_label("Comment").fill(comment)
+    page.locator("#sign-off").click()
+    page.get_by_text("Your decision is recorded.").wait_for()
 
 
 def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live_server, lab):
@@ -124,19 +134,10 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
 
     page.goto(f"{base}/pilots/{pilot.code}/sites/")
     shot(page, "sites")
-    page.goto(f"{base}/pilots/{pilot.code}/plan/")
-    shot(page, "plan")
-    page.locator("#sign-plan").click()
-    page.get_by_text("You signed the plan.").wait_for()
     log_out(page)
-
-    log_in(page, base, "bob", lab.password)
-    page.goto(f"{base}/pilots/{pilot.code}/plan/")
-    page.locator("#sign-plan").click()
-    page.get_by_text("Signed by both parties").first.wait_for()
+    sign_plan_as_both_parties(page, base, pilot, lab.password)
     gate = pilot.gate(1)
     assert gate.state == Gate.State.OPEN
-    log_out(page)
 
     # A G1 run, written from here as the workers would: the page shows it without being reloaded.
     log_in(page, base, "alice", lab.password)
@@ -159,12 +160,8 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
     artifacts.store_bytes(job, "node1/probe/amd-smi.json", b'{"gpus": 8}', kind="probe", step=step, node=lab.node)
     page.locator("#artifacts").get_by_text("node1/probe/amd-smi.json").wait_for()
     assert page.locator("#log .chunk").count() == 4
-    assert [int(s) for s in page.locator("#log .chunk").evaluate_all("els => els.map(e => e.dataset.seq)")] == [
-        1,
-        2,
-        3,
-        4,
-    ]
+    numbers = page.locator("#log .chunk").evaluate_all("els => els.map(e => Number(e.dataset.seq))")
+    assert numbers == [1, 2, 3, 4]
     evaluation = Evaluation.objects.create(
         gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass", result=verdict(), simulated=True
     )
@@ -177,18 +174,13 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
     page.locator("#log").get_by_text("run finished: successful").wait_for()
     shot(page, "run")
 
-    page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
-    page.get_by_label("Approve").check()
-    page.locator("#sign-off").click()
-    page.get_by_text("Your decision is recorded.").wait_for()
+    approve_gate(page, base, pilot)
     log_out(page)
     log_in(page, base, "bob", lab.password)
     page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
     page.get_by_text("g1-ttft-cv").first.wait_for()
     shot(page, "gate")
-    page.get_by_label("Approve").check()
-    page.get_by_label("Comment").fill("Baseline is stable.")
-    page.locator("#sign-off").click()
+    approve_gate(page, base, pilot, "Baseline is stable.")
     page.locator("#gate-state").get_by_text("Signed off").wait_for()
     assert pilot.gate(2).state == Gate.State.OPEN
 
@@ -291,15 +283,8 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
     page.get_by_text(server.fingerprint).first.wait_for()
     page.get_by_role("button", name=f"Accept the host key of {node.name}").click()
     page.get_by_text("host key accepted").wait_for()
-    page.goto(f"{base}/pilots/{pilot.code}/plan/")
-    page.locator("#sign-plan").click()
-    page.get_by_text("You signed the plan.").wait_for()
     log_out(page)
-    log_in(page, base, "bob", demo.password)
-    page.goto(f"{base}/pilots/{pilot.code}/plan/")
-    page.locator("#sign-plan").click()
-    page.get_by_text("Signed by both parties").first.wait_for()
-    log_out(page)
+    sign_plan_as_both_parties(page, base, pilot, demo.password)
 
     log_in(page, base, "alice", demo.password)
     page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
@@ -329,15 +314,11 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
     page.locator("#gate-state").get_by_text(gate.get_state_display()).wait_for()
     page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
     shot(page, "real-gate")
-    page.get_by_label("Approve").check()
-    page.locator("#sign-off").click()
-    page.get_by_text("Your decision is recorded.").wait_for()
+    approve_gate(page, base, pilot)
     log_out(page)
 
     log_in(page, base, "bob", demo.password)
-    page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
-    page.get_by_label("Approve").check()
-    page.locator("#sign-off").click()
+    approve_gate(page, base, pilot, "G1 reviewed.")
     page.locator("#gate-state").get_by_text("Signed off").wait_for()
     with page.expect_download() as download:
         page.get_by_role("link", name=re.compile("Gate report G1")).first.click()

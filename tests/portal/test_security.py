@@ -105,4 +105,3 @@ def test_an_oversized_request_is_refused_before_its_body_is_read(client, world):
         "POST", reverse("report_verify"), b"x", CONTENT_TYPE="application/pdf", CONTENT_LENGTH=str(200 * 1024 * 1024)
     )
     assert response.status_code == 413
-

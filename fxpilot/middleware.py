@@ -9,13 +9,11 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import translation
 
 # Only our own scripts and styles: no inline script, no CDN (the portal must work on an isolated network).
-# style-src-attr allows the inline style attributes of server-rendered SVG charts, never a <style> or script.
 CONTENT_SECURITY_POLICY = "; ".join(
     [
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
-        "style-src-attr 'unsafe-inline'",
         "img-src 'self' data:",
         "font-src 'self'",
         "connect-src 'self'",

@@ -136,7 +136,7 @@ def _my_roles_by_pilot(user, pilots) -> dict[int, set[str]]:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    page = Paginator(access.pilots_for(request), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(access.pilots_for(request).defer("deployment"), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
     mine = _my_roles_by_pilot(request.user, pilots)
     gates = notifications.current_gates(pilots)

@@ -192,16 +192,15 @@ def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     if not available:
         messages.error(request, why)
         return redirect("gate", gate.pilot.code, gate.number)
-    from runners.orchestration import start_gate_run
+    from runners.config import DeploymentSettingsError
+    from runners.orchestration import RunRefused, start_gate_run
 
     try:
         lifecycle.require_runnable(gate)
         job = start_gate_run(gate, request.user)
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
-    except Exception as refused:  # the orchestration's RunRefused and its kin: say why, in its words
-        if type(refused).__name__ not in ("RunRefused", "ValidationError"):
-            raise
+    except (RunRefused, DeploymentSettingsError) as refused:
         messages.error(request, str(refused))
     else:
         return redirect("run", job.code)

@@ -79,3 +79,9 @@ def test_starting_a_run_on_a_gate_that_is_not_open_says_why(client, world):
     client.force_login(world.alice)
     response = client.post(reverse("run_start", args=[world.pilot.code, 1]), follow=True)
     assert "runs start only on an open gate" in response.content.decode()
+
+
+def test_starting_a_run_without_a_gpu_node_says_what_is_missing(client, signed_pilot):
+    client.force_login(signed_pilot.alice)
+    response = client.post(reverse("run_start", args=[signed_pilot.pilot.code, 1]), follow=True)
+    assert "no site with a GPU node" in response.content.decode()

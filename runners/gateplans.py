@@ -31,6 +31,7 @@ G1_CONCURRENCY = 16
 G3_LEVELS = {"fx": [8, 16, 32], "local_nvme": [8, 16, 32], "recompute": [16]}
 G2_CONCURRENCY = 8
 SIM_SOAK_MAX_S = 60.0
+SIM_FAULT_MIN_S = 3.0
 
 
 def workloads(job: Job) -> dict[str, dict[str, Any]]:
@@ -171,6 +172,8 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     soak_step = {"workload": "soak", "windows": int(soak.get("windows", 6)), "seconds": _soak_seconds(job, soak, nodes),
                  "concurrency": [int(soak.get("concurrency", 16))]}
     cut = float(fault.get("cut_seconds", 60)) * float(job.params.get("time_scale", 1.0))
+    if all(n.simulated for n in nodes):
+        cut = max(cut, SIM_FAULT_MIN_S)  # enough requests in each window for the judge, whatever the time scale
     fault_step = {"workload": "fault", "cut_seconds": cut,
                   "concurrency": [int(fault.get("concurrency", 8))]}
     first = Lane(steps, nodes[0])

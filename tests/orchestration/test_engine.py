@@ -150,3 +150,31 @@ def test_two_workers_on_two_site_queues_each_run_only_their_sites_steps(cluster,
             assert step.result.get("worker", step.remote.get("worker", "")).startswith(site_worker), step
         # Control work (no node) goes to the control queue, which only worker A serves.
         assert job.steps.get(node=None).result["worker"].startswith("wa@")
+
+
+def test_the_worker_command_serves_the_control_queue_and_every_sites_queue(cluster, local_site):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from runners.queues import all_queues
+    from tests.orchestration.conftest import ROOT
+
+    site, _ = local_site
+    assert all_queues() == [cluster.control, site.queue]
+    proc = subprocess.Popen([sys.executable, "manage.py", "worker", "--concurrency", "1", "--hostname", "cmd@%h"],
+                            cwd=ROOT, env=cluster.environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if " ready." in line:
+                break
+        text = "".join(lines)
+        assert f"worker on {cluster.control}, {site.queue}" in text
+        assert f".> {site.queue}" in text and "cmd@" in text
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -14,4 +14,5 @@ urlpatterns = [
     path("sites/<uuid:code>/credentials/new/", views.credential_create, name="credential_create"),
     path("nodes/<uuid:code>/", views.node_detail, name="node"),
     path("nodes/<uuid:code>/accept-host-key/", views.node_accept_host_key, name="node_accept_host_key"),
+    path("nodes/<uuid:code>/contact/", views.node_contact, name="node_contact"),
 ]

@@ -417,3 +417,33 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
     if request.POST.get("back") == "sites":
         return redirect("sites", pilot.code)
     return redirect("node", node.code)
+
+
+@login_required
+@require_POST
+def node_contact(request: HttpRequest, code: UUID) -> HttpResponse:
+    """Connect once: a first contact records the offered host key, which then waits here for acceptance."""
+    node, pilot = get_for_user(
+        request,
+        Node.objects.select_related("site__pilot__customer", "site__pilot__vendor", "credential"),
+        code,
+        "site__pilot",
+    )
+    access.require_role(pilot, request.user, OPERATE)
+    from runners.ssh import HostKeyPending, SSHError, connect
+
+    try:
+        with connect(node):
+            pass
+    except HostKeyPending as pending:
+        messages.info(
+            request,
+            _("The node offered the host key %(fingerprint)s. Check it with the node's administrator, then accept it.")
+            % {"fingerprint": pending.fingerprint},
+        )
+        notifications.sweep([pilot])
+    except SSHError as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, _("%(node)s answered with its accepted host key.") % {"node": node.name})
+    return redirect("node", node.code)

@@ -40,6 +40,7 @@ ROUTES = [
     ("site_create", "post", lambda w: [w.pilot.code], OPERATORS, {"name": "Second", "queue": "second"}),
     ("node_create", "post", lambda w: [w.site.code], OPERATORS, {}),
     ("credential_create", "post", lambda w: [w.site.code], OPERATORS, {}),
+    ("node_contact", "post", lambda w: [w.node.code], OPERATORS, {}),
     ("node_accept_host_key", "post", lambda w: [w.node.code], OPERATORS, {"fingerprint": "SHA256:examplefingerprint"}),
 ]
 CASES = [(route, person) for route in ROUTES for person in [*MEMBERS, "charlie"]]

@@ -121,3 +121,36 @@ def test_the_node_page_shows_the_inventory_of_the_last_probe(client, world):
     client.force_login(world.carol)
     page = client.get(reverse("node", args=[world.node.code])).content.decode()
     assert "AMD Instinct MI308X" in page and "7.2.1" in page and "100 Gb/s" in page and "21.3" in page
+
+
+def test_contacting_a_new_node_records_its_host_key_for_acceptance(client, world, simnodes, user_key):
+    from runners.credentials import create_credential
+
+    server = simnodes(1)[0]
+    credential = create_credential(world.site, "sim key", user_key.text)
+    node = Node.objects.create(
+        site=world.site,
+        name="sim1",
+        host="127.0.0.1",
+        port=server.port,
+        username=server.username,
+        credential=credential,
+        simulated=True,
+    )
+    client.force_login(world.alice)
+    page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    node.refresh_from_db()
+    assert node.host_key_state == Node.HostKeyState.PENDING
+    assert node.pending_host_key_fingerprint == server.fingerprint and server.fingerprint in page
+    client.post(reverse("node_accept_host_key", args=[node.code]), {"fingerprint": server.fingerprint})
+    page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    assert "answered with its accepted host key" in page
+
+
+def test_an_unreachable_node_is_reported_by_name(client, world):
+    node = Node.objects.create(
+        site=world.site, name="gone", host="127.0.0.1", port=1, username="fx", credential=world.credential
+    )
+    client.force_login(world.alice)
+    page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    assert "gone" in page and "msg error" in page

@@ -256,7 +256,6 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
 ):
     from runners.config import default_simulated
     from runners.credentials import create_credential
-    from runners.ssh import HostKeyPending, connect
 
     pilot = demo.pilot
     pilot.deployment = default_simulated()
@@ -273,13 +272,12 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
         credential=credential,
         simulated=True,
     )
-    with pytest.raises(HostKeyPending):
-        connect(node)  # first contact records the key; an engineer must accept it
     cluster.worker("e2e", [site.queue, cluster.control])
     base = live_server.url
 
     log_in(page, base, "alice", demo.password)
     page.goto(f"{base}/nodes/{node.code}/")
+    page.locator("#contact-node").click()  # first contact records the offered key; it waits for acceptance
     page.get_by_text(server.fingerprint).first.wait_for()
     page.get_by_role("button", name=f"Accept the host key of {node.name}").click()
     page.get_by_text("host key accepted").wait_for()

@@ -9,7 +9,7 @@ Records are `fxpilot.request/1` JSON lines written (and flushed) as each request
     python3 workload.py COMMAND --url http://127.0.0.1:8000 --arm fx --out records/fx.jsonl [options]
 
 Commands (each takes the common options: --model, --run-id, --instance, --simulated, --timeout, --seed,
---session-prefix, --api-key-env, --versions, --quiet):
+--session-prefix, --api-key-env, --versions, --coalesce-ms, --quiet):
   populate       each session's context once                    --sessions --prompt-tokens --output-tokens -c
   evict          empty the caches (no records)                  --evict --restart-cmd --health-timeout
   measure        sessions return with a new turn, closed loop   --sessions --prompt-tokens --turn-tokens

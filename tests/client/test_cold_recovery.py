@@ -151,3 +151,21 @@ def test_sigterm_records_what_finished_and_exits_143(start_server, tmp_path):
     assert proc.returncode == 143, stderr
     assert "terminated by SIGTERM" in stderr
     assert [json.loads(line)["status"] for line in out.read_text().splitlines()] == ["ok"] * 4
+
+
+def test_eviction_by_restart_runs_the_hook_and_waits_for_health(server_url, tmp_path):
+    marker = tmp_path / "restarted"
+    result = run_client("evict", "--url", server_url, "--arm", "fx", "--out", str(tmp_path / "none.jsonl"),
+                        "--evict", "restart,reset", "--restart-cmd", f"touch {marker}", "--health-timeout", "10")
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()
+    printed = next(line for line in result.stdout.splitlines() if line.startswith("{"))
+    assert json.loads(printed)["eviction"] == {"restart": "server restarted and healthy",
+                                                                       "reset": "prefix cache reset"}
+
+
+def test_a_failing_restart_hook_stops_the_run_with_its_output(server_url, tmp_path):
+    result = run_client("evict", "--url", server_url, "--arm", "fx", "--out", str(tmp_path / "none.jsonl"),
+                        "--evict", "restart", "--restart-cmd", "echo no such service >&2; exit 5")
+    assert result.returncode == 3
+    assert "--restart-cmd exited 5: no such service" in result.stderr

@@ -47,17 +47,23 @@ from gates.models import (
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
-LOGIN_FAILURES_ALLOWED = 5
+LOGIN_FAILURES_PER_NAME = 5
+# Higher per address: behind a reverse proxy every person may share one address.
+LOGIN_FAILURES_PER_ADDRESS = 30
 LOGIN_LOCKOUT_SECONDS = 15 * 60
 
 
 # ── Signing in ────────────────────────────────────────────────────────────────────────────────
 
 
-def _throttle_keys(request: HttpRequest) -> list[str]:
+def _throttle_keys(request: HttpRequest) -> dict[str, int]:
+    """Cache key → failures allowed, for the user name tried and the address it came from."""
     username = (request.POST.get("username") or "").strip().lower()[:150]
     address = request.META.get("REMOTE_ADDR", "")
-    return [f"login-fail:user:{username}", f"login-fail:addr:{address}"]
+    return {
+        f"login-fail:user:{username}": LOGIN_FAILURES_PER_NAME,
+        f"login-fail:addr:{address}": LOGIN_FAILURES_PER_ADDRESS,
+    }
 
 
 class ThrottledLoginView(auth_views.LoginView):
@@ -67,8 +73,7 @@ class ThrottledLoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        keys = _throttle_keys(request)
-        if max(cache.get(key, 0) for key in keys) >= LOGIN_FAILURES_ALLOWED:
+        if any(cache.get(key, 0) >= allowed for key, allowed in _throttle_keys(request).items()):
             form = self.get_form()
             form.errors.clear()
             response = self.render_to_response(

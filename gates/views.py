@@ -27,7 +27,7 @@ from django.views.decorators.http import require_POST
 
 from fxpilot.middleware import LANGUAGE_SESSION_KEY
 from gates import access, lifecycle, notifications
-from gates.access import EDIT_PLAN, EXTEND, OPERATE, RAW_DATA, SIGN, can, get_gate_for_user, get_pilot_for_user
+from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
 from gates.models import (
     AuditEvent,
@@ -260,8 +260,6 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "timeline": _timeline(pilot, gates, weeks),
             "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot)),
             "runs": runs,
-            "roles": access.roles_of(pilot, request.user),
-            "can_operate": can(pilot, request.user, OPERATE),
         },
     )
 
@@ -511,7 +509,6 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "run_available": run_ok,
             "run_unavailable_reason": run_why,
             "reports": list(gate.reports.all()),
-            "can_download_raw": bool(roles & RAW_DATA),
         },
     )
 

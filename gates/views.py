@@ -422,7 +422,7 @@ def _charts(evaluation: Evaluation | None) -> list:
     draw = getattr(charts, "gate_charts", None) or getattr(charts, "verdict_charts", None)
     if draw is None:
         return []
-    key = f"portal-charts:{evaluation.pk}:{translation.get_language()}"
+    key = f"portal-charts:{evaluation.pk}:{evaluation.created.timestamp()}:{translation.get_language()}"
     drawn = cache.get(key)
     if drawn is None:
         try:

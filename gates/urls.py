@@ -21,4 +21,5 @@ urlpatterns = [
     path("pilots/<uuid:code>/audit/", views.audit_log, name="audit"),
     path("reports/<uuid:code>/download/", views.report_download, name="report_download"),
     path("reports/verify/", views.report_verify, name="report_verify"),
+    path("reports/<uuid:code>/check/", views.report_check, name="report_check"),
 ]

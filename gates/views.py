@@ -601,29 +601,49 @@ def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
     return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports})
 
 
+def _verify(data: bytes) -> tuple[object | None, str | None]:
+    """(verification result, None) or (None, what prevented checking)."""
+    try:
+        from gates.reports.service import trust_roots, verify_report_bytes
+    except ImportError:
+        return None, _("Report verification is not installed.")
+    if not all(Path(root).is_file() for root in trust_roots()):
+        return None, _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+    try:
+        return verify_report_bytes(data), None
+    except Exception as exc:  # a damaged file gets a message, not a server error
+        return None, _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
+
+
 @login_required
 def report_verify(request: HttpRequest) -> HttpResponse:
     """Upload a PDF: signatures, whole-file coverage and attachment hashes checked against our trust root."""
     result = error = None
     form = PdfUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        try:
-            from gates.reports.service import trust_roots, verify_report_bytes
-        except ImportError:
-            verify_report_bytes = None
-        if verify_report_bytes is None:
-            error = _("Report verification is not installed.")
-        elif not all(Path(root).is_file() for root in trust_roots()):
-            error = _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
-        else:
-            try:
-                result = verify_report_bytes(form.cleaned_data["file"].read())
-            except Exception as exc:  # a damaged upload gets a message, not a server error
-                error = _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
+        result, error = _verify(form.cleaned_data["file"].read())
     return render(
         request,
         "gates/verify.html",
         {"form": form, "result": result, "error": error, "max_mb": MAX_REPORT_BYTES // 2**20},
+    )
+
+
+@login_required
+def report_check(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The same checks on a stored report, as it is on disk now."""
+    report = access.get_report_for_user(request, code)
+    result, error = _verify(_data_file(report.path).read_bytes())
+    return render(
+        request,
+        "gates/verify.html",
+        {
+            "form": PdfUploadForm(),
+            "result": result,
+            "error": error,
+            "max_mb": MAX_REPORT_BYTES // 2**20,
+            "report": report,
+        },
     )
 
 

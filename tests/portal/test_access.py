@@ -23,6 +23,7 @@ ROUTES = [
     ("run", "get", lambda w: [w.job.code], set(MEMBERS), None),
     ("run_log", "get", lambda w: [w.job.code], set(MEMBERS), None),
     ("report_download", "get", lambda w: [w.report.code], set(MEMBERS), None),
+    ("report_check", "get", lambda w: [w.report.code], set(MEMBERS), None),
     ("artifact_download", "get", lambda w: [w.artifact.code], RAW, None),
     (
         "criterion_edit",

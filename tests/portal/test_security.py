@@ -94,6 +94,7 @@ def test_a_signed_report_downloaded_from_the_portal_verifies_and_a_changed_byte_
     data = b"".join(client.get(reverse("report_download", args=[report.code])).streaming_content)
     page = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", data)}).content.decode()
     assert "Verified" in page and "Not verified" not in page
+    assert "Verified" in client.get(reverse("report_check", args=[report.code])).content.decode()
     tampered = data[:-200] + bytes([data[-200] ^ 1]) + data[-199:]
     page = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", tampered)}).content.decode()
     assert "Not verified" in page or "could not be read" in page

@@ -233,9 +233,19 @@ def test_the_portal_is_usable_on_a_phone(browser, live_server, signed_pilot):
     phone = context.new_page()
     phone.set_default_timeout(TIMEOUT_MS)
     log_in(phone, live_server.url, "bob", signed_pilot.password)
-    phone.goto(f"{live_server.url}/pilots/{signed_pilot.pilot.code}/")
-    width = phone.evaluate("document.documentElement.scrollWidth")
-    assert width <= 400, f"the page is {width}px wide on a 390px screen"
+    code = signed_pilot.pilot.code
+    for path in (
+        f"/pilots/{code}/",
+        f"/pilots/{code}/plan/",
+        f"/pilots/{code}/gates/1/",
+        f"/pilots/{code}/sites/",
+        f"/pilots/{code}/audit/",
+        "/reports/verify/",
+    ):
+        phone.goto(f"{live_server.url}{path}")
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 400, f"{path} is {width}px wide on a 390px screen"
+    phone.goto(f"{live_server.url}/pilots/{code}/")
     shot(phone, "overview-phone")
     phone.keyboard.press("Tab")
     assert phone.evaluate("document.activeElement.textContent") == "Skip to content"

@@ -316,6 +316,7 @@ class _Connection:
         self.raw: _Raw | None = None
         self.waiter: asyncio.Future | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self._sending: asyncio.Task | None = None
         self._scan, self._keep, self._expect, self._events, self._first_t, self._sent_at = 0, True, 0, 0, 0.0, 0.0
         self._token_seen = False
 
@@ -340,16 +341,19 @@ class _Connection:
                 last = error
         raise last
 
-    async def send(self, data: bytes, waiter: asyncio.Future, expect: int) -> None:
+    def send(self, data: bytes, waiter: asyncio.Future, expect: int) -> None:
         self.raw, self.waiter, self._scan = _Raw(), waiter, 0
         self._expect, self._events, self._token_seen = expect, 0, False
         self._sent_at = time.monotonic()
         self.raw.stale, self.used = self.used, True
         self._read(True)
-        try:
-            await self.loop.sock_sendall(self.sock, data)
-        except OSError as error:
-            self._fail(f"sending the request failed: {error.strerror or error}")
+        self._sending = self.loop.create_task(self.loop.sock_sendall(self.sock, data))
+        self._sending.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is not None and self.raw is not None:
+            self._fail(f"sending the request failed: {getattr(error, 'strerror', None) or error}")
 
     def _read(self, on: bool) -> None:
         if on and not self.reading and not self.closed:
@@ -463,7 +467,8 @@ class _Connection:
         raw.complete = True
         self.raw = self.waiter = None
         self._read(False)
-        if not self._keep:
+        # answered before the whole request was sent: the connection cannot carry another one
+        if not self._keep or (self._sending is not None and not self._sending.done()):
             self.close()
         if not waiter.done():
             waiter.set_result(raw)
@@ -501,6 +506,9 @@ class _Connection:
             self._read(False)
             if self.timer is not None:
                 self.timer.cancel()
+            if self._sending is not None and not self._sending.done():
+                self._sending.cancel()
+                self.loop.remove_writer(self.fd)
             self.sock.close()
 
 
@@ -530,7 +538,7 @@ class Lane:
             waiter = loop.create_future()
             conn = self.conn
             timer = loop.call_later(self.timeout, conn.timeout, self.timeout)
-            await conn.send(data, waiter, expect)
+            conn.send(data, waiter, expect)
             raw = await waiter
             timer.cancel()
             # a kept-alive connection the server closed while idle: retry once on a fresh one
@@ -762,6 +770,8 @@ def outcome(raw: _Raw) -> dict:
         return out
     if raw.head_end < 0:
         out["error"] = raw.error or "no response"
+        if out["error"].startswith("timed out"):
+            out["error"] += " before the server answered"
         return out
     ctype = raw.headers.get("content-type", "")
     if "text/event-stream" not in ctype:

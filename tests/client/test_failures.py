@@ -126,3 +126,37 @@ def test_broken_chunk_framing_is_named(tmp_path):
         server.close()
     assert records[0]["status"] == "error"
     assert records[0]["error"].startswith("malformed chunked encoding: chunk size b'zz'"), records[0]["error"]
+
+
+def test_a_server_that_never_reads_the_request_times_out_and_the_run_goes_on(tmp_path):
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            if conn.recv(4).startswith(b"GET"):  # /metrics: answered; a completion: never read further
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                conn.close()
+            else:
+                held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    # 4 M tokens: far more than the socket buffers hold, so the send itself blocks
+    big = workload.Session("big", "k", 4_000_000, b"1000," * 3_999_999 + b"1000")
+    try:
+        workload.run_phase(f"http://127.0.0.1:{listener.getsockname()[1]}", model="mock", arm="fx", phase="populate",
+                           concurrency=1, repetition=1, sessions=[big, big], output_tokens=4, run_id="t",
+                           instance="n", out_path=str(tmp_path / "r.jsonl"), simulated=False, timeout=1.0)
+    finally:
+        listener.close()
+    records = read_jsonl(tmp_path / "r.jsonl")
+    assert [r["status"] for r in records] == ["error", "error"]
+    assert records[0]["error"] == "timed out after 1 s before the server answered"

@@ -209,6 +209,15 @@ def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
     ]
 
 
+def _host_keys_waiting(pilot: Pilot) -> list[dict]:
+    from runners.models import Node
+
+    return [
+        {"role": Role.VENDOR_ENGINEER, "action": "accept_host_key", "subject": node}
+        for node in Node.objects.filter(site__pilot=pilot, host_key_state=Node.HostKeyState.PENDING)
+    ]
+
+
 def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
     today = timezone.localdate()
     current_week = (today - pilot.start_date).days // 7 + 1
@@ -258,7 +267,7 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "gates": gates,
             "plan": plan,
             "timeline": _timeline(pilot, gates, weeks),
-            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot)),
+            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot) + _host_keys_waiting(pilot)),
             "runs": runs,
         },
     )

@@ -127,6 +127,7 @@ def test_the_overview_shows_who_must_act_next_and_the_timeline(client, world):
     page = client.get(reverse("pilot", args=[world.pilot.code])).content.decode()
     assert "Sign off the gate" in page and "Bob Wang" in page and "Erin" in page
     assert "weeks 1–2" in page and "tl-bar actual" in page
+    assert "Accept a host key" in page and "SHA256:examplefingerprint" in page
 
 
 def test_a_gate_whose_planned_window_has_passed_is_flagged_overdue(client, world):

@@ -126,6 +126,8 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
         "pilot": pilot,
         "steps": progress["steps"],
         "progress": progress,
+        # A run on simulated nodes says so wherever it is shown, whatever its time scale.
+        "simulated": job.steps.filter(node__simulated=True).exists(),
         "can_cancel": access.can(pilot, request.user, OPERATE)
         and not job.is_finished
         and not job.cancel_requested

@@ -18,6 +18,7 @@ gates.lifecycle.record_verdict.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -176,7 +177,55 @@ class StepList:
 
 
 class RunRefused(Exception):
-    """A run that cannot start: the message says why (no nodes, a run already going, a closed gate)."""
+    """A run that cannot start: the message says why (no nodes, a run already going, a closed gate, a bad parameter)."""
+
+
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _levels(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(_positive_int(v) for v in value)
+
+
+# Run parameters (job.params): each reaches a node's command line, so each is checked before the run exists.
+PARAMS = {
+    "time_scale": (_positive_number, "a number above 0"),
+    "repetitions": (_positive_int, "a whole number ≥ 1"),
+    "concurrency": (_positive_int, "a whole number ≥ 1"),
+    "levels": (lambda v: isinstance(v, dict) and bool(v) and all(a in ("fx", "local_nvme", "recompute") and _levels(c)
+                                                                   for a, c in v.items()),
+               "a mapping of arm (fx, local_nvme, recompute) → list of concurrency levels"),
+    "fio_runtime": (lambda v: _positive_int(v) and v <= 3600, "whole seconds, 1–3600"),
+    "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)), "a size such as 16M or 4G"),
+    "soak_seconds": (_positive_number, "a number of seconds above 0"),
+    "workloads": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
+                  "a mapping of workload name → settings, as in the plan"),
+    "extend_marginal": (lambda v: isinstance(v, bool), "true or false"),
+    "language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
+    "report_language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
+}
+
+
+def validate_params(params: dict) -> dict:
+    """The run's parameters, or RunRefused naming the first bad one and what it accepts."""
+    if not isinstance(params, dict):
+        raise RunRefused("the run parameters must be a mapping")
+    for key, value in params.items():
+        if key not in PARAMS:
+            raise RunRefused(f"params.{key}: unknown parameter (known: {', '.join(sorted(PARAMS))})")
+        check, accepts = PARAMS[key]
+        if not check(value):
+            raise RunRefused(f"params.{key}: {value!r} is not {accepts}")
+    for name, values in (params.get("workloads") or {}).items():
+        for field_name, value in values.items():
+            if not (_positive_number(value) or _levels(value)):
+                raise RunRefused(f"params.workloads.{name}.{field_name}: {value!r} is not a positive number")
+    return params
 
 
 @transaction.atomic
@@ -202,7 +251,7 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     if not nodes:
         raise RunRefused(f"the site {site.name} has no GPU node")
     actor = lifecycle.as_actor(who)
-    params = dict(params or {})
+    params = validate_params(dict(params or {}))
     if all(node.simulated for node in nodes):
         params.setdefault("time_scale", settings.FXPILOT_SIM_TIME_SCALE)
     params.setdefault("time_scale", 1.0)

@@ -335,7 +335,7 @@ def _repetitions_done(job: Job) -> int:
 
 
 def run_report(ctx: StepContext) -> dict:
-    from gates.models import Evaluation
+    from gates.models import Evaluation, Report
 
     evaluate = ctx.sibling(ctx.step.params["after_verdict"][0])
     evaluation = Evaluation.objects.filter(pk=(evaluate.result or {}).get("evaluation")).first()
@@ -343,13 +343,17 @@ def run_report(ctx: StepContext) -> dict:
         evaluation = Evaluation.objects.filter(job=ctx.job).order_by("-pk").first()
     if evaluation is None:
         raise StepError("no evaluation to report on")
+    language = ctx.step.params.get("language", "en")
+    done = Report.objects.filter(evaluation=evaluation, kind=Report.Kind.GATE, language=language).first()
+    if done is not None:  # an earlier attempt wrote it before its worker died
+        return {"report": str(done.code), "path": done.path, "sha256": done.sha256}
     try:
         from gates.reports.service import create_gate_report
     except ImportError as exc:
         raise StepError(f"the report module is not available ({exc}); the verdict is recorded without a report") \
             from None
     try:
-        report = create_gate_report(evaluation.gate, evaluation, language=ctx.step.params.get("language", "en"))
+        report = create_gate_report(evaluation.gate, evaluation, language=language, who="orchestrator")
     except Exception as exc:  # noqa: BLE001 — a report failure must not hide the recorded verdict
         raise StepError(f"the gate report could not be produced ({type(exc).__name__}: {exc}); "
                         "the verdict is recorded") from None

@@ -1,6 +1,8 @@
 """The step list of each gate run, built from the signed plan (no worker needed)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gates.lifecycle import TransitionRefused
@@ -198,3 +200,18 @@ def test_a_marginal_run_is_extended_by_one_repetition_of_every_cell_then_judged_
     job.steps.exclude(name="report").update(status=Status.SUCCESSFUL)
     assert extend_run(job, again, evaluation, first_repetition=4) == added
     assert job.steps.filter(name="measure", params__first_repetition=4).count() == len(original)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"time_scale": 0}, "params.time_scale: 0 is not a number above 0"),
+    ({"repetitions": "3; rm -rf /"}, "params.repetitions: '3; rm -rf /' is not a whole number"),
+    ({"levels": {"fx": [8, "x"]}}, "params.levels:"),
+    ({"workloads": {"cold_recovery": {"prompt_tokens": "$(id)"}}}, "params.workloads.cold_recovery.prompt_tokens"),
+    ({"colour": "red"}, "params.colour: unknown parameter"),
+])
+def test_bad_run_parameters_are_refused_before_the_run_exists(signed_pilot, site_of, params, message):
+    from runners.models import Job
+
+    with pytest.raises(RunRefused, match=re.escape(message)):
+        start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1), params=params)
+    assert not Job.objects.exists()

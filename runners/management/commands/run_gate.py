@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -71,10 +72,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-follow", dest="follow", action="store_false", help="start it and return")
         parser.add_argument("--time-scale", type=float, help="time scale of simulated nodes (1.0 = real time)")
         parser.add_argument("--params", help='JSON object of run parameters, e.g. {"repetitions": 2}')
+        parser.add_argument("--trace", help="G4: the customer's session trace CSV (default: a generated sample trace)")
         parser.add_argument("--as", dest="actor", default="run_gate", help="who is starting it, for the audit log")
 
     def handle(self, *args, pilot: str, gate: str, site: str | None, follow: bool, time_scale: float | None,
-               params: str | None, actor: str, **options) -> None:
+               params: str | None, trace: str | None, actor: str, **options) -> None:
         the_pilot = find_pilot(pilot)
         try:
             number = parse_gate_label(gate)
@@ -97,8 +99,14 @@ class Command(BaseCommand):
             the_site = Site.objects.filter(pilot=the_pilot, name=site).first()
             if the_site is None:
                 raise CommandError(f"the pilot has no site named {site!r}", returncode=REFUSED)
+        trace_bytes = None
+        if trace:
+            try:
+                trace_bytes = Path(trace).read_bytes()
+            except OSError as exc:
+                raise CommandError(f"--trace {trace}: {exc.strerror}", returncode=REFUSED) from None
         try:
-            job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params)
+            job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params, trace=trace_bytes)
         except (TransitionRefused, RunRefused) as exc:
             raise CommandError(f"cannot start G{number}: {exc}", returncode=REFUSED) from None
         self.stdout.write(f"G{number} run {job.code} started")

@@ -193,9 +193,26 @@ def _trace_bytes(ctx: StepContext) -> bytes:
     return read_artifact(artifact)
 
 
+def check_trace(data: bytes) -> None:
+    """Read the trace as the client will, so a bad CSV is refused at once with the line and column at fault."""
+    import tempfile
+
+    from runners.orchestration import RunRefused
+    from runners.remote.workload import TraceError, load_trace
+
+    with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
+        handle.write(data)
+        handle.flush()
+        try:
+            load_trace(handle.name)
+        except TraceError as exc:
+            raise RunRefused(f"the customer trace: {str(exc).replace(handle.name, TRACE_NAME)}") from None
+
+
 def attach_trace(job: Job, data: bytes | None) -> Artifact:
     """Keep the customer's trace CSV with the run; without one, a generated sample trace that says so."""
     if data:
+        check_trace(data)
         return store_bytes(job, TRACE_NAME, data, kind="trace")
     return store_bytes(job, SAMPLE_TRACE_NAME, sample_trace(), kind="trace")
 

@@ -215,3 +215,13 @@ def test_bad_run_parameters_are_refused_before_the_run_exists(signed_pilot, site
     with pytest.raises(RunRefused, match=re.escape(message)):
         start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1), params=params)
     assert not Job.objects.exists()
+
+
+def test_a_bad_customer_trace_is_refused_naming_the_line(signed_pilot, site_of):
+    from runners.models import Job
+
+    open_gate(signed_pilot.pilot, 4, signed_pilot)
+    csv = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,100,10,0\nb,1,lots,10,1\n"
+    with pytest.raises(RunRefused, match="customer-trace.csv.*line 3"):
+        start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(1), trace=csv)
+    assert not Job.objects.exists()

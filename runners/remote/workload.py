@@ -661,7 +661,13 @@ def parse_stream(body: bytes) -> Parsed:
                 or [first_token, *TOKEN_HINT.finditer(body, first_token.end())])
         p.last = tail[-1].end()
     with_ids = bool(ids) and len(ids_found) == len(texts)
-    tokens = len(ids) if with_ids else len(texts) - texts.count(b"")
+    return _conclude(p, usage, len(ids) if with_ids else len(texts) - texts.count(b""), ids if with_ids else None,
+                     text)
+
+
+def _conclude(p: Parsed, usage: Any, tokens: int, ids: list[int] | None, text: str) -> Parsed:
+    """The server's usage overrides the tokens counted; the digest is of the token ids when every token
+    event carried them, else of the text."""
     if isinstance(usage, dict):
         if isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]
@@ -670,7 +676,7 @@ def parse_stream(body: bytes) -> Parsed:
             p.cached = details["cached_tokens"]
     if p.first is not None:
         p.tokens = tokens
-        digest = json.dumps(ids, separators=(",", ":")).encode() if with_ids else text.encode()
+        digest = json.dumps(ids, separators=(",", ":")).encode() if ids else text.encode()
         p.sha256 = hashlib.sha256(digest).hexdigest()
     return p
 
@@ -727,18 +733,9 @@ def parse_stream_slow(body: bytes) -> Parsed:
                 have_ids = False
             else:
                 ids.extend(tids)
-    tokens = len(ids) if have_ids and ids else events_with_tokens
-    if isinstance(usage, dict):
-        if isinstance(usage.get("completion_tokens"), int):
-            tokens = usage["completion_tokens"]
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-            p.cached = details["cached_tokens"]
-    p.tokens = tokens if p.first is not None else 0
-    if p.first is not None:
-        digest = json.dumps(ids, separators=(",", ":")).encode() if have_ids and ids else "".join(texts).encode()
-        p.sha256 = hashlib.sha256(digest).hexdigest()
-    return p
+    with_ids = have_ids and bool(ids)
+    return _conclude(p, usage, len(ids) if with_ids else events_with_tokens, ids if with_ids else None,
+                     "".join(texts))
 
 
 def completion_body(model: str, job: Job) -> bytes:

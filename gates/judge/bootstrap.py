@@ -67,6 +67,23 @@ def resample(sorted_values: np.ndarray, statistic: str, resamples: int, rng: np.
     raise ValueError(f"the bootstrap has no method for {statistic!r}")
 
 
+def resample_clusters(groups: list[np.ndarray], statistic: str, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Cluster bootstrap: each replicate draws R repetitions with replacement and takes the statistic of their
+    pooled requests. Requests of one closed-loop repetition are places in one queue, not independent draws;
+    the repetitions are. A replicate is fixed by how often it drew each repetition, and with few repetitions
+    there are few such multisets (10 for R = 3), so each is computed once."""
+    r = len(groups)
+    draws = rng.integers(0, r, (resamples, r))
+    counts = np.zeros((resamples, r), dtype=np.int64)
+    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1)
+    unique, inverse = np.unique(counts, axis=0, return_inverse=True)
+    values = np.empty(len(unique))
+    for i, row in enumerate(unique):
+        pooled = np.concatenate([np.tile(groups[j], int(c)) for j, c in enumerate(row) if c])
+        values[i] = point(pooled, statistic)
+    return values[inverse.reshape(-1)]
+
+
 def _mean(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
     n = len(x)
     if np.all((x == 0) | (x == 1)):

@@ -111,8 +111,13 @@ class _Judge:
             return bootstrap.cv(points), bootstrap.resample_repetitions(points, "cv", self.resamples, rng), \
                 sum(len(s) for s in samples)
         values = request_values(rows, spec.metric)
-        return (bootstrap.point(values, spec.statistic),
-                bootstrap.resample(values, spec.statistic, self.resamples, rng), len(values))
+        groups = [request_values(sub, spec.metric) for _, sub in rows.groupby("repetition", sort=True)]
+        groups = [g for g in groups if len(g)]
+        if len(groups) >= 2:
+            replicates = bootstrap.resample_clusters(groups, spec.statistic, self.resamples, rng)
+        else:
+            replicates = bootstrap.resample(values, spec.statistic, self.resamples, rng)
+        return bootstrap.point(values, spec.statistic), replicates, len(values)
 
     def cells(self, spec: CriterionSpec) -> list[dict]:
         if spec.metric in INVENTORY_ONLY:

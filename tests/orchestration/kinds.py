@@ -77,4 +77,6 @@ def _cancel(ctx: StepContext) -> None:
 
 
 register_kind(StepKind("t_note", run=_note, soft_time_limit=30))
+# Like the report: its error is shown on the step but does not change the run's outcome.
+register_kind(StepKind("t_aside", run=_note, soft_time_limit=30, affects_status=False))
 register_kind(StepKind("t_work", start=_start, poll=_poll, finish=_finish, cancel=_cancel, soft_time_limit=30))

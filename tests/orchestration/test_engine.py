@@ -178,3 +178,19 @@ def test_the_worker_command_serves_the_control_queue_and_every_sites_queue(clust
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_an_error_of_a_step_that_does_not_decide_the_outcome_is_shown_but_keeps_the_run_successful(
+        cluster, signed_pilot, local_site):
+    site, nodes = local_site
+    cluster.worker("all", [cluster.control, site.queue])
+
+    def build(steps: StepList) -> None:
+        a = steps.add("t_note", node=nodes[0])
+        steps.add("t_aside", after_verdict=[a], explode="the report renderer is not installed")
+
+    job = wait_for(local_job(signed_pilot.pilot, site, build), 60)
+    assert job.status == Status.SUCCESSFUL, cluster.logs()
+    assert job.error == ""
+    aside = job.steps.get(seq=2)
+    assert aside.status == Status.ERROR and aside.error == "the report renderer is not installed"

@@ -225,3 +225,49 @@ def test_a_bad_customer_trace_is_refused_naming_the_line(signed_pilot, site_of):
     with pytest.raises(RunRefused, match="customer-trace.csv.*line 3"):
         start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(1), trace=csv)
     assert not Job.objects.exists()
+
+
+def _evaluate_with(signed_pilot, site_of, verdict: str, result: dict):
+    from gates.models import Evaluation
+    from runners.orchestration import StepContext
+    from runners.steps import run_evaluate
+
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1),
+                         params={"extend_marginal": False})
+    Evaluation.objects.create(gate=job.gate, job=job, plan_version=signed_pilot.pilot.signed_plan, verdict=verdict,
+                              result={"verdict": verdict, "gate": 1, **result})
+    step = job.steps.get(name="evaluate")
+    return job, lambda: run_evaluate(StepContext(step, "t#1"))
+
+
+def test_a_fail_verdict_fails_the_step_and_halts_the_pilot_through_the_lifecycle(signed_pilot, site_of):
+    from gates.models import Pilot
+    from runners.orchestration import StepFailed
+
+    job, evaluate = _evaluate_with(signed_pilot, site_of, "fail", {"criteria": [{"key": "g1-link", "verdict": "fail"}]})
+    with pytest.raises(StepFailed, match="G1 failed: g1-link"):
+        evaluate()
+    pilot = Pilot.objects.get(pk=signed_pilot.pilot.pk)
+    assert pilot.state == Pilot.State.HALTED and pilot.gate(1).state == "failed"
+
+
+def test_an_invalid_measurement_is_an_error_and_leaves_the_gate_open(signed_pilot, site_of):
+    from gates.models import Pilot
+    from runners.orchestration import StepError
+
+    checks = {"validity": {"valid": False, "checks": [{"name": "min-requests-per-cell", "ok": False, "detail": "3 < 8"}]}}
+    job, evaluate = _evaluate_with(signed_pilot, site_of, "invalid", checks)
+    with pytest.raises(StepError, match="invalid — min-requests-per-cell: 3 < 8"):
+        evaluate()
+    pilot = Pilot.objects.get(pk=signed_pilot.pilot.pk)
+    assert pilot.state == Pilot.State.ACTIVE and pilot.gate(1).state == "open"
+
+
+def test_a_pass_verdict_awaits_sign_off_and_is_recorded_once_when_the_step_runs_again(signed_pilot, site_of):
+    from gates.models import AuditEvent, Pilot
+
+    job, evaluate = _evaluate_with(signed_pilot, site_of, "pass", {"criteria": []})
+    assert evaluate()["verdict"] == "pass"
+    assert evaluate()["verdict"] == "pass"  # a worker died after recording it: the re-run changes nothing
+    assert Pilot.objects.get(pk=signed_pilot.pilot.pk).gate(1).state == "awaiting_signoff"
+    assert AuditEvent.objects.filter(action="gate.verdict").count() == 1

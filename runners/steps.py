@@ -325,6 +325,8 @@ def run_evaluate(ctx: StepContext) -> dict:
     extensible = gate.number in (1, 2, 3) and job.params.get("extend_marginal", True)
     if evaluation.verdict == Gate.Verdict.MARGINAL and extensible:
         done = _repetitions_done(job)
+        if any(s.params.get("after_evaluation") == evaluation.pk for s in job.steps.filter(name="evaluate")):
+            return {**result, "extended": True}  # an earlier attempt of this step already extended the run
         if judge.can_extend(evaluation.result, job.pilot.signed_plan.to_plan(), done):
             added = extend_run(job, ctx.step, evaluation, first_repetition=done + 1)
             ctx.say(f"marginal: {added} more steps measure repetition {done + 1} of every cell; judged again after")

@@ -455,6 +455,8 @@ def execute_step(step_id: int, worker: str) -> str:
     job = step.job
     by_seq = {s.seq: s for s in job.steps.all()}
     if _readiness(step, by_seq, _halting(job)) != "ready":
+        # Forget this dispatch, so the step is sent again as soon as it may run.
+        Step.objects.filter(pk=step.pk, status=Status.PENDING).update(heartbeat=None)
         dispatch_advance(job.pk)
         return "not ready"
     token = new_token(worker)

@@ -202,7 +202,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
-    "loggers": {"paramiko": {"level": "WARNING"}},
+    # kombu warns that "filesystem://" names no host; the embedded broker needs none.
+    "loggers": {"paramiko": {"level": "WARNING"}, "kombu.connection": {"level": "ERROR"}},
 }
 
 if FXPILOT_ENV == "test":

@@ -149,7 +149,8 @@ PY
 }
 
 build_argv() {
-    argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host 127.0.0.1 --port "$1")
+    # --enable-prompt-tokens-details: without it vLLM reports no cached_tokens in usage, and the records lose the hits.
+    argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host 127.0.0.1 --port "$1" --enable-prompt-tokens-details)
     if [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
     fi

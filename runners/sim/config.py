@@ -278,7 +278,8 @@ IGNORED_VALUE_FLAGS = ["--dtype", "--quantization", "--block-size", "--max-num-s
                        "--disable-log-stats-interval", "--kv-cache-memory", "--cpu-offload-gb"]
 IGNORED_SWITCHES = ["--trust-remote-code", "--disable-log-requests", "--disable-log-stats", "--enforce-eager",
                     "--enable-expert-parallel", "--enable-auto-tool-choice", "--enable-log-requests",
-                    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--async-scheduling"]
+                    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--async-scheduling",
+                    "--enable-prompt-tokens-details"]
 
 
 class _Parser(argparse.ArgumentParser):

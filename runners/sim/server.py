@@ -35,6 +35,8 @@ TOKEN_BASE, TOKEN_SPAN = 1000, 30000
 WORDS = ("the", "cache", "token", "array", "flash", "read", "write", "model", "layer", "block", "return",
          "value", "index", "chunk", "prefix", "tier", "disk", "link", "queue", "batch", "step", "time")
 SIMULATED_HEADER = {"X-Fxpilot-Simulated": "1"}
+# Wall seconds an idle engine waits for the rest of a wave of requests (see SimServer.admit).
+GATHER_SECONDS = 0.03
 
 log = logging.getLogger("fxpilot.sim")
 
@@ -113,6 +115,7 @@ class SimServer:
         self.requests_seen = 0
         self.clock0 = time.monotonic()
         self.scale = config.time_scale
+        self.gathering: list[SimRequest] | None = None
         lm = config.lmcache
         self.tiers: list = []
         self.writer = Writer()
@@ -149,6 +152,28 @@ class SimServer:
             self._log_retrieval(request, info)
         if queue is not None:
             queue.put_nowait(kind)
+
+    async def admit(self, request: SimRequest) -> None:
+        """Hand a request to the engine. Requests that reach an idle engine within GATHER_SECONDS (wall) of
+        each other start from the same model instant: a client's real send spread of a few milliseconds
+        would otherwise be magnified by the time scale into seconds of model time and split one wave of
+        requests into two steps, which a real server at full speed does not do."""
+        if self.gathering is not None:
+            self.gathering.append(request)
+            return
+        if not self.engine.idle():
+            self.engine.advance_to(self.model_now())
+            self.engine.submit(request)
+            self.wake.set()
+            return
+        opened = self.model_now()
+        self.gathering = [request]
+        await asyncio.sleep(GATHER_SECONDS)
+        batch, self.gathering = self.gathering, None
+        self.engine.advance_to(opened)
+        for item in batch:
+            self.engine.submit(item)
+        self.wake.set()
 
     async def drive(self) -> None:
         """Advance the engine with the wall clock; sleep until its next event or a new request."""
@@ -455,13 +480,13 @@ def build_app(server: SimServer) -> web.Application:
         crash = server.crash_due()
         data = prompt.tobytes()
         tokens = output_tokens(data, max_tokens, temperature, seed if isinstance(seed, int) else None)
-        server.engine.advance_to(server.model_now())
+        if server.gathering is None:
+            server.engine.advance_to(server.model_now())
         sim = server.lookup(rid, prompt, data)
         sim.output_tokens = max_tokens
         queue: asyncio.Queue = asyncio.Queue()
         server.streams[id(sim)] = queue
-        server.engine.submit(sim)
-        server.wake.set()
+        await server.admit(sim)
         created = int(time.time())
         name = body["model"]
         response: web.StreamResponse | None = None

@@ -91,8 +91,8 @@ def test_each_arm_launches_vllm_as_the_published_test_did(sandbox, echo_vllm, ar
     assert served.returncode == 0, served.stderr
     launch = json.loads(served.stdout.strip().splitlines()[-1])
     port = (sandbox.root / "runs" / "r1" / arm / "port").read_text().strip()
-    assert launch["argv"][:8] == ["serve", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tensor-parallel-size", "8",
-                                  "--host", "127.0.0.1", "--port", port]
+    assert launch["argv"][:9] == ["serve", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tensor-parallel-size", "8",
+                                  "--host", "127.0.0.1", "--port", port, "--enable-prompt-tokens-details"]
     assert launch["argv"][-2:] == ["--max-model-len", "131072"]
     assert launch["env"]["VLLM_SERVER_DEV_MODE"] == "1"
     assert launch["env"]["PROMETHEUS_MULTIPROC_DIR"] == f"{arm_dir}/prometheus"

@@ -115,6 +115,8 @@ class SimNodeServer:
             transports, processes = list(self._transports), list(self._processes)
         for proc in processes:
             _kill_group(proc)
+        # A node that stops takes its detached work with it (those left their session on purpose).
+        _kill_sandbox_processes(self.root)
         for transport in transports:
             transport.close()
         if self._thread is not None:
@@ -248,6 +250,23 @@ def _pump(stream, send) -> None:
         pass
     finally:
         stream.close()
+
+
+def _kill_sandbox_processes(root: Path) -> None:
+    """SIGKILL every process started from this node's sandbox (its environment names the sandbox)."""
+    markers = {f"FXPILOT_SIM_ROOT={path}".encode() for path in (root, Path(root).resolve())}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if markers.intersection(environment):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

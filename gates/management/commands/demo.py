@@ -140,12 +140,25 @@ class Command(BaseCommand):
                     time.sleep(1)
         except KeyboardInterrupt:
             self.say("\nStopping what the demo started …")
+            self.cancel_current_run()
         finally:
             processes.stop()
         pilot.refresh_from_db()
         expected = Pilot.State.HALTED if scenario == "degraded-fx" else Pilot.State.COMPLETED
         if not stopping["now"] and pilot.state != expected:
             raise CommandError(f"the demo pilot ended {pilot.state}, expected {expected}")
+
+    def cancel_current_run(self) -> None:
+        """A run still going is canceled through the worker, so its remote processes are killed and torn down."""
+        from runners.orchestration import request_cancel, wait_for
+
+        job = getattr(self, "current_job", None)
+        if job is None:
+            return
+        job.refresh_from_db()
+        if not job.is_finished:
+            request_cancel(job, "demo")
+            wait_for(job, 30)
 
     def say(self, text: str) -> None:
         self.stdout.write(text)
@@ -191,6 +204,7 @@ class Command(BaseCommand):
         for number in (1, 2, 3, 4):
             gate = pilot.gate(number)
             job = start_gate_run(gate, alice, params={"time_scale": time_scale, "report_language": language})
+            self.current_job = job
             self.say(f"{gate.label} {gate.name}: run {str(job.code)[:8]} started …")
             last = {"line": ""}
 

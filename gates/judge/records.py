@@ -335,7 +335,8 @@ def classify(source: str, data: bytes) -> tuple[str, Any]:
         if isinstance(whole, dict):
             whole = [whole]
         if isinstance(whole, list) and whole and all(isinstance(item, dict) for item in whole):
-            kind = kinds.get(whole[0].get("schema"))
+            first_schema = whole[0].get("schema")
+            kind = kinds.get(first_schema) if isinstance(first_schema, str) else None
             if kind is None:
                 raise RecordError(source, f"unknown schema {whole[0].get('schema')!r}; the judge reads "
                                   f"{', '.join(SCHEMAS)} and vllm bench serve --save-detailed JSON", field="schema")
@@ -346,7 +347,7 @@ def classify(source: str, data: bytes) -> tuple[str, Any]:
     rows = _json_lines(source, text)
     first_line, first = rows[0]
     schema = first.get("schema")
-    kind = kinds.get(schema)
+    kind = kinds.get(schema) if isinstance(schema, str) else None
     if kind is None:
         raise RecordError(source, f"unknown schema {schema!r}; the judge reads {', '.join(SCHEMAS)} "
                           "and vllm bench serve --save-detailed JSON", line=first_line, field="schema")

@@ -153,6 +153,9 @@ build_argv() {
     argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host 127.0.0.1 --port "$1" --enable-prompt-tokens-details)
     if [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
+    else
+        # Full recompute: no KV connector and no GPU prefix cache either, so no prompt token is ever reused.
+        argv+=(--no-enable-prefix-caching)
     fi
     argv+=("${EXTRA_VLLM_FLAGS[@]}")
 }

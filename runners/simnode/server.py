@@ -19,7 +19,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from runners.simnode.state import default_state, load_state, save_state, state_path
+from runners.simnode.state import default_state, link_shared_fx, load_state, save_state, state_path
 
 log = logging.getLogger(__name__)
 # A client hanging up is routine for a test server; paramiko would log each reset as an ERROR.
@@ -60,8 +60,10 @@ class SimNodeServer:
     """One simulated GPU node: an SSH server on ``host:port`` whose home and $FXPILOT_SIM_ROOT is ``root``."""
 
     def __init__(self, root: Path | str, name: str, *, authorized_keys: Path | str, host_key: Path | str | None = None,
-                 username: str = DEFAULT_USERNAME, host: str = "127.0.0.1", port: int = 0, time_scale: float = 0.01) -> None:
+                 username: str = DEFAULT_USERNAME, host: str = "127.0.0.1", port: int = 0, time_scale: float = 0.01,
+                 fx_array: Path | str | None = None) -> None:
         self.root = Path(root).resolve()
+        self.fx_array = Path(fx_array).resolve() if fx_array else None
         self.name = name
         self.authorized_keys = Path(authorized_keys)
         self.host_key_path = Path(host_key) if host_key else self.root.parent / f"{name}.host_key"
@@ -81,8 +83,14 @@ class SimNodeServer:
         if not state_path(self.root).exists():
             save_state(self.root, default_state(self.root, self.name, self.time_scale))
         state = load_state(self.root)
-        for path in (state["local_nvme"]["path"], state["fx"].get("mounted_at") or str(self.root / "mnt" / "fx")):
-            Path(path).mkdir(parents=True, exist_ok=True)
+        if self.fx_array is not None and state["fx"].get("shared_dir") != str(self.fx_array):
+            state["fx"]["shared_dir"] = str(self.fx_array)
+            save_state(self.root, state)
+        Path(state["local_nvme"]["path"]).mkdir(parents=True, exist_ok=True)
+        if state["fx"].get("mounted_at"):
+            link_shared_fx(state["fx"]["mounted_at"], state)
+        else:
+            (self.root / "mnt" / "fx").mkdir(parents=True, exist_ok=True)
         speed = self.root / "sys" / "class" / "nvme" / "nvme0" / "device"
         speed.mkdir(parents=True, exist_ok=True)
         (speed / "current_link_speed").write_text("16.0 GT/s PCIe\n")

@@ -98,3 +98,32 @@ def storage_kind(path: Path | str, state: dict) -> str:
         if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) > best:
             best, kind = len(mount), name
     return kind
+
+
+def link_shared_fx(mount_point: Path | str, state: dict) -> None:
+    """Make the FX mount point show the FX array every simulated node of a cluster shares (state fx.shared_dir):
+    a file one node writes on its FX mount is there for the others, as on one array behind the fabric."""
+    shared = state["fx"].get("shared_dir")
+    target = Path(mount_point)
+    if not shared:
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    if target.is_symlink():
+        if os.path.realpath(target) == os.path.realpath(shared):
+            return
+        target.unlink()
+    elif target.is_dir():
+        if any(target.iterdir()):
+            return  # files written before the array was shared stay where they are
+        target.rmdir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(shared, target_is_directory=True)
+
+
+def unlink_shared_fx(mount_point: Path | str) -> None:
+    """Unmounting leaves an empty mount point, as on a real node."""
+    target = Path(mount_point)
+    if target.is_symlink():
+        target.unlink()
+        target.mkdir(parents=True, exist_ok=True)

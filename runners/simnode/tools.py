@@ -13,7 +13,16 @@ import time
 from pathlib import Path
 
 from runners.simnode import storage
-from runners.simnode.state import fx_mount, fx_visible, load_state, mounts, save_state, storage_kind
+from runners.simnode.state import (
+    fx_mount,
+    fx_visible,
+    link_shared_fx,
+    load_state,
+    mounts,
+    save_state,
+    storage_kind,
+    unlink_shared_fx,
+)
 
 GPU_COUNT = 8
 GPU_MODEL = "AMD Instinct MI308X"
@@ -263,7 +272,8 @@ def mount(args: list[str]) -> None:
         return
     if len(positional) != 2:
         raise ToolError("mount: simulated node: use `mount DEVICE DIRECTORY`", 1)
-    device, target = positional[0], _expand(positional[1])
+    # Not resolved: the mount point may be a link to the shared FX array, and `mount` shows the mount point.
+    device, target = positional[0], os.path.abspath(os.path.expanduser(positional[1]))
     if device != state["fx"]["namespace"] or not fx_visible(state) or not state["fx"].get("connected"):
         raise ToolError(f"mount: {target}: special device {device} does not exist.", 32)
     root = str(_root().resolve())
@@ -273,7 +283,7 @@ def mount(args: list[str]) -> None:
         raise ToolError(f"mount: {target}: {device} already mounted on {state['fx']['mounted_at']}.", 32)
     if not state["fx"].get("formatted", True):
         raise ToolError(f"mount: {target}: wrong fs type, bad option, bad superblock on {device}.", 32)
-    Path(target).mkdir(parents=True, exist_ok=True)
+    link_shared_fx(target, state)
     state["fx"]["mounted_at"] = target
     _save(state)
 
@@ -285,7 +295,8 @@ def umount(args: list[str]) -> None:
         raise ToolError("umount: simulated node: use `umount DIRECTORY`", 1)
     target = targets[0]
     mounted = fx_mount(state)
-    if mounted and (target == state["fx"]["namespace"] or _expand(target) == os.path.realpath(mounted)):
+    if mounted and (target == state["fx"]["namespace"] or _expand(target) in (mounted, os.path.realpath(mounted))):
+        unlink_shared_fx(mounted)
         state["fx"]["mounted_at"] = None
         _save(state)
         return
@@ -300,7 +311,7 @@ def mkfs_xfs(args: list[str]) -> None:
     device = devices[0]
     if fx_mount(state):
         raise ToolError(f"mkfs.xfs: {device} contains a mounted filesystem\nUsage: mkfs.xfs ...", 1)
-    data_dir = Path(state["fx"].get("data_dir") or _root() / "mnt" / "fx")
+    data_dir = Path(state["fx"].get("data_dir") or state["fx"].get("shared_dir") or _root() / "mnt" / "fx")
     holds_data = state["fx"].get("formatted", True) and data_dir.exists() and any(data_dir.iterdir())
     if holds_data and "-f" not in args:
         raise ToolError(f"mkfs.xfs: {device} appears to contain an existing filesystem (xfs).\n"
@@ -449,8 +460,10 @@ def df(args: list[str]) -> None:
         wanted = []
         for target in targets:
             real = _expand(target)
-            best = max((r for r in rows if real == r["path"] or real.startswith(r["path"].rstrip("/") + "/")),
-                       key=lambda r: len(r["path"]))
+            # Compare resolved paths: the FX mount point may be a link to the shared array.
+            best = max((r for r in rows if real == os.path.realpath(r["path"])
+                        or real.startswith(os.path.realpath(r["path"]).rstrip("/") + "/")),
+                       key=lambda r: len(os.path.realpath(r["path"])) if r["path"] != "/" else 0)
             wanted.append(best)
         rows = wanted
     block = 1 if "-B1" in args or ("-B" in args and "1" in args) else 1024

@@ -70,7 +70,8 @@ def sim_servers(tmp_path_factory, user_key) -> list:  # noqa: F811  (fixture par
 
     base = tmp_path_factory.mktemp("simnodes")
     (base / "authorized_keys").write_text(user_key.public)
-    servers = [SimNodeServer(base / name, name, authorized_keys=base / "authorized_keys", time_scale=0.001).start()
+    servers = [SimNodeServer(base / name, name, authorized_keys=base / "authorized_keys", time_scale=0.001,
+                             fx_array=base / "fx-array").start()
                for name in ("node1", "node2")]
     try:
         yield servers

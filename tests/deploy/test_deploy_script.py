@@ -98,7 +98,7 @@ def test_each_arm_launches_vllm_as_the_published_test_did(sandbox, echo_vllm, ar
     assert launch["env"]["PROMETHEUS_MULTIPROC_DIR"] == f"{arm_dir}/prometheus"
     assert launch["env"]["FXPILOT_SIM_TIME_SCALE"] == "0.001"
     if arm == "recompute":
-        assert "--kv-transfer-config" not in launch["argv"]
+        assert "--kv-transfer-config" not in launch["argv"] and "--no-enable-prefix-caching" in launch["argv"]
         assert launch["env"]["LMCACHE_CONFIG_FILE"] is None
     else:
         index = launch["argv"].index("--kv-transfer-config")

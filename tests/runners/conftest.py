@@ -46,7 +46,8 @@ def simnodes(tmp_path, user_key):
         out = []
         for _ in range(count):
             name = f"node{len(started) + 1}"
-            server = SimNodeServer(base / name, name, authorized_keys=base / "authorized_keys", time_scale=time_scale)
+            server = SimNodeServer(base / name, name, authorized_keys=base / "authorized_keys", time_scale=time_scale,
+                                   fx_array=base / "fx-array")
             server.prepare()
             if faults:
                 update_state(server.root, lambda state: state["faults"].update(faults))

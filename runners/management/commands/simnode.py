@@ -135,8 +135,9 @@ class Command(BaseCommand):
             for i in range(1, count + 1):
                 name = f"node{i}"
                 port = opts["base_port"] + i - 1 if opts["base_port"] else 0
+                # One FX array behind the fabric, seen by every node of this simulated cluster.
                 server = SimNodeServer(base / name, name, authorized_keys=authorized, username=opts["username"], port=port,
-                                       time_scale=scale)
+                                       time_scale=scale, fx_array=base / "fx-array")
                 server.prepare()
                 state = load_state(server.root)
                 state["time_scale"] = scale

@@ -101,6 +101,7 @@ def database_from_url(name: str, url: str, base_dir: Path) -> dict:
             "NAME": str(db_path),
             # A file, not memory: Celery workers started by the tests must see the test database.
             "TEST": {"NAME": str(db_path.with_name(f"test_{db_path.name}"))},
+            "CONN_MAX_AGE": 60,
             "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
                         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }

@@ -41,8 +41,8 @@ def test_the_demo_runs_a_whole_pilot_and_leaves_five_signed_reports(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "SIMULATION" in result.stdout
     assert _query(data, "SELECT state FROM gates_pilot WHERE state != 'draft'") == [("completed",)]
-    gates = _query(data, "SELECT number, state FROM gates_gate g JOIN gates_pilot p ON g.pilot_id = p.id "
-                         "WHERE p.state = 'completed' ORDER BY number")
+    gates = _query(data, "SELECT g.number, g.state FROM gates_gate g JOIN gates_pilot p ON g.pilot_id = p.id "
+                         "WHERE p.state = 'completed' ORDER BY g.number")
     assert gates == [(1, "signed_off"), (2, "signed_off"), (3, "signed_off"), (4, "signed_off")]
     reports = _query(data, "SELECT kind, path FROM gates_report ORDER BY created")
     kinds = [kind for kind, _ in reports]

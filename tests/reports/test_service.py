@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import stat
 import subprocess
+import sys
 
 import pytest
 from django.conf import settings
@@ -46,7 +47,7 @@ def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
     assert {a.name for a in result.attachments} == {"verdict.json", "records.jsonl", "records.summary.json",
                                                     "node1/inventory.json", "node2/inventory.json"}
     assert AuditEvent.objects.filter(action="report.created", object_id=str(report.pk)).exists()
-    done = subprocess.run(["python", "manage.py", "verify_report", str(path)], cwd=settings.BASE_DIR,
+    done = subprocess.run([sys.executable, "manage.py", "verify_report", str(path)], cwd=settings.BASE_DIR,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -13,6 +13,27 @@ from typing import Any
 
 SCHEMA = "fxpilot.inventory/1"
 
+# Each tool the probe runs, and what to install when a node lacks it (shared with runners.preflight).
+TOOL_HINTS = {
+    "amd-smi": "install ROCm's amd-smi", "rocm-smi": "install ROCm's rocm-smi", "nvme": "install nvme-cli",
+    "fio": "install fio", "ethtool": "install ethtool", "ibv_devinfo": "install rdma-core's ibverbs-utils",
+    "rdma": "install iproute2's rdma tool", "ip": "install iproute2", "mount": "install util-linux",
+    "python3": "install Python 3", "tar": "install tar", "sha256sum": "install coreutils",
+    "vllm": "install vLLM or set how it is launched (deployment launch setting)", "sudo": "install sudo",
+}
+# Probe output file → the tool that printed it (an exit code 127 there means the tool is not installed).
+CAPTURE_TOOLS = {
+    "amd-smi-version.txt": "amd-smi", "amd-smi-static.json": "amd-smi", "amd-smi-list.json": "amd-smi",
+    "rocm-smi.json": "rocm-smi", "ip-link.json": "ip", "ethtool.txt": "ethtool", "ibv_devinfo.txt": "ibv_devinfo",
+    "rdma-link.json": "rdma", "nvme-list.json": "nvme", "nvme-list-subsys.json": "nvme", "fio-fx.json": "fio",
+    "fio-local.json": "fio", "mounts.txt": "mount",
+}
+
+
+def missing_tool(tool: str, node: str) -> str:
+    """"`amd-smi` is not installed on node1: install ROCm's amd-smi"."""
+    return f"`{tool}` is not installed on {node}: {TOOL_HINTS.get(tool, 'install it')}"
+
 
 class ProbeParseError(ValueError):
     """A raw output that cannot be read; the message names the file and what was wrong."""
@@ -37,21 +58,49 @@ def _json(raw: bytes | str | None, source: str) -> Any:
     if start < 0:
         raise ProbeParseError(source, "no JSON document in the output")
     try:
-        return json.loads(text[start:])
+        # raw_decode: fio --output-format=json,normal prints its text report after the document
+        value, _ = json.JSONDecoder().raw_decode(text[start:])
     except json.JSONDecodeError as exc:
-        raise ProbeParseError(source, f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        line = exc.lineno + text[:start].count("\n")
+        raise ProbeParseError(source, f"not valid JSON at line {line}, column {exc.colno}: {exc.msg}") from None
+    return value
 
 
 # --- GPUs --------------------------------------------------------------------------------------
 
-def _amd_smi_gpus(data: Any) -> list[dict]:
+# PCI device ids of Instinct GPUs whose market name some tool versions print as a codename only.
+_INSTINCT_DEVICE_IDS = {"0x740f": "MI210", "0x7408": "MI250X", "0x74a1": "MI300X", "0x74a2": "MI308X"}
+_INSTINCT = re.compile(r"\bMI\s?(\d{3})([A-Z]{0,2})\b")
+
+
+def normalise_gpu_model(name: Any, device_id: Any = None) -> str | None:
+    """The GPU model as plans name it: "MI308X" from "AMD Instinct MI308X", "MI308X", "AMD INSTINCT MI200 (MCM) …"
+    (with its device id 0x7408: "MI250X") or "Instinct MI300X VF"; other GPUs keep their market name."""
+    text = str(name).strip() if name not in (None, "", "N/A") else ""
+    known = _INSTINCT_DEVICE_IDS.get(str(device_id or "").lower())
+    match = _INSTINCT.search(text.upper())
+    if known and (not match or not known.startswith("MI" + match.group(1)[:2])):
+        return known  # the id is exact where the name is a family ("MI200") or a codename
+    if match:
+        return f"MI{match.group(1)}{match.group(2)}"
+    return known or (text or None)
+
+
+def _amd_smi_gpus(data: Any, source: str) -> list[dict]:
+    """GPU entries of ``amd-smi static|list --json``: a bare list (amd-smi < 26), ``{"gpu_data": [...]}`` (26.x)."""
     if isinstance(data, dict) and isinstance(data.get("gpu_data"), list):
-        return [g for g in data["gpu_data"] if isinstance(g, dict)]
-    if isinstance(data, list):
-        return [g for g in data if isinstance(g, dict)]
-    if isinstance(data, dict):
-        return [g for key, g in data.items() if isinstance(g, dict) and key.lower().startswith("gpu")]
-    return []
+        entries = data["gpu_data"]
+    elif isinstance(data, list):
+        entries = data
+    elif isinstance(data, dict) and any(str(k).lower().startswith("gpu") and isinstance(v, dict) for k, v in data.items()):
+        entries = [v for k, v in data.items() if str(k).lower().startswith("gpu") and isinstance(v, dict)]
+    else:
+        keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ProbeParseError(source, f"not a shape amd-smi prints (a list of GPUs or {{\"gpu_data\": [...]}}); found {keys}")
+    gpus = [g for g in entries if isinstance(g, dict)]
+    if entries and not gpus:
+        raise ProbeParseError(source, "the GPU list holds no objects")
+    return gpus
 
 
 def _megabytes(value: Any, unit: str | None = None) -> float | None:
@@ -69,45 +118,90 @@ def _megabytes(value: Any, unit: str | None = None) -> float | None:
     return None
 
 
+def _index(value: Any, position: int) -> int:
+    return int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else position
+
+
+def _known(value: Any) -> Any:
+    return None if value in (None, "", "N/A") else value
+
+
 def parse_amd_smi_static(raw: bytes | str) -> dict:
-    gpus = _amd_smi_gpus(_json(raw, "amd-smi-static.json"))
+    """``amd-smi static --json`` of amd-smi 24.x–26.x (ROCm 6.x–7.x): the summary and one entry per GPU."""
+    source = "amd-smi-static.json"
+    gpus = _amd_smi_gpus(_json(raw, source), source)
     if not gpus:
-        raise ProbeParseError("amd-smi-static.json", "no GPU entries")
-    models, memories, arches = [], [], []
-    for gpu in gpus:
+        raise ProbeParseError(source, "no GPU entries")
+    if not any(isinstance(g.get("asic"), dict) or isinstance(g.get("board"), dict) for g in gpus):
+        raise ProbeParseError(source, f"GPU entries without asic or board sections (keys: {', '.join(sorted(gpus[0]))})")
+    devices = []
+    for position, gpu in enumerate(gpus):
         asic, board, vram = gpu.get("asic") or {}, gpu.get("board") or {}, gpu.get("vram") or {}
-        model = asic.get("market_name") or board.get("product_name") or asic.get("product_name")
-        models.append(model if model and model != "N/A" else None)
+        market = _known(asic.get("market_name")) or _known(board.get("product_name")) or _known(asic.get("product_name"))
         size = next((vram[k] for k in ("size", "vram_size", "vram_size_mb", "size_mb") if k in vram), None)
-        memories.append(_megabytes(size))
-        arches.append(asic.get("target_graphics_version") or asic.get("gfx_version") or None)
-    return _gpu_summary(models, memories, arches)
+        memory = _megabytes(size)
+        devices.append({"index": _index(gpu.get("gpu"), position),
+                        "model": normalise_gpu_model(market, asic.get("device_id")),
+                        "market_name": market, "memory_gb": round(memory / 1024) if memory else None,
+                        "arch": _known(asic.get("target_graphics_version")) or _known(asic.get("gfx_version")),
+                        "device_id": _known(asic.get("device_id")), "bdf": _known((gpu.get("bus") or {}).get("bdf"))})
+    return _gpu_summary(devices)
+
+
+def parse_amd_smi_list(raw: bytes | str) -> list[dict]:
+    """``amd-smi list --json`` (or its text form "GPU: 0 / BDF: … / UUID: …"): [{"index", "bdf", "uuid", "kfd_id"}]."""
+    source = "amd-smi-list.json"
+    text = _text(raw).strip()
+    if re.match(r"^GPU:\s*\d+", text):
+        rows, current = [], None
+        for line in text.splitlines():
+            key, _, value = line.strip().partition(":")
+            if key == "GPU":
+                current = {"index": int(value.strip()), "bdf": None, "uuid": None, "kfd_id": None}
+                rows.append(current)
+            elif current is not None and key.lower() in ("bdf", "uuid", "kfd_id"):
+                current[key.lower()] = value.strip()
+        return rows
+    gpus = _amd_smi_gpus(_json(raw, source), source)
+    if gpus and not any("bdf" in g or "uuid" in g for g in gpus):
+        raise ProbeParseError(source, f"GPU entries without bdf or uuid (keys: {', '.join(sorted(gpus[0]))})")
+    return [{"index": _index(g.get("gpu"), i), "bdf": _known(g.get("bdf")), "uuid": _known(g.get("uuid")),
+             "kfd_id": _known(g.get("kfd_id"))} for i, g in enumerate(gpus)]
 
 
 def parse_rocm_smi(raw: bytes | str) -> dict:
-    data = _json(raw, "rocm-smi.json")
-    cards = [v for k, v in data.items() if k.lower().startswith("card") and isinstance(v, dict)] if isinstance(data, dict) else []
+    """Legacy ``rocm-smi --showproductname --showmeminfo vram --json``: {"card0": {"Card Series"|"Device Name", …}}."""
+    source = "rocm-smi.json"
+    data = _json(raw, source)
+    cards = sorted(((k, v) for k, v in data.items() if re.fullmatch(r"card\d+", str(k).lower()) and isinstance(v, dict)),
+                   key=lambda kv: int(kv[0][4:])) if isinstance(data, dict) else []
     if not cards:
-        raise ProbeParseError("rocm-smi.json", "no card entries")
-    models, memories, arches = [], [], []
-    for card in cards:
+        keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ProbeParseError(source, f"no card entries (cardN) in the output; found {keys}")
+    devices = []
+    for name, card in cards:
         fields = {k.lower(): v for k, v in card.items()}
-        model = fields.get("card series") or fields.get("card model") or fields.get("card sku")
-        models.append(model if model and model != "N/A" else None)
-        vram = fields.get("vram total memory (b)")
-        memories.append(int(vram) / 2**20 if vram not in (None, "N/A") else None)
-        arches.append(fields.get("gfx version"))
-    return _gpu_summary(models, memories, arches)
+        market = _known(fields.get("card series")) or _known(fields.get("device name")) or _known(fields.get("card sku"))
+        device_id = _known(fields.get("device id")) or _known(fields.get("card model"))
+        vram = _known(fields.get("vram total memory (b)"))
+        devices.append({"index": int(name[4:]), "model": normalise_gpu_model(market, device_id), "market_name": market,
+                        "memory_gb": round(int(vram) / 2**30) if vram and str(vram).isdigit() else None,
+                        "arch": _known(fields.get("gfx version")), "device_id": device_id, "bdf": _known(fields.get("pci bus"))})
+    return _gpu_summary(devices)
 
 
-def _gpu_summary(models: list, memories: list, arches: list) -> dict:
+def _gpu_summary(devices: list[dict]) -> dict:
+    """The summary keys (count, model, memory_gb, arch) over the per-GPU entries, which are kept as ``devices``."""
     def common(values: list) -> Any:
         known = [v for v in values if v]
         return max(set(known), key=known.count) if known else None
 
-    memory = common([round(m / 1024) for m in memories if m])
-    return {"count": len(models), "model": common(models), "memory_gb": memory, "arch": common(arches),
-            "models": sorted({m for m in models if m})}
+    model = common([d["model"] for d in devices])
+    # the summary names the GPU as the tool does ("AMD Instinct MI308X") when that name contains the model
+    market = common([d["market_name"] for d in devices if d["model"] == model and d.get("market_name")])
+    return {"count": len(devices), "model": market if market and model and model in market.upper() else model,
+            "memory_gb": common([d["memory_gb"] for d in devices]), "arch": common([d["arch"] for d in devices]),
+            "devices": devices}
 
 
 def parse_rocm_version(amd_smi_version: bytes | str | None, rocm_version_file: bytes | str | None) -> str | None:
@@ -209,10 +303,13 @@ def parse_nics(ip_link: bytes | str, ethtool: bytes | str | None, rdma_link: byt
         up = link.get("operstate") == "UP" and eth.get("link") is not False
         device = rdma.get(name, {}).get("rdma_device")
         hca = hcas.get(device or "", {})
-        nic = {"name": name, "state": "up" if up else "down", "speed_gbps": eth.get("speed_gbps"), "rdma_device": device}
+        nic = {"name": name, "state": "up" if up else "down", "speed_gbps": eth.get("speed_gbps"), "rdma_device": device,
+               "rdma_state": None}
         if device:
-            nic.update({"rdma_state": rdma[name].get("state"), "port_state": hca.get("port_state"),
-                        "link_layer": hca.get("link_layer")})
+            port = hca.get("port_state")
+            # the port state as the tools print it: rdma link's ACTIVE/DOWN/INIT, else ibv_devinfo's PORT_ACTIVE → ACTIVE
+            state = rdma[name].get("state") or (port.removeprefix("PORT_") if port else None)
+            nic.update({"rdma_state": state, "port_state": port, "link_layer": hca.get("link_layer")})
         nics.append(nic)
     return nics
 
@@ -229,34 +326,81 @@ def _walk(value: Any) -> Iterator[dict]:
             yield from _walk(child)
 
 
+def _controller_of(namespace: str) -> str | None:
+    match = re.match(r"(?:/dev/)?(nvme\d+)(?:c\d+)?n\d+$", namespace)
+    return match.group(1) if match else None
+
+
+def _traddr(address: str | None) -> str | None:
+    match = re.search(r"traddr=([^,\s]+)", address or "")
+    return match.group(1) if match else (address or None)
+
+
 def parse_nvme_list(raw: bytes | str) -> list[dict]:
-    """Namespaces: [{"namespace": "/dev/nvme0n1", "controller": "nvme0", "model", "size_bytes"}], nvme-cli 1.x/2.x."""
-    data = _json(raw, "nvme-list.json")
-    namespaces = []
-    for entry in _walk(data):
-        if "DevicePath" in entry:  # flat form: nvme-cli 1.x and 2.x without -v
-            path = entry["DevicePath"]
-            ctrl = re.match(r"/dev/(nvme\d+)n\d+", path)
-            namespaces.append({"namespace": path, "controller": ctrl.group(1) if ctrl else None,
-                               "model": (entry.get("ModelNumber") or "").strip() or None,
-                               "size_bytes": entry.get("PhysicalSize")})
-        elif "Namespaces" in entry and "Controllers" in entry:  # verbose form of nvme-cli 2.x (Subsystems)
-            controllers = [c for c in entry.get("Controllers") or [] if isinstance(c, dict)]
-            model = next(((c.get("ModelNumber") or "").strip() for c in controllers if c.get("ModelNumber")), None)
-            for ns in entry.get("Namespaces") or []:
-                name = ns.get("NameSpace")
-                if isinstance(name, str):
-                    ctrl = re.match(r"(nvme\d+)n\d+", name)
-                    namespaces.append({"namespace": "/dev/" + name, "controller": ctrl.group(1) if ctrl else None,
-                                       "model": model, "size_bytes": ns.get("PhysicalSize")})
+    """Namespaces of ``nvme list -o json``: [{"namespace": "/dev/nvme0n1", "controller", "model", "size_bytes"}].
+
+    Three shapes: nvme-cli 1.x and 2.x flat (``Devices[].DevicePath``); ``nvme list -v`` of 2.x and the plain
+    output of 2.11+ (``Devices[].Subsystems[]``, namespaces under the subsystem when multipathed, else under each of
+    its ``Controllers[]``), which also names the subsystem NQN, transport and address of each namespace.
+    """
+    source = "nvme-list.json"
+    data = _json(raw, source)
+    devices = data.get("Devices") if isinstance(data, dict) else None
+    if not isinstance(devices, list):
+        keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ProbeParseError(source, f"not a shape nvme-cli prints (an object with a Devices list); found {keys}")
+    namespaces: list[dict] = []
+    for device in devices:
+        if not isinstance(device, dict):
+            raise ProbeParseError(source, "a Devices entry is not an object")
+        if "DevicePath" in device:  # flat: nvme-cli 1.x and 2.x before 2.11
+            path = device["DevicePath"]
+            namespaces.append({"namespace": path, "controller": _controller_of(path),
+                               "model": (device.get("ModelNumber") or "").strip() or None,
+                               "size_bytes": device.get("PhysicalSize")})
+        elif isinstance(device.get("Subsystems"), list):  # nested: nvme list -v of 2.x, nvme list of 2.11+
+            for subsystem in device["Subsystems"]:
+                namespaces += _subsystem_namespaces(subsystem, source)
+        else:
+            raise ProbeParseError(source, "a Devices entry has neither DevicePath (nvme-cli 1.x/2.x) nor Subsystems "
+                                          f"(2.11); its keys: {', '.join(sorted(device)) or 'none'}")
     return namespaces
+
+
+def _subsystem_namespaces(subsystem: Any, source: str) -> list[dict]:
+    if not isinstance(subsystem, dict) or not isinstance(subsystem.get("Controllers", []), list):
+        raise ProbeParseError(source, "a Subsystems entry is not an object with a Controllers list")
+    controllers = [c for c in subsystem.get("Controllers") or [] if isinstance(c, dict)]
+    nqn = subsystem.get("SubsystemNQN") or subsystem.get("NQN")
+    out = []
+
+    def add(ns: dict, controller: dict | None) -> None:
+        name = ns.get("NameSpace")
+        if not isinstance(name, str):
+            raise ProbeParseError(source, f"a namespace of {subsystem.get('Subsystem') or nqn} has no NameSpace name")
+        ctrl = controller or next((c for c in controllers if c.get("Controller") == _controller_of(name)), None) \
+            or (controllers[0] if controllers else {})
+        out.append({"namespace": "/dev/" + name, "controller": ctrl.get("Controller") or _controller_of(name),
+                    "model": (ctrl.get("ModelNumber") or "").strip() or None, "size_bytes": ns.get("PhysicalSize"),
+                    "nqn": nqn, "transport": ctrl.get("Transport"), "address": _traddr(ctrl.get("Address"))})
+
+    for ns in subsystem.get("Namespaces") or []:  # multipath: the subsystem's namespaces, reached by every controller
+        add(ns, None)
+    for controller in controllers:  # without multipath: each controller's own namespaces
+        for ns in controller.get("Namespaces") or []:
+            add(ns, controller)
+    return out
 
 
 def parse_nvme_subsystems(raw: bytes | str) -> list[dict]:
     """Subsystems with their paths: [{"nqn", "name", "paths": [{"controller", "transport", "traddr", "state"}]}]."""
-    data = _json(raw, "nvme-list-subsys.json")
+    source = "nvme-list-subsys.json"
+    data = _json(raw, source)
     subsystems: list[dict] = []
     lists = [e["Subsystems"] for e in _walk(data) if isinstance(e.get("Subsystems"), list)]
+    if not lists and data not in ([], {}):
+        keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ProbeParseError(source, f"not a shape nvme-cli prints (Subsystems lists, per host in 2.x); found {keys}")
     for items in lists:
         for item in items:
             if not isinstance(item, dict):
@@ -266,11 +410,8 @@ def parse_nvme_subsystems(raw: bytes | str) -> list[dict]:
             paths = item.get("Paths")
             if isinstance(paths, list) and subsystems:  # in nvme-cli 1.x the Paths follow in their own object
                 for path in paths:
-                    address = path.get("Address") or ""
-                    traddr = re.search(r"traddr=([^,\s]+)", address)
                     subsystems[-1]["paths"].append({"controller": path.get("Name"), "transport": path.get("Transport"),
-                                                    "traddr": traddr.group(1) if traddr else address or None,
-                                                    "state": path.get("State")})
+                                                    "traddr": _traddr(path.get("Address")), "state": path.get("State")})
     return subsystems
 
 
@@ -308,22 +449,62 @@ def parse_fx_write(raw: bytes | str | None) -> dict:
     return {"mounted": fields.get("mounted") == "yes", "writable": fields.get("writable") == "yes", "path": fields.get("path")}
 
 
-def parse_fio(raw: bytes | str, source: str) -> dict:
-    """Sequential read bandwidth in GB/s (10^9 B/s) summed over the jobs of a fio 3.x JSON report."""
+_SEQUENTIAL_READ = {"read"}
+
+
+def _fio_rw(options: Any) -> str | None:
+    if not isinstance(options, dict):
+        return None
+    value = options.get("rw", options.get("readwrite"))
+    return str(value).split(":", 1)[0].strip() if value is not None else None
+
+
+def parse_fio(raw: bytes | str, source: str, job_name: str | None = None) -> dict:
+    """Sequential-read bandwidth in GB/s (10^9 B/s) of a fio 2.x/3.x JSON report, from its rw=read jobs only.
+
+    A job's rw comes from its ``job options`` or else the report's ``global options``. fio 2.x printed neither: then
+    only the jobs named ``job_name`` (the name the probe gave its sequential-read job) count. Concurrent jobs of one
+    group (numjobs without group_reporting) are summed; of several groups (stonewall) the fastest is used. The jobs
+    used are recorded in ``job``, ``jobs`` and ``groupid``.
+    """
     data = _json(raw, source)
     jobs = data.get("jobs") if isinstance(data, dict) else None
-    if not jobs:
-        raise ProbeParseError(source, "no jobs in the fio report")
-    total = 0.0
+    if not isinstance(jobs, list) or not jobs:
+        found = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ProbeParseError(source, f"no jobs in the fio report (found {found})")
+    global_rw = _fio_rw(data.get("global options"))
+    chosen, seen = [], []
     for job in jobs:
-        if job.get("error"):
-            raise ProbeParseError(source, f"fio job {job.get('jobname')} failed with error {job['error']}")
-        read = job.get("read") or {}
+        if not isinstance(job, dict) or not isinstance(job.get("read"), dict):
+            raise ProbeParseError(source, "a fio job without a read section: not a fio JSON report")
+        rw = _fio_rw(job.get("job options")) or global_rw
+        name = job.get("jobname")
+        seen.append(f"{name} ({rw or 'rw not reported'})")
+        if job.get("error") and (rw is None or rw in _SEQUENTIAL_READ):
+            raise ProbeParseError(source, f"fio job {name} failed with error {job['error']}")
+        if rw in _SEQUENTIAL_READ or (rw is None and job_name is not None and name == job_name):
+            chosen.append(job)
+    if not chosen:
+        reported = any(_fio_rw(j.get("job options")) for j in jobs) or global_rw is not None
+        why = "no sequential-read job (rw=read)" if reported or job_name is None else f"no job named {job_name}"
+        raise ProbeParseError(source, f"{why} among the jobs {', '.join(seen)}")
+    groups: dict[Any, list[dict]] = {}
+    for job in chosen:
+        groups.setdefault(job.get("groupid", 0), []).append(job)
+
+    def bandwidth(job: dict) -> float:
+        read = job["read"]
         if "bw_bytes" in read:
-            total += float(read["bw_bytes"])
-        elif "bw" in read:  # fio < 3.2 reports KiB/s only
-            total += float(read["bw"]) * 1024
-    result = {"read_gbps": round(total / 1e9, 3)}
+            return float(read["bw_bytes"])
+        if "bw" in read:  # fio < 3.2 reports KiB/s only
+            return float(read["bw"]) * 1024
+        raise ProbeParseError(source, f"fio job {job.get('jobname')} reports no read bandwidth (bw_bytes or bw)")
+
+    totals = {group: sum(bandwidth(j) for j in members) for group, members in groups.items()}
+    group = max(totals, key=totals.get)
+    names = sorted({str(j.get("jobname")) for j in groups[group]})
+    result = {"read_gbps": round(totals[group] / 1e9, 3), "job": ", ".join(names), "jobs": len(groups[group]),
+              "groupid": group}
     version = data.get("fio version")
     if version:
         result["fio_version"] = version
@@ -362,6 +543,8 @@ def build_inventory(node: str, raw: dict[str, bytes | str], *, simulated: bool, 
     exit_codes = exit_codes or {}
 
     def attempt(source: str, parse, default=None):
+        if exit_codes.get(source) == 127:
+            return default  # the tool is not installed: named once, not as an unreadable output
         try:
             return parse()
         except ProbeParseError as exc:
@@ -373,14 +556,26 @@ def build_inventory(node: str, raw: dict[str, bytes | str], *, simulated: bool, 
     def have(name: str) -> bool:
         return bool(_text(raw.get(name)).strip()) and exit_codes.get(name, 0) == 0
 
-    gpus = {"count": 0, "model": None, "memory_gb": None, "arch": None}
+    missing = sorted({tool for name, tool in CAPTURE_TOOLS.items() if exit_codes.get(name) == 127})
+    for tool in missing:
+        if tool != "rocm-smi":  # only the fallback of amd-smi, which is named when it is missing too
+            problems.append(missing_tool(tool, node))
+
+    gpus = {"count": 0, "model": None, "memory_gb": None, "arch": None, "devices": []}
     if have("amd-smi-static.json"):
         gpus = attempt("amd-smi-static.json", lambda: parse_amd_smi_static(raw["amd-smi-static.json"]), gpus)
     if not gpus.get("count") and have("rocm-smi.json"):
         gpus = attempt("rocm-smi.json", lambda: parse_rocm_smi(raw["rocm-smi.json"]), gpus)
-    if not gpus.get("count"):
+    if have("amd-smi-list.json"):
+        listed = attempt("amd-smi-list.json", lambda: parse_amd_smi_list(raw["amd-smi-list.json"]), None)
+        if listed is not None and gpus.get("count") and len(listed) != gpus["count"]:
+            problems.append(f"amd-smi-list.json: lists {len(listed)} GPUs where amd-smi static describes {gpus['count']}")
+        for device in gpus["devices"]:
+            entry = next((e for e in listed or [] if e["index"] == device["index"]), None)
+            if entry:
+                device.update({"bdf": device.get("bdf") or entry["bdf"], "uuid": entry["uuid"]})
+    if not gpus.get("count") and not ({"amd-smi", "rocm-smi"} <= set(missing)):
         problems.append("amd-smi-static.json, rocm-smi.json: no GPU found by either tool")
-    gpus.pop("models", None)
 
     rocm = parse_rocm_version(raw.get("amd-smi-version.txt"), raw.get("rocm-version.txt"))
     vllm = parse_vllm_version(raw.get("vllm-version.txt")) if have("vllm-version.txt") else None
@@ -392,6 +587,8 @@ def build_inventory(node: str, raw: dict[str, bytes | str], *, simulated: bool, 
 
     namespaces = attempt("nvme-list.json", lambda: parse_nvme_list(raw.get("nvme-list.json")), []) or []
     subsystems = attempt("nvme-list-subsys.json", lambda: parse_nvme_subsystems(raw.get("nvme-list-subsys.json")), []) or []
+    if not subsystems:
+        subsystems = _subsystems_from_namespaces(namespaces)
     pcie = parse_nvme_pcie(raw.get("nvme-pcie.txt"))
     mounts = attempt("mounts.txt", lambda: parse_mounts(raw.get("mounts.txt")), []) or []
     mount_of = {m["device"]: m for m in mounts}
@@ -439,9 +636,11 @@ def build_inventory(node: str, raw: dict[str, bytes | str], *, simulated: bool, 
         problems.append("nvme-list.json: no local NVMe namespace")
 
     fio = {}
-    for arm, name in (("fx", "fio-fx.json"), ("local_nvme", "fio-local.json")):
+    for arm, name, job in (("fx", "fio-fx.json", "fx-seqread"), ("local_nvme", "fio-local.json", "local-seqread")):
         if have(name):
-            fio[arm] = attempt(name, lambda name=name: parse_fio(raw[name], name), {"read_gbps": None})
+            fio[arm] = attempt(name, lambda name=name, job=job: parse_fio(raw[name], name, job), {"read_gbps": None})
+        elif exit_codes.get(name) == 127:
+            fio[arm] = {"read_gbps": None}  # named once above: fio is not installed
         else:
             err = _text(raw.get(name + ".err")).strip().splitlines()
             problems.append(f"{name}: fio did not run (exit {exit_codes.get(name, '?')})" + (f": {err[-1]}" if err else ""))
@@ -455,6 +654,18 @@ def build_inventory(node: str, raw: dict[str, bytes | str], *, simulated: bool, 
         "disks": parse_df(raw.get("df.txt")),
         "problems": problems,
     }
+
+
+def _subsystems_from_namespaces(namespaces: list[dict]) -> list[dict]:
+    """Subsystems as ``parse_nvme_subsystems`` gives them, from the NQN and address nvme-cli 2.11 lists per namespace."""
+    out: dict[str, dict] = {}
+    for ns in namespaces:
+        if ns.get("nqn"):
+            entry = out.setdefault(ns["nqn"], {"nqn": ns["nqn"], "name": None, "paths": []})
+            if ns.get("controller") and all(p["controller"] != ns["controller"] for p in entry["paths"]):
+                entry["paths"].append({"controller": ns["controller"], "transport": ns.get("transport"),
+                                       "traddr": ns.get("address"), "state": None})
+    return list(out.values())
 
 
 def missing_fields(inventory: dict) -> list[str]:

@@ -21,7 +21,11 @@ def test_probing_two_simulated_nodes_fills_every_field_and_keeps_rehashable_evid
         assert not isinstance(inventory, Exception), inventory
         assert missing_fields(inventory) == [] and inventory["problems"] == []
         assert inventory["simulated"] is True and inventory["node"] == node.name
+        devices = inventory["gpus"].pop("devices")
         assert inventory["gpus"] == {"count": 8, "model": "AMD Instinct MI308X", "memory_gb": 192, "arch": "gfx942"}
+        assert [(d["index"], d["model"], d["memory_gb"]) for d in devices] == [(i, "MI308X", 192) for i in range(8)]
+        assert all(d["bdf"] and d["uuid"] for d in devices)
+        inventory["gpus"]["devices"] = devices
         assert inventory["rocm"] == "7.2.1" and inventory["vllm"] == "0.20.1+rocm721"
         assert inventory["lmcache"]["hip"] is True and len(inventory["lmcache"]["commit"]) == 40
         assert inventory["fx"]["transport"] == "rdma" and inventory["fx"]["mounted"] and inventory["fx"]["writable"]

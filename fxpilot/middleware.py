@@ -73,3 +73,17 @@ class PersonLanguageMiddleware:
         response = self.get_response(request)
         response.headers.setdefault("Content-Language", translation.get_language())
         return response
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: the API answers JSON (its clients are programs); pages keep Django's explanation."""
+    if request.path.startswith("/api/"):
+        from django.http import JsonResponse
+
+        return JsonResponse(
+            {"error": f"refused: {reason or 'CSRF check failed'}; the API is read-only (GET) and takes a Bearer token"},
+            status=403,
+        )
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    return django_csrf_failure(request, reason=reason)

@@ -6,6 +6,7 @@ Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from fxpilot.env import (
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "axes",
     "gates",
     "runners",
 ]
@@ -79,6 +81,7 @@ MIDDLEWARE = [
     "fxpilot.middleware.PersonLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "fxpilot.urls"
@@ -127,18 +130,62 @@ STATIC_ROOT.mkdir(exist_ok=True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("FXPILOT_UPLOAD_MAX_BYTES", 25 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 
+# ── Cache, sessions and signing in ──────────────────────────────────────────────────────────
+# Every web process must see the same sessions, or a logout ends the session in one process only.
+# With a Redis cache (FXPILOT_CACHE_URL, or by default the broker's Redis) sessions are read from it
+# before the database; without one they live in the database alone, and the cache is per process and
+# holds nothing that must be shared (drawn charts).
+_broker_for_cache = envstr("CELERY_BROKER_URL", "") or ""
+FXPILOT_CACHE_URL = envstr(
+    "FXPILOT_CACHE_URL", _broker_for_cache if _broker_for_cache.startswith(("redis://", "rediss://")) else ""
+)
+if FXPILOT_CACHE_URL and not FXPILOT_CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise SettingError(f"FXPILOT_CACHE_URL must be a redis://, rediss:// or unix:// URL, not {FXPILOT_CACHE_URL.split(':')[0]}://…")
+if FXPILOT_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "fxpilot.cache.PrefixedRedisCache",
+            "LOCATION": FXPILOT_CACHE_URL,
+            "KEY_PREFIX": envstr("FXPILOT_CACHE_PREFIX", "fxpilot"),
+            "TIMEOUT": 3600,
+        }
+    }
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "fxpilot"}}
+    SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", PRODUCTION)
 SESSION_COOKIE_HTTPONLY = True
-# Sessions are read from the cache before the database: one query fewer on every page.
-SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=300)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# A refused CSRF check answers JSON under /api/ and Django's page elsewhere.
+CSRF_FAILURE_VIEW = "fxpilot.middleware.csrf_failure"
 if PRODUCTION:
+    # Behind a TLS reverse proxy that sets X-Forwarded-Proto (docs/operations.md).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0, minimum=0)
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+
+# Login throttling (django-axes, attempts kept in the database: shared by every process, kept across
+# restarts, and never cleared by a successful login): 5 failures for one user name or 30 from one
+# address lock both out for 15 minutes, the right password included (fxpilot.signin).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
+FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+AXES_HANDLER = "fxpilot.signin.LoginThrottleHandler"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = FXPILOT_LOGIN_FAILURES_PER_NAME
+AXES_COOLOFF_TIME = timedelta(minutes=FXPILOT_LOGIN_LOCKOUT_MINUTES)
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "fxpilot.signin.lockout_response"
+AXES_USERNAME_CALLABLE = "fxpilot.signin.attempted_username"
+AXES_VERBOSE = False
 
 # Mail: files under var/mail by default, SMTP when EMAIL_HOST is set.
 EMAIL_HOST = envstr("EMAIL_HOST")
@@ -205,7 +252,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
     # kombu warns that "filesystem://" names no host; the embedded broker needs none.
-    "loggers": {"paramiko": {"level": "WARNING"}, "kombu.connection": {"level": "ERROR"}},
+    "loggers": {"paramiko": {"level": "WARNING"}, "kombu.connection": {"level": "ERROR"}, "axes": {"level": "WARNING"}},
 }
 
 if FXPILOT_ENV == "test":

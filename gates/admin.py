@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from gates.models import AuditEvent, Criterion, Evaluation, Gate, Membership, Organisation, Pilot, PlanVersion, Report, SignOff
+from gates.models import (
+    AuditEvent,
+    Criterion,
+    Evaluation,
+    Gate,
+    Membership,
+    Organisation,
+    Pilot,
+    PlanVersion,
+    Report,
+    SignOff,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -35,9 +46,26 @@ class PilotAdmin(admin.ModelAdmin):
     inlines = [GateInline]
 
 
+def _frozen(version) -> bool:
+    return version is not None and version.pk is not None and version.is_frozen
+
+
 class CriterionInline(admin.TabularInline):
+    """Editable while the plan is a draft; read-only once signed (the models and the database refuse too)."""
+
     model = Criterion
     extra = 0
+
+    def get_readonly_fields(self, request, obj=None):
+        if _frozen(obj):
+            return [field.name for field in Criterion._meta.fields]
+        return super().get_readonly_fields(request, obj)
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return not _frozen(obj) and super().has_add_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return not _frozen(obj) and super().has_delete_permission(request, obj)
 
 
 @admin.register(PlanVersion)
@@ -46,10 +74,35 @@ class PlanVersionAdmin(admin.ModelAdmin):
     readonly_fields = ("state", "sha256", "signed_at")
     inlines = [CriterionInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        if _frozen(obj):
+            return [field.name for field in PlanVersion._meta.fields]
+        return super().get_readonly_fields(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return not _frozen(obj) and super().has_delete_permission(request, obj)
+
 
 @admin.register(Criterion)
 class CriterionAdmin(admin.ModelAdmin):
     list_display = ("plan_version", "gate_number", "key", "metric", "comparison", "op", "threshold", "unit")
+    list_filter = ("plan_version__state",)
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and _frozen(obj.plan_version):
+            return [field.name for field in Criterion._meta.fields]
+        return super().get_readonly_fields(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and _frozen(obj.plan_version):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        # Bulk deletion would bypass the per-object check above; the queryset refuses it anyway.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
 
 
 @admin.register(Gate)

@@ -129,6 +129,62 @@ class Pilot(models.Model):
         return self.start_date + timedelta(weeks=week - 1)
 
 
+class PlanFrozenError(Exception):
+    """A change to a signed (or superseded) plan version or its criteria: refused, whoever asks."""
+
+
+class PlanTamperedError(Exception):
+    """The rows of a signed plan no longer hash to what both parties signed: nothing may be judged with it."""
+
+
+# A plan version in these states is frozen; the database refuses changes too (migration 0005).
+FROZEN_PLAN_STATES = ("signed", "superseded")
+# Of a frozen version only its state may move, from signed to superseded (a newer version was signed).
+PLAN_VERSION_FIELDS = ("pilot_id", "number", "state", "source", "document", "sha256", "signed_at")
+
+
+class PlanVersionQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        frozen = self.filter(state__in=FROZEN_PLAN_STATES)
+        supersede_only = set(kwargs) == {"state"} and kwargs["state"] == "superseded"
+        if supersede_only and not frozen.exclude(state="signed").exists():
+            return super().update(**kwargs)
+        if frozen.exists():
+            raise PlanFrozenError(
+                f"refused: {', '.join(sorted(kwargs))} of a signed plan version cannot change; amend the plan instead"
+            )
+        return super().update(**kwargs)
+
+    def delete(self):
+        if self.filter(state__in=FROZEN_PLAN_STATES).exists():
+            raise PlanFrozenError("refused: a signed plan version cannot be deleted")
+        return super().delete()
+
+
+class CriterionQuerySet(models.QuerySet):
+    def _refuse_if_frozen(self, what: str) -> None:
+        frozen = self.filter(plan_version__state__in=FROZEN_PLAN_STATES).values_list("key", flat=True)[:5]
+        if frozen:
+            raise PlanFrozenError(
+                f"refused: {what} criteria of a signed plan version ({', '.join(frozen)}); amend the plan instead"
+            )
+
+    def update(self, **kwargs):
+        self._refuse_if_frozen(f"changing {', '.join(sorted(kwargs))} of")
+        return super().update(**kwargs)
+
+    def delete(self):
+        self._refuse_if_frozen("deleting")
+        return super().delete()
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        versions = {obj.plan_version_id for obj in objs}
+        if PlanVersion.objects.filter(pk__in=versions, state__in=FROZEN_PLAN_STATES).exists():
+            raise PlanFrozenError("refused: adding criteria to a signed plan version; amend the plan instead")
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class PlanVersion(models.Model):
     """The criteria both parties sign. Frozen once signed; a change makes version n+1."""
 
@@ -148,6 +204,8 @@ class PlanVersion(models.Model):
     created = models.DateTimeField(default=timezone.now)
     signed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    objects = PlanVersionQuerySet.as_manager()
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["pilot", "number"], name="unique_plan_number")]
         ordering = ["pilot", "number"]
@@ -158,6 +216,43 @@ class PlanVersion(models.Model):
     @property
     def is_frozen(self) -> bool:
         return self.state != self.State.DRAFT
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            stored = PlanVersion.objects.filter(pk=self.pk).values(*PLAN_VERSION_FIELDS).first()
+            if stored is not None and stored["state"] in FROZEN_PLAN_STATES:
+                changed = [name for name in PLAN_VERSION_FIELDS if getattr(self, name) != stored[name]]
+                superseded = changed == ["state"] and stored["state"] == "signed" and self.state == "superseded"
+                if changed and not superseded:
+                    raise PlanFrozenError(
+                        f"refused: plan v{stored['number']} is {stored['state']} and frozen; "
+                        f"{', '.join(changed)} cannot change (amend the plan to make a new version)"
+                    )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if PlanVersion.objects.filter(pk=self.pk, state__in=FROZEN_PLAN_STATES).exists():
+            raise PlanFrozenError(f"refused: plan v{self.number} is signed; a signed plan version cannot be deleted")
+        return super().delete(*args, **kwargs)
+
+    def verified_plan(self):
+        """The plan to judge with, rebuilt from the rows and checked against what both parties signed.
+
+        Raises PlanTamperedError when this version is not signed, or when its criteria or settings hash
+        to anything but the signed SHA-256 (and the hash each party approved).
+        """
+        if self.state == self.State.DRAFT or not self.sha256:
+            raise PlanTamperedError(f"plan v{self.number} is not signed by both parties; nothing is judged against it")
+        plan = self.to_plan()
+        approved = set(
+            self.signoffs.filter(decision="approve").values_list("evidence_sha256", flat=True)
+        )
+        if plan.sha256 != self.sha256 or approved != {self.sha256}:
+            raise PlanTamperedError(
+                f"plan v{self.number} of {self.pilot.name} now hashes to {plan.sha256}, but both parties signed "
+                f"{self.sha256}: its criteria or settings were changed after signing, so nothing is judged against it"
+            )
+        return plan
 
     def to_plan(self):
         """The plan as the judge sees it (gates.plan.Plan), built from the document and the criterion rows."""
@@ -192,12 +287,32 @@ class Criterion(models.Model):
     confidence = models.FloatField(default=0.95)
     position = models.PositiveSmallIntegerField(default=0)
 
+    objects = CriterionQuerySet.as_manager()
+
     class Meta:
         ordering = ["gate_number", "position"]
         constraints = [models.UniqueConstraint(fields=["plan_version", "key"], name="unique_criterion_key")]
 
     def __str__(self) -> str:
         return f"G{self.gate_number} {self.key}"
+
+    def _refuse_if_frozen(self, what: str) -> None:
+        versions = {self.plan_version_id}
+        if self.pk is not None:
+            versions |= set(Criterion.objects.filter(pk=self.pk).values_list("plan_version_id", flat=True))
+        frozen = PlanVersion.objects.filter(pk__in=versions, state__in=FROZEN_PLAN_STATES).values_list("number", flat=True)
+        if frozen:
+            raise PlanFrozenError(
+                f"refused: {what} {self.key} of plan v{frozen[0]}, which is signed and frozen; amend the plan instead"
+            )
+
+    def save(self, *args, **kwargs):
+        self._refuse_if_frozen("changing" if self.pk is not None else "adding")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        self._refuse_if_frozen("deleting")
+        return super().delete(*args, **kwargs)
 
 
 class Gate(models.Model):
@@ -425,7 +540,7 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…) of {self.user}"
 
     @classmethod
-    def issue(cls, user, name: str) -> tuple["ApiToken", str]:
+    def issue(cls, user, name: str) -> tuple[ApiToken, str]:
         import hashlib
         import secrets
 

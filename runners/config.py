@@ -14,7 +14,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
-from runners.validators import validate_host, validate_nqn, validate_port
+from runners.validators import validate_host, validate_nqn, validate_port, validate_vllm_flag
 
 ARMS = ("recompute", "local_nvme", "fx")
 # Default port offset of each arm from ports.base, so three servers of a run never collide.
@@ -375,6 +375,10 @@ def _flags(value: Any) -> tuple[str, ...]:
                                                       "digits and . _ : / , + @ %% -)") % {"value": item})
             if item.split("=", 1)[0] in _RESERVED_FLAGS:
                 raise DeploymentSettingsError(name, _("%(value)s is set by the deploy step itself") % {"value": item})
+            try:
+                validate_vllm_flag(item)
+            except ValidationError as exc:
+                raise DeploymentSettingsError(name, " ".join(exc.messages)) from None
             previous_was_flag = "=" not in item
         elif previous_was_flag and _FLAG_VALUE.match(item):
             previous_was_flag = False

@@ -54,7 +54,10 @@ def load_private_key(text: str | bytes, passphrase: str = "") -> paramiko.PKey:
     try:
         loaded = _load(data, passphrase or None)
     except TypeError:
-        # cryptography's signal that the key is encrypted and no passphrase was given
+        # cryptography's signal that a passphrase is missing, or was given for a key that has none
+        if passphrase:
+            raise ValidationError(_("This private key is not encrypted; leave the passphrase empty."),
+                                  code="passphrase_not_needed") from None
         raise ValidationError(_("This private key is encrypted; enter its passphrase."), code="passphrase_required") from None
     if isinstance(loaded, rsa.RSAPrivateKey):
         key_class = paramiko.RSAKey
@@ -65,8 +68,13 @@ def load_private_key(text: str | bytes, passphrase: str = "") -> paramiko.PKey:
     else:
         raise ValidationError(_("Unsupported key type %(type)s; use Ed25519, ECDSA or RSA."), code="key_type",
                               params={"type": type(loaded).__name__})
+    # paramiko reads some formats only (not PKCS#8 Ed25519, encrypted or not): it gets the key, already
+    # opened, in the OpenSSH format, in memory.
+    opened = loaded.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
     try:
-        return key_class.from_private_key(io.StringIO(data.decode()), password=passphrase or None)
+        return key_class.from_private_key(io.StringIO(opened))
     except (paramiko.SSHException, ValueError, UnicodeDecodeError):
         raise ValidationError(_("This file is not a private key in OpenSSH or PEM format."), code="not_a_key") from None
 

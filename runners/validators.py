@@ -16,14 +16,24 @@ _USERNAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$", re.IGNORECASE)
 _NQN = re.compile(r"^nqn\.\d{4}-\d{2}\.[A-Za-z0-9.-]+(:[\x21-\x7e]+)?$")
 
 
+# A scoped IPv6 address (fe80::1%eth0) names an interface or its index after the %: nothing else.
+_SCOPE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}|[0-9]{1,10})$")
+
+
 def validate_host(value: str) -> str:
-    """An IPv4/IPv6 address or an RFC 1123 host name."""
+    """An IPv4/IPv6 address (an IPv6 scope must be an interface name or index) or an RFC 1123 host name."""
     value = (value or "").strip()
     try:
-        ipaddress.ip_address(value)
-        return value
+        address = ipaddress.ip_address(value)
     except ValueError:
-        pass
+        address = None
+    if address is not None:
+        scope = getattr(address, "scope_id", None)
+        if scope is not None and not _SCOPE.match(scope):
+            raise ValidationError(
+                _("“%(value)s”: the scope after %% must be an interface name (at most 15 letters, digits, _ . -, not "
+                  "starting with -) or an interface number."), code="host", params={"value": value})
+        return value
     if not value or len(value) > 253:
         raise ValidationError(_("“%(value)s” is neither an IP address nor a host name."), code="host", params={"value": value})
     labels = value.rstrip(".").split(".")
@@ -66,3 +76,49 @@ def validate_nqn(value: str) -> str:
         raise ValidationError(_("“%(value)s” is not an NVMe qualified name (nqn.yyyy-mm.domain:…)."), code="nqn",
                               params={"value": value})
     return value
+
+
+# vLLM options a deployment may not pass: they run code from the model repository or the node
+# (--trust-remote-code, plugins, classes or processors to import), let the API read the node's files or
+# fetch URLs (--allowed-local-media-path, --allowed-media-domains), load more options from a file
+# (--config), open the API to other origins (CORS), or put a secret on the command line where `ps` and the
+# run log show it. argparse also accepts an unambiguous prefix of an option, so prefixes are refused too.
+FORBIDDEN_VLLM_FLAGS = (
+    "--trust-remote-code", "--allowed-local-media-path", "--allowed-media-domains", "--config",
+    "--middleware", "--tool-parser-plugin", "--reasoning-parser-plugin", "--logits-processors",
+    "--worker-cls", "--worker-extension-cls", "--allowed-origins", "--allowed-methods", "--allowed-headers",
+    "--allow-credentials", "--api-key", "--hf-token",
+)
+
+
+def validate_vllm_flag(flag: str) -> str:
+    """A --flag (or --flag=value) for `vllm serve` that fxpilot lets a deployment add."""
+    name = flag.split("=", 1)[0]
+    for forbidden in FORBIDDEN_VLLM_FLAGS:
+        if name == forbidden or (len(name) >= 4 and forbidden.startswith(name)):
+            raise ValidationError(
+                _("%(flag)s is not allowed: it is or abbreviates %(forbidden)s, which would let vLLM run code, read files "
+                  "or expose what the pilot did not agree to."),
+                code="vllm-flag", params={"flag": name, "forbidden": forbidden})
+    return flag
+
+
+# A customer trace is a CSV of sessions and turns; this bounds the memory its parsing takes (a 100 MB
+# trace of 2.9 M rows took 1.9 GB). FXPILOT_TRACE_MAX_BYTES in the settings overrides it.
+TRACE_MAX_BYTES = 16 * 1024 * 1024
+
+
+def trace_max_bytes() -> int:
+    from django.conf import settings
+
+    return int(getattr(settings, "FXPILOT_TRACE_MAX_BYTES", TRACE_MAX_BYTES))
+
+
+def validate_trace_size(size: int) -> int:
+    """Refuse a trace over the limit before it is read."""
+    limit = trace_max_bytes()
+    if size > limit:
+        raise ValidationError(
+            _("The trace is %(size)s bytes; the largest accepted is %(limit)s bytes (%(mb)s MB). Replay a sample of "
+              "the sessions."), code="trace-size", params={"size": size, "limit": limit, "mb": limit // 2**20})
+    return size

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from gates.lifecycle import audit
 from runners.models import Node
 from runners.ssh import HostKeyChanged, HostKeyPending, SSHError, accept_host_key, connect
 
@@ -36,10 +37,14 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
             node.refresh_from_db()
         if opts["fingerprint"]:
+            fingerprint = opts["fingerprint"].strip()
             try:
-                accept_host_key(node, opts["fingerprint"].strip())
+                accepted = accept_host_key(node, fingerprint)
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
+            # The same audit event as the portal's acceptance, by the command (it has no signed-in person).
+            audit(accepted.site.pilot, "manage.py accept_host_key", "node.host_key_accepted", accepted,
+                  Node.HostKeyState.PENDING, Node.HostKeyState.ACCEPTED, fingerprint=fingerprint)
             self.stdout.write(self.style.SUCCESS(f"{node.name}: host key {opts['fingerprint']} accepted"))
             return
         self.stdout.write(f"{node.name} ({node.username}@{node.host}:{node.port}): {node.get_host_key_state_display()}")

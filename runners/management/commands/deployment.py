@@ -46,9 +46,12 @@ class Command(BaseCommand):
 
 def _read(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise CommandError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{path}: not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}); "
+                           "save it as UTF-8") from None
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from gates.lifecycle import TransitionRefused
@@ -16,6 +17,7 @@ from gates.models import Pilot
 from gates.plan import parse_gate_label
 from runners.models import Job, Site, Status
 from runners.orchestration import RunRefused, job_progress, log_since, start_gate_run
+from runners.validators import validate_trace_size
 
 EXIT_CODES = {Status.SUCCESSFUL: 0, Status.FAILED: 1, Status.ERROR: 2, Status.CANCELED: 3}
 REFUSED = 4
@@ -102,9 +104,12 @@ class Command(BaseCommand):
         trace_bytes = None
         if trace:
             try:
+                validate_trace_size(Path(trace).stat().st_size)
                 trace_bytes = Path(trace).read_bytes()
             except OSError as exc:
                 raise CommandError(f"--trace {trace}: {exc.strerror}", returncode=REFUSED) from None
+            except ValidationError as exc:
+                raise CommandError(f"--trace {trace}: {' '.join(exc.messages)}", returncode=REFUSED) from None
         try:
             job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params, trace=trace_bytes)
         except (TransitionRefused, RunRefused) as exc:

@@ -126,6 +126,30 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 
+# Evidence (artifacts and reports): files under DATA_DIR by default; with FXPILOT_S3_BUCKET set, objects in an
+# S3-compatible store, so that site workers share nothing with the web tier but the database and the broker.
+FXPILOT_S3_BUCKET = envstr("FXPILOT_S3_BUCKET")
+if FXPILOT_S3_BUCKET:
+    _evidence = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": FXPILOT_S3_BUCKET,
+        "endpoint_url": envstr("FXPILOT_S3_ENDPOINT_URL"),
+        "region_name": envstr("FXPILOT_S3_REGION", "us-east-1"),
+        "access_key": envstr("FXPILOT_S3_ACCESS_KEY_ID", required=True),
+        "secret_key": envstr("FXPILOT_S3_SECRET_ACCESS_KEY", required=True),
+        "location": envstr("FXPILOT_S3_PREFIX", ""),
+        "default_acl": None, "querystring_auth": True, "file_overwrite": True, "max_memory_size": 8 * 1024 * 1024,
+        # The store checks each upload against the SHA-256 the client sends with it.
+        "object_parameters": {"ChecksumAlgorithm": "SHA256"},
+    }}
+else:
+    _evidence = {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                 "OPTIONS": {"location": str(DATA_DIR), "file_permissions_mode": 0o444}}
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "evidence": _evidence,
+}
+
 # Uploads: small by default; artifacts never travel through the web tier.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("FXPILOT_UPLOAD_MAX_BYTES", 25 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE

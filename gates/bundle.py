@@ -113,10 +113,13 @@ def build_bundle(pilot: Pilot) -> tuple[str, bytes]:
             bundle.add(f"{folder}/plan.json", json.dumps(evaluation.plan_version.to_plan().to_dict(), indent=2,
                                                          ensure_ascii=False).encode())
         gates_done.append((number, evaluation))
+    from gates.reports.service import ReportError, report_bytes
+
     for report in pilot.reports.order_by("created"):
-        path = Path(settings.DATA_DIR) / report.path
-        if path.exists():
-            bundle.add(f"{prefix}/reports/{path.name}", path.read_bytes())
+        try:
+            bundle.add(f"{prefix}/reports/{report.path.rsplit('/', 1)[-1]}", report_bytes(report))
+        except ReportError:
+            continue  # a report missing from the store is not shipped (the bundle's manifest lists what is)
     bundle.add(f"{prefix}/README.md", _readme(pilot, gates_done, simulated).encode())
     return f"{prefix}.tar.gz", bundle.finish(prefix)
 

@@ -311,41 +311,106 @@ def server_log_tail(conn: ssh.NodeConnection, deployment: Deployment, lines: int
     return result.stdout.strip()
 
 
+def run_outcome(job: Job) -> str:
+    """How the run stands when its teardown runs: "canceled", "error" or "" (nothing went wrong so far)."""
+    state = Job.objects.filter(pk=job.pk).values("cancel_requested", "error", "status").first() or {}
+    if state.get("cancel_requested") or state.get("status") == "canceled":
+        return "canceled"
+    if state.get("error") or state.get("status") == "error":
+        return "error"
+    return ""
+
+
+class _Parts:
+    """Runs each part of a teardown whatever happened to the parts before it, and keeps every failure.
+
+    A connection lost in one part is opened again for the next; a node that cannot be reached at all
+    ends the remaining parts with that reason (and the step is retried by the orchestrator).
+    """
+
+    def __init__(self, node: Node, conn: ssh.NodeConnection) -> None:
+        self.node, self.conn, self.problems = node, conn, []
+
+    def run(self, what: str, action) -> Any:
+        if self.conn is None:
+            try:
+                self.conn = ssh.connect(self.node)
+            except ssh.SSHError as exc:
+                self.problems.append(f"{what}: {exc}")
+                return None
+        try:
+            return action(self.conn)
+        except Exception as exc:  # noqa: BLE001 — a teardown part that fails must not stop the next one
+            self.problems.append(f"{what}: {_problem(exc)}")
+            if isinstance(exc, ssh.ConnectionLost):
+                self.conn.close()
+                self.conn = None
+            return None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _problem(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if isinstance(exc, (ssh.SSHError, DeployError, ArtifactMismatch)) else f"{type(exc).__name__}: {text}"
+
+
 def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment | Mapping[str, Any], *,
                  purge_cache: bool = False) -> Deployment:
-    """Stop the server's process group, keep its log, detach FX if this run attached it. Safe to call again."""
+    """Stop the server, keep its logs and what the node recorded, detach FX, clean caches. Safe to call again.
+
+    Every part runs even when an earlier one failed; the DeployError raised at the end names every failure.
+    When the run has ended in error or was canceled, the records, summaries and metrics the node wrote are
+    kept too, marked with that outcome. The FX attachment is detached only when no other run holds the node.
+    """
+    from runners.models import lease_holder
+
     if isinstance(deployment, Mapping):
         deployment = Deployment.from_dict(deployment)
-    problems: list[str] = []
-    with ssh.connect(node) as conn:
+    outcome = run_outcome(job)
+    parts = _Parts(node, ssh.connect(node))
+    try:
         if deployment.server:
-            try:
-                detached.cancel(conn, deployment.server)
-            except ssh.SSHError as exc:
-                problems.append(f"stopping the server: {exc}")
-            _keep_server_logs(job, step, node, conn, deployment, problems)
+            parts.run("stopping the server", lambda conn: detached.cancel(conn, deployment.server))
+            parts.run("keeping the server logs", lambda conn: _keep_server_logs(job, step, node, conn, deployment))
+        if outcome and deployment.arm_dir:
+            kept = parts.run("keeping what the node recorded",
+                             lambda conn: _keep_recorded(job, step, node, conn, deployment, outcome))
+            if kept:
+                _say(job, step, node, f"{deployment.arm}: kept {len(kept)} file(s) the node recorded before the run "
+                                      f"ended ({outcome}): {', '.join(a.name for a in kept)}")
         if deployment.fx_user:
-            try:
-                _script(conn, job, step, node, deployment, "attach_fx.sh", "detach", f"{deployment.run_dir}/fx.env",
-                        deployment.fx_user, what="detaching the FX array")
-            except DeployError as exc:
-                problems.append(str(exc))
+            holder = lease_holder(node)
+            if holder is not None and holder.pk != job.pk:
+                _say(job, step, node, f"{deployment.arm}: the FX array is left attached: node {node.name} is now held "
+                                      f"by run {str(holder.code)[:8]}")
+            else:
+                parts.run("detaching the FX array", lambda conn: _script(
+                    conn, job, step, node, deployment, "attach_fx.sh", "detach", f"{deployment.run_dir}/fx.env",
+                    deployment.fx_user, what="detaching the FX array"))
         if purge_cache and deployment.arm_dir:
-            try:
-                _script(conn, job, step, node, deployment, "deploy.sh", "cleanup", deployment.arm_dir, what="cache cleanup")
-            except DeployError as exc:
-                problems.append(str(exc))
-    deployment.torn_down = not problems
-    _save(step, deployment)
-    if problems:
-        raise DeployError(f"node {node.name}: {deployment.arm}: teardown incomplete: " + "; ".join(problems),
-                          deployment=deployment)
+            parts.run("cleaning the cache", lambda conn: _script(conn, job, step, node, deployment, "deploy.sh", "cleanup",
+                                                                 deployment.arm_dir, what="cache cleanup"))
+    finally:
+        parts.close()
+    deployment.torn_down = not parts.problems
+    try:
+        _save(step, deployment)
+    except Exception as exc:  # noqa: BLE001
+        parts.problems.append(f"recording the teardown: {_problem(exc)}")
+    if parts.problems:
+        raise DeployError(f"node {node.name}: {deployment.arm}: teardown incomplete ({len(parts.problems)} part(s) "
+                          "failed): " + "; ".join(parts.problems), deployment=deployment)
     _say(job, step, node, f"{deployment.arm}: torn down")
     return deployment
 
 
 def _keep_server_logs(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, deployment: Deployment,
-                      problems: list[str]) -> None:
+                      problems: list[str] | None = None) -> list[Artifact]:
+    """Every server log, each tried even when another failed; raises DeployError naming the ones that failed."""
+    kept, failed = [], []
     for path in server_log_paths(deployment):
         name = f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}"
         if not name.endswith(".log"):
@@ -353,9 +418,68 @@ def _keep_server_logs(job: Job, step: Step | None, node: Node, conn: ssh.NodeCon
         try:
             if conn.run(f"test -f {ssh.shell_path(path)}", echo=False, check=False, timeout=30).exit_code != 0:
                 continue
-            conn.download(path, job=job, name=name, kind="server-log", step=step)
-        except ssh.SSHError as exc:
-            problems.append(f"keeping the server log {path}: {exc}")
+            kept.append(conn.download(path, job=job, name=name, kind="server-log", step=step))
+        except ssh.ConnectionLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 — e.g. the store is full: the next log is still tried
+            failed.append(f"keeping the server log {path}: {_problem(exc)}")
+    if failed:
+        if problems is not None:
+            problems.extend(failed)
+        else:
+            raise DeployError("; ".join(failed), deployment=deployment)
+    return kept
+
+
+def _recorded_files(conn: ssh.NodeConnection, deployment: Deployment) -> dict[str, str]:
+    """Node path → artifact name of what collect_deployment fetches: manifest, FX attach record, records/, metrics/."""
+    listing = conn.run(f"cd {ssh.shell_path(deployment.arm_dir)} 2>/dev/null && find records metrics -type f "
+                       f"2>/dev/null; true", echo=False, timeout=60).stdout.split()
+    mapping = {f"{deployment.arm_dir}/{rel}": f"{deployment.name_prefix}/{rel}"
+               for rel in ["manifest.json", *sorted(listing)] if not rel.endswith(".part")}
+    if conn.run(f"test -f {ssh.shell_path(deployment.run_dir + '/fx-attach.json')}", echo=False, check=False,
+                timeout=30).exit_code == 0:
+        # The attach record is rewritten for each arm, so it is kept per arm.
+        mapping[f"{deployment.run_dir}/fx-attach.json"] = f"{deployment.name_prefix}/fx-attach.json"
+    return mapping
+
+
+def _keep_recorded(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, deployment: Deployment,
+                   outcome: str) -> list[Artifact]:
+    """What the node recorded and no step collected yet, kept with the run's outcome (every file tried)."""
+    have = set(Artifact.objects.filter(job=job, name__startswith=deployment.name_prefix + "/").values_list("name", flat=True))
+    kept, failed = [], []
+    for path, name in _recorded_files(conn, deployment).items():
+        if name in have:
+            continue
+        if conn.run(f"test -f {ssh.shell_path(path)}", echo=False, check=False, timeout=30).exit_code != 0:
+            continue
+        try:
+            kept.append(conn.download(path, job=job, name=name, kind=_kind(path), step=step, outcome=outcome))
+        except ssh.ConnectionLost:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            failed.append(f"{path}: {_problem(exc)}")
+    if failed:
+        raise DeployError(f"kept {len(kept)} file(s), but " + "; ".join(failed), deployment=deployment)
+    return kept
+
+
+def fx_path_intact(conn: ssh.NodeConnection, deployment: Deployment) -> str | None:
+    """None when the FX mount this run attached is still mounted; otherwise what is wrong, in words."""
+    res = conn.run(f"cat {ssh.shell_path(deployment.run_dir + '/fx-attach.json')} 2>/dev/null", echo=False, check=False,
+                   timeout=30)
+    try:
+        record = json.loads(res.stdout or "{}")
+    except ValueError:
+        return "the FX attach record on the node cannot be read"
+    mount = record.get("mount")
+    if not mount or record.get("detached") is True:
+        return "the FX array was detached before the run was done with it" if mount else None
+    listing = conn.run("mount", echo=False, check=False, timeout=30).stdout
+    if not any(len(parts) >= 3 and parts[1] == "on" and parts[2] == mount for parts in map(str.split, listing.splitlines())):
+        return f"the FX mount {mount} is no longer mounted"
+    return None
 
 
 _KINDS = ((".summary.json", "phase-summary"), (".jsonl", "records"), ("manifest.json", "manifest"), (".log", "server-log"),
@@ -397,18 +521,23 @@ def collect(job: Job, step: Step | None, node: Node, remote_paths: Iterable[str]
 
 def collect_deployment(job: Job, step: Step | None, node: Node, deployment: Deployment,
                        extra: Iterable[str] = ()) -> list[Artifact]:
-    """The manifest, the FX attach record and every file under the arm directory's records/ and metrics/."""
+    """The manifest, the FX attach record and every file under the arm directory's records/ and metrics/.
+
+    For an arm on the FX array, the FX path is checked after the files are kept: when it was lost meanwhile (a
+    reason outside this run: another party detached or unmounted it), DeployError says so — an infrastructure
+    error, so the data is kept but never judged.
+    """
     with ssh.connect(node) as conn:
-        listing = conn.run(f"cd {ssh.shell_path(deployment.arm_dir)} && find records metrics -type f 2>/dev/null; true",
-                           echo=False, timeout=60).stdout.split()
-        has_fx = conn.run(f"test -f {ssh.shell_path(deployment.run_dir + '/fx-attach.json')}", echo=False, check=False,
-                          timeout=30).exit_code == 0
-    mapping = {f"{deployment.arm_dir}/{rel}": f"{deployment.name_prefix}/{rel}" for rel in ["manifest.json", *sorted(listing)]}
+        mapping = _recorded_files(conn, deployment)
     mapping.update({path: f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}" for path in extra})
-    if has_fx:
-        # The attach record is rewritten for each arm, so it is kept per arm.
-        mapping[f"{deployment.run_dir}/fx-attach.json"] = f"{deployment.name_prefix}/fx-attach.json"
-    return collect(job, step, node, mapping, deployment=deployment)
+    collected = collect(job, step, node, mapping, deployment=deployment)
+    if deployment.fx_user:
+        with ssh.connect(node) as conn:
+            lost = fx_path_intact(conn, deployment)
+        if lost:
+            raise DeployError(f"node {node.name}: {deployment.arm}: {lost} — interference from outside this run; the "
+                              f"{len(collected)} file(s) collected are kept but not judged", deployment=deployment)
+    return collected
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -202,6 +202,9 @@ class Artifact(models.Model):
     sha256 = models.CharField(max_length=64, db_index=True)
     size = models.BigIntegerField()
     simulated = models.BooleanField(default=False)
+    # Blank when a step collected it on its way to success; "error" or "canceled" when teardown kept what the
+    # node had recorded after the run (or the step) ended so — evidence of what happened, never judged.
+    outcome = models.CharField(max_length=12, blank=True, default="")
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -212,9 +215,90 @@ class Artifact(models.Model):
         return f"{self.name} ({self.sha256[:12]})"
 
     @property
+    def storage_name(self) -> str:
+        return artifact_storage_name(self.sha256)
+
+    @property
     def path(self) -> Path:
+        """The local file, with the embedded file-system storage only (object storage has no path)."""
         return artifact_path(self.sha256)
 
 
+def artifact_storage_name(sha256: str) -> str:
+    """The artifact's key in the evidence storage (a file under DATA_DIR, or an object in the bucket)."""
+    return f"artifacts/{sha256[:2]}/{sha256}"
+
+
 def artifact_path(sha256: str) -> Path:
-    return Path(settings.DATA_DIR) / "artifacts" / sha256[:2] / sha256
+    return Path(settings.DATA_DIR) / artifact_storage_name(sha256)
+
+
+class LeaseRefused(Exception):
+    """A node is held by another unfinished run; the message names that run."""
+
+    def __init__(self, message: str, *, holder: Job | None = None) -> None:
+        self.holder = holder
+        super().__init__(message)
+
+
+class NodeLease(models.Model):
+    """A node belongs to one run at a time: its GPUs, its server ports and its FX attachment.
+
+    Taken when a run is created (all its nodes, in one transaction, or none), released when the run
+    finishes. A lease whose run has finished is free: a run that ended without releasing (its worker
+    died at the wrong moment) never blocks the node forever.
+    """
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="lease")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="leases")
+    taken = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.node.name} held by {self.job}"
+
+
+def describe_holder(job: Job) -> str:
+    what = job.gate.label if job.gate_id else job.get_kind_display()
+    return f"{what} run {str(job.code)[:8]} of pilot {job.pilot.name} ({job.status})"
+
+
+def take_nodes(job: Job, nodes) -> list[NodeLease]:
+    """Lease every node to `job`, or raise LeaseRefused naming the run that holds one. Call inside a transaction.
+
+    The node rows are locked first (in primary-key order, so two runs taking overlapping sets never deadlock).
+    """
+    from django.db import transaction
+
+    nodes = sorted(nodes, key=lambda n: n.pk)
+    if not nodes:
+        return []
+    with transaction.atomic():
+        list(Node.objects.select_for_update().filter(pk__in=[n.pk for n in nodes]).order_by("pk").values_list("pk"))
+        held = {lease.node_id: lease for lease in NodeLease.objects.select_related("job__gate", "job__pilot", "node")
+                .filter(node_id__in=[n.pk for n in nodes])}
+        leases = []
+        for node in nodes:
+            lease = held.get(node.pk)
+            if lease is not None and lease.job_id != job.pk:
+                if lease.job.status not in FINISHED:
+                    raise LeaseRefused(f"node {node.name} is in use by {describe_holder(lease.job)}; it can run once "
+                                       "that run has finished or been canceled", holder=lease.job)
+                lease.delete()  # the holder finished without releasing it
+                lease = None
+            if lease is None:
+                lease = NodeLease.objects.create(node=node, job=job)
+            leases.append(lease)
+        return leases
+
+
+def release_nodes(job: Job) -> int:
+    """Give back every node `job` holds (idempotent)."""
+    return NodeLease.objects.filter(job=job).delete()[0]
+
+
+def lease_holder(node: Node) -> Job | None:
+    """The unfinished run that holds the node, if any."""
+    lease = NodeLease.objects.select_related("job").filter(node=node).first()
+    if lease is None or lease.job.status in FINISHED:
+        return None
+    return lease.job

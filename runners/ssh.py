@@ -230,7 +230,9 @@ class NodeConnection:
         self._sftp: paramiko.SFTPClient | None = None
 
     def __enter__(self) -> NodeConnection:
-        return self.open()
+        # `with connect(node) as conn` hands over a connection already open: opening it again would leave the
+        # first session connected (idle, for the life of the worker).
+        return self if self._client is not None else self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -242,6 +244,8 @@ class NodeConnection:
         return self._client.get_transport()
 
     def open(self) -> NodeConnection:
+        if self._client is not None:
+            return self
         node = self.node
         try:
             validate_host(node.host)
@@ -447,9 +451,11 @@ class NodeConnection:
         except (OSError, EOFError, paramiko.SSHException):
             pass
 
-    def download(self, remote_path: str, *, job: Job, name: str, kind: str, step: Step | None = None) -> Artifact:
-        """Fetch a file into the artifact store, hashed on the node and again here."""
-        return self._fetch(remote_path, self.remote_sha256(remote_path), job=job, name=name, kind=kind, step=step)
+    def download(self, remote_path: str, *, job: Job, name: str, kind: str, step: Step | None = None,
+                 outcome: str = "") -> Artifact:
+        """Fetch a file into the artifact store, hashed on the node, here, and on its way into the store."""
+        return self._fetch(remote_path, self.remote_sha256(remote_path), job=job, name=name, kind=kind, step=step,
+                           outcome=outcome)
 
     def fetch_to(self, remote_path: str, local_path: Path | str, *, remote_sha256: str | None = None) -> str:
         """Copy a remote file to a local path, hashed on the node and again here; returns the SHA-256."""
@@ -467,13 +473,14 @@ class NodeConnection:
                                    f"the bytes received hash to {local}", node=self.node)
         return local
 
-    def _fetch(self, remote_path: str, remote: str, *, job: Job, name: str, kind: str, step: Step | None) -> Artifact:
+    def _fetch(self, remote_path: str, remote: str, *, job: Job, name: str, kind: str, step: Step | None,
+               outcome: str = "") -> Artifact:
         tmp_dir = Path(settings.DATA_DIR) / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=tmp_dir, prefix="download-") as tmp:
             self.fetch_to(remote_path, tmp.name, remote_sha256=remote)
             return store_file(job, name, tmp.name, kind=kind, step=step, node=self.node, simulated=self.node.simulated,
-                              remote_sha256=remote)
+                              remote_sha256=remote, outcome=outcome)
 
 
 def connect(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> NodeConnection:

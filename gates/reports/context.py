@@ -11,12 +11,12 @@ import math
 import statistics
 from collections import defaultdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from gates.models import Evaluation, Gate, Pilot, SignOff
+from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 
 # KV-cache bytes per token = 2 (K and V) × layers × KV heads × head dimension × bytes per value (bf16 = 2).
 KNOWN_MODELS = {
@@ -116,7 +116,7 @@ def evaluation_artifacts(evaluation: Evaluation, *, prefix: str = "", taken: set
             rows.append(other)
     for artifact in sorted(rows, key=lambda a: a.name):
         items.append({"file": _safe_file_name(prefix + artifact.name, taken), "name": artifact.name, "kind": artifact.kind,
-                      "path": str(artifact.path), "sha256": artifact.sha256, "size": artifact.size,
+                      "storage_name": artifact.storage_name, "sha256": artifact.sha256, "size": artifact.size,
                       "simulated": artifact.simulated, "node": artifact.node.name if artifact.node_id else ""})
     return items, missing
 
@@ -226,21 +226,20 @@ def _records_session_tokens(evaluation: Evaluation | None) -> list[int]:
             continue
         budget -= artifact.size
         try:
-            handle = open(artifact.path, encoding="utf-8")
-        except OSError:
+            lines = read_artifact(artifact).decode("utf-8", errors="replace").splitlines()
+        except ArtifactMismatch:
             continue
-        with handle:
-            for line in handle:
-                if '"replay"' not in line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("schema") == "fxpilot.request/1" and record.get("phase") == "replay" and record.get("session"):
-                    tokens = int(record.get("prompt_tokens") or 0) + int(record.get("output_tokens") or 0)
-                    key = f"{record.get('arm')}/{record['session']}"
-                    longest[key] = max(longest[key], tokens)
+        for line in lines:
+            if '"replay"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("schema") == "fxpilot.request/1" and record.get("phase") == "replay" and record.get("session"):
+                tokens = int(record.get("prompt_tokens") or 0) + int(record.get("output_tokens") or 0)
+                key = f"{record.get('arm')}/{record['session']}"
+                longest[key] = max(longest[key], tokens)
     return list(longest.values())
 
 
@@ -308,7 +307,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
 
 
 def read_attachment(item: dict[str, Any]) -> bytes:
-    """The bytes of one listed attachment, from the context or its content-addressed file."""
+    """The bytes of one listed attachment, from the context or the evidence store (hashed again)."""
     if "data" in item:
         return item["data"]
-    return Path(item["path"]).read_bytes()
+    return get_bytes(item["storage_name"], item["sha256"])

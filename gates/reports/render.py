@@ -23,6 +23,7 @@ from gates.models import Gate, Party, Pilot, Role, SignOff
 from gates.reports.charts import gate_charts
 from gates.reports.context import read_attachment
 from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
+from runners.artifacts import ArtifactMismatch
 
 VERDICT_LABELS = {
     "pass": gettext_lazy("Pass"), "marginal": gettext_lazy("Marginal"), "fail": gettext_lazy("Fail"),
@@ -125,8 +126,10 @@ def _attachments(context: dict[str, Any]) -> tuple[list[Attachment], list[dict[s
     for item in context["attachments"]:
         try:
             data = read_attachment(item)
+        except ArtifactMismatch as error:
+            raise ReportError(f"artifact {item['name']}: {error}") from None
         except OSError as error:
-            raise ReportError(f"artifact {item['name']}: cannot read {item.get('path')}: {error.strerror}") from None
+            raise ReportError(f"artifact {item['name']}: cannot read {item.get('storage_name')}: {error.strerror}") from None
         sha256 = hashlib.sha256(data).hexdigest()
         if item.get("sha256") and item["sha256"] != sha256:
             raise ReportError(f"artifact {item['name']}: the stored file hashes to {sha256}, recorded as {item['sha256']}")

@@ -1,13 +1,12 @@
 """Make, store and countersign reports: the only part of gates.reports that writes files and rows.
 
 A stored report is never modified: a countersignature writes a new file and a new Report row.
-Files live under DATA_DIR/reports/<pilot code>/<report code>.pdf, read-only.
+Files live in the evidence storage (runners.artifacts) as reports/<pilot code>/<report code>.pdf: under
+DATA_DIR, read-only, by default; in the S3-compatible store when one is configured.
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -21,8 +20,9 @@ from gates.reports import sign
 from gates.reports.context import gate_report_context, procurement_report_context
 from gates.reports.render import ReportError, render_pdf
 from gates.reports.verify import VerificationResult, verify_pdf
+from runners.artifacts import ArtifactMismatch, evidence_storage, get_bytes, put_bytes
 
-__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "report_path",
+__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "report_bytes", "report_path",
            "signing_directory", "trust_roots", "verify_report_bytes"]
 
 
@@ -60,23 +60,25 @@ def normalise_language(language: str) -> str:
 
 
 def report_path(report: Report) -> Path:
+    """The local file of a report, with the embedded file-system storage only (use report_bytes to read)."""
     return Path(settings.DATA_DIR) / report.path
 
 
-def _store(pilot: Pilot, code: uuid.UUID, data: bytes) -> tuple[str, str]:
-    relative = Path("reports") / str(pilot.code) / f"{code}.pdf"
-    target = Path(settings.DATA_DIR) / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
+def report_bytes(report: Report) -> bytes:
+    """The stored PDF, hashed again: a file altered in the store raises ReportError."""
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o444)
-        # link() refuses an existing target: a stored report is never replaced.
-        os.link(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return str(relative), hashlib.sha256(data).hexdigest()
+        return get_bytes(report.path, report.sha256)
+    except ArtifactMismatch as exc:
+        raise ReportError(str(exc)) from None
+
+
+def _store(pilot: Pilot, code: uuid.UUID, data: bytes) -> tuple[str, str]:
+    relative = f"reports/{pilot.code}/{code}.pdf"
+    sha256 = hashlib.sha256(data).hexdigest()
+    if evidence_storage().exists(relative):  # a report's name is new: a stored report is never replaced
+        raise ReportError(f"{relative} already exists in the evidence store")
+    put_bytes(relative, data, sha256)
+    return relative, sha256
 
 
 def _require_verified(data: bytes, what: str) -> None:
@@ -143,9 +145,7 @@ def countersign(report: Report, user) -> Report:
     pilot = report.pilot
     if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
         raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
-    data = report_path(report).read_bytes()
-    if hashlib.sha256(data).hexdigest() != report.sha256:
-        raise ReportError(f"{report.path}: the stored file no longer hashes to {report.sha256}")
+    data = report_bytes(report)
     check = verify_report_bytes(data)
     if not check.ok:
         raise ReportError(f"{report.path} does not verify, so it is not countersigned: {'; '.join(check.reasons)}")

@@ -11,15 +11,20 @@ if [ -s pgid ] && [ ! -f exit_code ] && [ ! -f canceled ] && kill -0 -- "-$(cat 
   echo "detach.sh: $run_dir already holds the running process group $(cat pgid)" >&2
   exit 3
 fi
-rm -f pid pgid exit_code canceled stdout stderr
+rm -f pid wrapper_pid pgid exit_code canceled stdout stderr
 printf '%s\n' "$command" > command
-# setsid: a new session and process group, so the command outlives this SSH session and is killed as one group
+# setsid: a new session and process group, so the command outlives this SSH session and is killed as one group.
+# pid is the command's own process (a command starting with `exec` becomes the server itself), not this wrapper's;
+# the wrapper's pid goes to wrapper_pid.
 setsid bash -c '
-  echo $$ > pid.part && mv pid.part pid
+  echo $$ > wrapper_pid
+  bash -c "$1" > stdout 2> stderr < /dev/null &
+  child=$!
+  echo $child > pid.part && mv pid.part pid
   { ps -o pgid= -p $$ 2> /dev/null || awk "{print \$5}" /proc/$$/stat; } | tr -d " " > pgid.part && mv pgid.part pgid
-  bash -c "$1" > stdout 2> stderr < /dev/null
+  wait $child
   echo $? > exit_code.part && mv exit_code.part exit_code
 ' fxpilot-detached "$command" > /dev/null 2>&1 < /dev/null &
-for _ in $(seq 200); do [ -s pgid ] && break; sleep 0.05; done
+for _ in $(seq 200); do [ -s pgid ] && [ -s pid ] && break; sleep 0.05; done
 if [ ! -s pgid ]; then echo "detach.sh: the command did not start within 10 s" >&2; exit 1; fi
 printf 'pid=%s pgid=%s dir=%s\n' "$(cat pid)" "$(cat pgid)" "$(pwd)"

@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import mimetypes
+import unicodedata
 import urllib.parse
+import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from weasyprint import HTML, Attachment
+from weasyprint.urls import URLFetcher, URLFetcherResponse
 
 from gates.models import Gate, Party, Pilot, Role, SignOff
 from gates.reports.charts import gate_charts
@@ -36,6 +43,7 @@ COMPARISON_LABELS = {
 }
 OPS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 TEMPLATES = {"gate": "reports/gate.html", "procurement": "reports/procurement.html"}
+logger = logging.getLogger(__name__)
 
 
 class ReportError(Exception):
@@ -203,10 +211,81 @@ def _display_time(iso: str) -> str:
         return iso
 
 
+# Characters left as they are inside a CSS string; every other one is written as a hex escape.
+_CSS_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,-_·:()[]#+×—–/")
+
+
 def css_string(text: str) -> SafeString:
-    """A quoted CSS string for page margin boxes (inside <style>, where HTML escaping does not apply)."""
-    escaped = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\A ").replace("<", "\\3C ")
-    return mark_safe(f'"{escaped}"')
+    """A quoted CSS string for page margin boxes (inside <style>, where HTML escaping does not apply).
+
+    ASCII letters, digits and a few harmless signs stay; every other ASCII character (quotes, backslash,
+    <, >, &, @, ;, {, }, line and form feeds…) is a six-digit hex escape, which ends unambiguously, so no
+    value can close the string, the rule or the <style> element. Control characters were replaced
+    before (clean_text); printable non-ASCII text (Chinese names) stays as it is.
+    """
+    out = []
+    for char in clean_text(str(text)):
+        if char in _CSS_PLAIN or (ord(char) > 0x7F and unicodedata.category(char)[0] not in "CZ"):
+            out.append(char)
+        elif char == " " or unicodedata.category(char) == "Zs":
+            out.append(" ")
+        else:
+            out.append(f"\\{ord(char):06X} ")  # the space ends the escape and is not shown
+    return mark_safe('"' + "".join(out) + '"')
+
+
+def clean_text(text: str) -> str:
+    """A user value as the report shows it: control and format characters (NUL, CR, form feed, bidi
+    overrides, line separators…) become U+FFFD, visibly, so they neither break the PDF's XML metadata
+    nor hide text; tab and line feed stay."""
+    return "".join(
+        char if char in "\t\n" or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+        else "\ufffd"
+        for char in text
+    )
+
+
+def clean_context(value: Any) -> Any:
+    """Every string in the context (names, comments, inventory, verdict texts) through clean_text."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_context(k) if isinstance(k, str) else k: clean_context(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(clean_context(v) for v in value)
+    return value
+
+
+class StaticOnlyFetcher(URLFetcher):
+    """WeasyPrint's URL fetcher for reports: data: URLs and the project's own static files, nothing else.
+
+    No HTTP, FTP or file outside the static folders is ever opened, whatever a template or a value
+    names; each refusal is kept (refused) and logged, and the resource is left out.
+    """
+
+    def __init__(self, roots: list[Path] | None = None):
+        super().__init__(allowed_protocols=("data", "file"), allow_redirects=False, timeout=1)
+        self.roots = [Path(r).resolve() for r in (roots if roots is not None else static_roots())]
+        self.refused: list[str] = []
+
+    def fetch(self, url, headers=None):
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        if scheme == "data":
+            return super().fetch(url, headers)
+        if scheme == "file":
+            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)).resolve()
+            for root in self.roots:
+                if path.is_relative_to(root) and path.is_file():
+                    return URLFetcherResponse(url, body=path.read_bytes(),
+                                              headers={"Content-Type": mimetypes.guess_type(path.name)[0]
+                                                       or "application/octet-stream"})
+        self.refused.append(url)
+        logger.warning("report renderer: refused to fetch %s (only the project's static files are served)", url[:200])
+        raise ValueError(f"refused: reports fetch only the project's own static files, not {url[:200]}")
+
+
+def static_roots() -> list[Path]:
+    return [Path(p) for p in getattr(settings, "STATICFILES_DIRS", [])] + [Path(settings.STATIC_ROOT)]
 
 
 def _watermark_url(text: str) -> str:
@@ -242,7 +321,9 @@ def _label(choices, value: str) -> str:
 
 def render_html(context: dict[str, Any], language: str, files: list[dict[str, Any]] | None = None) -> str:
     with translation.override(language):
-        context = _localised(context)
+        context = _localised(clean_context(context))
+        if files is not None:
+            files = clean_context(files)
         kind = context["kind"]
         extra: dict[str, Any] = {}
         if kind == "gate":
@@ -293,4 +374,7 @@ def render_pdf(context: dict[str, Any], language: str) -> bytes:
         string=json.dumps(document, indent=1, ensure_ascii=False).encode(), name=MANIFEST_NAME,
         relationship="Supplement", description="fxpilot report manifest: every attached file with its SHA-256"))
     html = render_html(context, language, files)
-    return HTML(string=html, base_url=".").write_pdf(pdf_variant="pdf/a-3b", attachments=attachments)
+    fetcher = StaticOnlyFetcher()
+    base = static_roots()[0].resolve().as_uri() + "/"
+    return HTML(string=html, base_url=base, url_fetcher=fetcher).write_pdf(
+        pdf_variant="pdf/a-3b", attachments=attachments)

@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SCENARIO ?= nominal
-DEMO_PACKAGES := fonts-noto-cjk libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig
+DEMO_PACKAGES := fonts-noto-cjk libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig redis-server
 TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils libnss3-tools openssh-server openssh-client chromium gettext
 PYTEST_ARGS ?=
 
@@ -34,4 +34,5 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 clean:
+	-$(PY) manage.py broker stop 2>/dev/null
 	rm -rf var/ .pytest_cache

@@ -3,7 +3,12 @@ import os
 
 from celery import Celery
 
+from fxpilot.broker import use_fxpilot_transport
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
+# Redis URLs use fxpilot.broker.Transport: kombu's, repaired so that a broker restart or a bad
+# message cannot end a worker (see that module).
+use_fxpilot_transport()
 
 app = Celery("fxpilot")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -130,8 +130,12 @@ def database_from_url(name: str, url: str, base_dir: Path) -> dict:
 
 def check_broker_url(name: str, url: str) -> str:
     scheme = urlparse(url).scheme
-    if scheme not in ("filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp"):
-        raise SettingError(f"{name}={_redact(url)!r}: use filesystem:// (embedded), redis://, rediss:// or amqp://.")
+    if scheme == "filesystem":
+        raise SettingError(f"{name}={url!r}: the filesystem broker is not supported (it can hand a worker an empty "
+                           "message); leave it unset for the embedded Redis broker, or use redis:// or amqp://.")
+    if scheme not in ("redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp"):
+        raise SettingError(f"{name}={_redact(url)!r}: use redis://, rediss://, redis+socket:///PATH or amqp:// "
+                           "(unset: the embedded Redis broker).")
     return url
 
 

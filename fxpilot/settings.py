@@ -1,6 +1,6 @@
 """fxpilot settings: every value comes from the environment through strict helpers (fxpilot.env).
 
-The embedded default needs no services: SQLite, Celery's filesystem broker, files under ./var.
+The embedded default needs no services: SQLite, an embedded Redis broker on a Unix socket, files under ./var.
 Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns DEBUG off.
 """
 from __future__ import annotations
@@ -9,6 +9,7 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
+from fxpilot.broker import embedded_url
 from fxpilot.env import (
     SettingError,
     check_broker_url,
@@ -226,21 +227,28 @@ DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "fxpilot <fxpilot@localhost>")
 SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
 
 # Celery: the database is the source of truth; the broker only carries "look at step N".
-CELERY_BROKER_URL = check_broker_url("CELERY_BROKER_URL", envstr("CELERY_BROKER_URL", "filesystem://"))
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = DATA_DIR / "broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        "polling_interval": 0.2,
-    }
-else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+# Without CELERY_BROKER_URL: the embedded Redis server on a Unix socket under the data folder
+# (fxpilot.broker), started by whichever process of the embedded default needs it first.
+FXPILOT_EMBEDDED_BROKER = not envstr("CELERY_BROKER_URL")
+CELERY_BROKER_URL = check_broker_url("CELERY_BROKER_URL", envstr("CELERY_BROKER_URL", embedded_url(DATA_DIR)))
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # A message a worker took but never acknowledged (the worker was killed) goes back to its
+    # queue after this long; it must exceed the longest task plus the longest countdown.
+    "visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60),
+    # Fail fast and retry on a broken broker connection rather than hang on it.
+    "socket_timeout": 30, "socket_connect_timeout": 5, "retry_on_timeout": True, "health_check_interval": 25,
+}
+if FXPILOT_EMBEDDED_BROKER:
+    CELERY_BROKER_TRANSPORT_OPTIONS["fxpilot_embedded_data_dir"] = str(DATA_DIR)
+# Reconnect for ever (a broker restart is an outage, not a reason for a worker to exit); a
+# publisher retries for about 10 s before the dispatch is left to the reconcile sweep.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 20, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 1.0}
+# SIGTERM: running tasks get this long to finish, then the worker stops them (they are resumed
+# by the reconcile sweep; their messages return to the queue).
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = envfloat("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", 5.0, minimum=0.0)
+CELERY_WORKER_ENABLE_SOFT_SHUTDOWN_ON_IDLE = False
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -275,8 +283,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
-    # kombu warns that "filesystem://" names no host; the embedded broker needs none.
-    "loggers": {"paramiko": {"level": "WARNING"}, "kombu.connection": {"level": "ERROR"}, "axes": {"level": "WARNING"}},
+    "loggers": {"paramiko": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 if FXPILOT_ENV == "test":

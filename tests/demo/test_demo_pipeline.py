@@ -1,5 +1,5 @@
 """The README's run command, end to end, as a new user gets it: the embedded default (SQLite, the
-filesystem broker, simulated nodes on loopback), a whole pilot, five signed reports that verify;
+embedded Redis broker, simulated nodes on loopback), a whole pilot, five signed reports that verify;
 and the degraded-FX scenario, which halts at G3."""
 from __future__ import annotations
 

@@ -59,7 +59,10 @@ def test_database_urls_are_parsed_strictly(tmp_path):
 
 
 def test_broker_urls_accept_the_embedded_default_redis_and_amqp():
-    for url in ("filesystem://", "redis://localhost:6379/0", "amqp://guest@localhost//"):
+    for url in ("redis+socket:///srv/fxpilot/var/redis/redis.sock", "redis://localhost:6379/0", "amqp://guest@localhost//"):
         assert check_broker_url("CELERY_BROKER_URL", url) == url
     with pytest.raises(SettingError, match="CELERY_BROKER_URL"):
         check_broker_url("CELERY_BROKER_URL", "kafka://x")
+    # The filesystem transport can hand a worker an empty message: refused, naming the way out.
+    with pytest.raises(SettingError, match="filesystem broker is not supported.*leave it unset"):
+        check_broker_url("CELERY_BROKER_URL", "filesystem://")

@@ -1,7 +1,7 @@
 """Real Celery workers for the orchestration tests: subprocesses on the test database and a real broker.
 
-The broker is Redis when CELERY_BROKER_URL says so (CI), else the embedded filesystem broker in
-this test session's data folder. Workers read the same test database: SQLite's test database is
+The broker is the Redis server CELERY_BROKER_URL names (CI), else the test session's embedded
+Redis broker (tests/envsetup.py). Workers read the same test database: SQLite's test database is
 a file; for PostgreSQL the test database's name goes to the worker through DATABASE_URL.
 """
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from runners.models import Node, Site
@@ -37,16 +36,11 @@ def database_url() -> str:
 
 def purge(queues: list[str]) -> None:
     """Messages left by an earlier test must not reach this test's workers."""
-    url = settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
-        folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
-        for path in folder.glob("*.msg"):
-            path.unlink(missing_ok=True)
-    elif url.startswith("redis"):
-        import redis
+    from fxpilot.celery import app
 
-        client = redis.Redis.from_url(url)
-        client.delete(*queues)
+    with app.connection_for_write() as conn:
+        for queue in queues:
+            conn.default_channel.queue_purge(queue)
 
 
 class Worker:

@@ -1,9 +1,11 @@
 """`python manage.py demo` (`make demo`): a whole simulated pilot, start to finish, on this machine.
 
-It starts two simulated GPU nodes (real SSH servers on loopback), a Celery worker with beat on the
-embedded broker and the portal (gunicorn); both parties sign the plan; G1 → G4 run on the simulated
-cluster; the demo people sign off; the four gate reports and the procurement report land, signed,
-in var/reports/. The portal stays up until Ctrl-C, then everything the demo started is stopped.
+It starts the embedded broker (Redis on a Unix socket), two simulated GPU nodes (real SSH servers on
+loopback), a Celery worker with beat and the portal (gunicorn), and restarts any of them that stops;
+both parties sign the plan; G1 → G4 run on the simulated cluster; the demo people sign off; the four
+gate reports and the procurement report land, signed, in var/reports/. The portal stays up until
+Ctrl-C (or SIGTERM, or SIGHUP), then everything the demo started is stopped; if the demo is killed
+outright, its children get SIGTERM from the kernel.
 `--scenario degraded-fx` degrades the FX link so that G3 fails and the pilot halts there.
 """
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 from django.utils import timezone
 
+from fxpilot import broker
+from fxpilot.lifetime import die_with_parent
 from gates import lifecycle
 from gates.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from gates.models import Gate, Pilot, Report
@@ -37,39 +41,98 @@ DEMO_TIME_SCALE = 0.03
 
 
 class Processes:
-    """The processes the demo started, stopped in reverse order however the demo ends."""
+    """The processes the demo started: supervised while it runs, stopped in reverse order however it ends.
 
-    def __init__(self, log_dir: Path) -> None:
+    Each child runs in a session of its own (a signal to the demo's terminal reaches the demo, which
+    stops them in order) and gets SIGTERM from Linux if the demo dies without cleaning up
+    (fxpilot.lifetime). A child that stops while the demo runs is started again, saying so, up to
+    MAX_RESTARTS times; `on_restart` hooks run before the new process starts (the worker's resumes
+    what the dead one held), `after_restart` hooks after (the broker's waits until it answers).
+    """
+
+    MAX_RESTARTS = 5
+
+    def __init__(self, log_dir: Path, say=print) -> None:
         self.log_dir = log_dir
+        self.say = say
         self.running: list[tuple[str, subprocess.Popen]] = []
+        self.specs: dict[str, tuple[list[str], dict | None]] = {}
+        self.restarts: dict[str, int] = {}
+        self.on_restart: dict[str, object] = {}
+        self.after_restart: dict[str, object] = {}
+        self.stopping = False
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        self.specs[name] = (argv, env)
+        proc = self._spawn(name, argv, env)
         self.running.append((name, proc))
         return proc
 
+    def _spawn(self, name: str, argv: list[str], env: dict | None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        try:
+            return subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})}, start_new_session=True,
+                                    preexec_fn=die_with_parent())
+        finally:
+            log.close()
+
     def check(self) -> None:
-        for name, proc in self.running:
-            if proc.poll() is not None:
-                tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
-                raise CommandError(f"the {name} process stopped (exit {proc.returncode}); its log ends with:\n{tail}")
+        if self.stopping:
+            return
+        for index, (name, proc) in enumerate(self.running):
+            if proc.poll() is None:
+                continue
+            count = self.restarts.get(name, 0) + 1
+            tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
+            if count > self.MAX_RESTARTS:
+                raise CommandError(f"the {name} process stopped (exit {proc.returncode}) {count - 1} times; "
+                                   f"its log ends with:\n{tail}")
+            self.restarts[name] = count
+            _kill_group(proc)  # what the dead process left in its group (pool processes) goes with it
+            self.say(f"  ! the {name} process stopped (exit {proc.returncode}); starting it again "
+                     f"(restart {count} of {self.MAX_RESTARTS}; log {self.log_dir / (name + '.log')})")
+            hook = self.on_restart.get(name)
+            if hook is not None:
+                hook()
+            argv, env = self.specs[name]
+            self.running[index] = (name, self._spawn(name, argv, env))
+            after = self.after_restart.get(name)
+            if after is not None:
+                after()
 
     def stop(self) -> None:
+        self.stopping = True
         for _, proc in reversed(self.running):
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20
         for _, proc in reversed(self.running):
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                pass
+            _kill_group(proc)
         self.running.clear()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL whatever is left in the process group of a child that ended (or did not end in time)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def stopping_by_signal(command) -> bool:
+    return bool(getattr(command, "signal_name", None))
 
 
 def _free_port(preferred: int) -> int:
@@ -118,15 +181,20 @@ class Command(BaseCommand):
         call_command("signing_setup", verbosity=0)
         call_command("collectstatic", verbosity=0, interactive=False)
         pilot = self.fresh_pilot(scenario)
-        processes = Processes(log_dir)
+        processes = Processes(log_dir, say=self.say)
         stopping = {"now": False}
 
         def interrupt(signum, frame):  # noqa: ARG001
+            if stopping["now"]:
+                return  # already stopping: a second signal must not cut the clean-up short
             stopping["now"] = True
+            self.signal_name = signal.Signals(signum).name
             raise KeyboardInterrupt
 
-        signal.signal(signal.SIGTERM, interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, interrupt)
         try:
+            self.start_broker(processes, data)
             self.start_cluster(pilot, scenario, time_scale, processes, data)
             port = _free_port(port)
             processes.start("portal", [str(Path(sys.executable).with_name("gunicorn")), "fxpilot.wsgi",
@@ -139,14 +207,50 @@ class Command(BaseCommand):
                     processes.check()
                     time.sleep(1)
         except KeyboardInterrupt:
-            self.say("\nStopping what the demo started …")
-            self.cancel_current_run()
+            stopping["now"] = True
+            self.say(f"\nStopping what the demo started ({getattr(self, 'signal_name', 'SIGINT')}) …")
+            try:
+                self.cancel_current_run()
+            except Exception as exc:  # noqa: BLE001 — the processes are stopped whatever happens here
+                self.say(f"the run still going could not be canceled ({type(exc).__name__}: {exc})")
         finally:
+            stopping["now"] = True
             processes.stop()
         pilot.refresh_from_db()
         expected = Pilot.State.HALTED if scenario == "degraded-fx" else Pilot.State.COMPLETED
-        if not stopping["now"] and pilot.state != expected:
+        if not stopping_by_signal(self) and pilot.state != expected:
             raise CommandError(f"the demo pilot ended {pilot.state}, expected {expected}")
+
+    def start_broker(self, processes: Processes, data: Path) -> None:
+        """The embedded Redis broker, first to start and last to stop; its children use it, none starts another."""
+        if not settings.FXPILOT_EMBEDDED_BROKER:
+            return
+        # This process and its children find the server through the URL; none starts a server of its own.
+        os.environ["FXPILOT_BROKER_AUTOSTART"] = "0"
+        sock = broker.embedded_socket(data)
+        if broker.ping(sock):
+            self.say(f"Embedded broker: already running on {sock}")
+            return
+        broker.prepare(data)
+        processes.start("broker", broker.server_argv(data, daemonize=False))
+        ready = lambda: broker.wait_ready(sock, 30, log_file=broker.embedded_dir(data) / "redis.log")  # noqa: E731
+        processes.after_restart["broker"] = ready
+        ready()
+        self.say(f"Embedded broker: Redis on {sock}")
+
+    def resume_after_dead_worker(self) -> None:
+        """The demo's only worker died: what it held is resumed at once instead of after the stale-heartbeat delay.
+
+        Its process group is gone, so every running step is an orphan and every unacknowledged
+        message was its: the messages go back to their queues and the sweep runs with no grace period.
+        """
+        from runners.orchestration import reconcile
+
+        restored = broker.restore_unacked()
+        close_old_connections()
+        counts = reconcile(0)
+        self.say(f"  ! resumed what the worker held: {restored} message(s) back to their queues, "
+                 f"{counts['repolled']} remote process(es) followed again, {counts['requeued']} step(s) run again")
 
     def cancel_current_run(self) -> None:
         """A run still going is canceled through the worker, so its remote processes are killed and torn down."""
@@ -161,8 +265,11 @@ class Command(BaseCommand):
             wait_for(job, 30)
 
     def say(self, text: str) -> None:
-        self.stdout.write(text)
-        self.stdout.flush()
+        try:
+            self.stdout.write(text)
+            self.stdout.flush()
+        except OSError:
+            pass  # the terminal went away (SIGHUP): the demo still stops what it started
 
     def fresh_pilot(self, scenario: str) -> Pilot:
         seeded = seed()
@@ -191,6 +298,7 @@ class Command(BaseCommand):
         # Simulated work finishes in seconds: poll detached steps every second rather than every five.
         processes.start("worker", [sys.executable, "manage.py", "worker", "--beat", "--concurrency", "2"],
                         env={"FXPILOT_POLL_SECONDS": os.environ.get("FXPILOT_POLL_SECONDS", "1")})
+        processes.on_restart["worker"] = self.resume_after_dead_worker
 
     def run_pilot(self, pilot: Pilot, time_scale: float, gate_timeout: float, processes: Processes, language: str) -> None:
         from runners.orchestration import start_gate_run, wait_for

@@ -34,6 +34,14 @@ class Command(BaseCommand):
                 "-n", hostname or "fxpilot@%h"]
         if beat:
             argv += ["-B", "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME]
+        if settings.FXPILOT_EMBEDDED_BROKER:
+            from fxpilot.broker import ensure_running
+
+            ensure_running(settings.DATA_DIR)
         self.stdout.write(f"worker on {', '.join(names)}{' with beat' if beat else ''}")
         self.stdout.flush()
-        os.execv(sys.executable, argv)
+        # This process becomes the Celery worker, so a signal sent to its pid reaches Celery. SIGTERM
+        # means a cold shutdown after CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT: running tasks get that long,
+        # then they are stopped and their messages go back to the queue (the reconcile sweep resumes
+        # their steps), the embedded beat and the pool processes stop with it.
+        os.execve(sys.executable, argv, {**os.environ, "REMAP_SIGTERM": "SIGQUIT"})

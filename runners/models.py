@@ -242,19 +242,33 @@ class LeaseRefused(Exception):
 
 
 class NodeLease(models.Model):
-    """A node belongs to one run at a time: its GPUs, its server ports and its FX attachment.
+    """A machine belongs to one run at a time: its GPUs, its server ports and its FX attachment.
 
-    Taken when a run is created (all its nodes, in one transaction, or none), released when the run
-    finishes. A lease whose run has finished is free: a run that ended without releasing (its worker
-    died at the wrong moment) never blocks the node forever.
+    Keyed by what identifies the machine, not the Node row: two pilots that registered the same machine
+    (each its own Node) still meet here. A node has one lease row per key (its address, and its accepted
+    host key when there is one), all taken when a run is created, or none; released when the run finishes.
+    A lease whose run has finished is free, so a run that ended without releasing never blocks a machine.
     """
 
-    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="lease")
+    resource = models.CharField(max_length=400, unique=True, help_text="address or host key of the machine")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="leases")
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="leases")
     taken = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
-        return f"{self.node.name} held by {self.job}"
+        return f"{self.resource} held by {self.job}"
+
+
+def lease_keys(node: Node) -> list[str]:
+    """What identifies the machine behind a Node: where it is reached, and its pinned host key."""
+    via = ""
+    if node.jump_host_id:
+        jump = node.jump_host
+        via = f"{jump.host.lower()}:{jump.port}>"
+    keys = [f"address:{via}{node.host.lower()}:{node.port}"]
+    if node.host_key_state == Node.HostKeyState.ACCEPTED and node.host_key_fingerprint:
+        keys.append(f"host-key:{node.host_key_fingerprint}")
+    return keys
 
 
 def describe_holder(job: Job) -> str:
@@ -263,32 +277,31 @@ def describe_holder(job: Job) -> str:
 
 
 def take_nodes(job: Job, nodes) -> list[NodeLease]:
-    """Lease every node to `job`, or raise LeaseRefused naming the run that holds one. Call inside a transaction.
+    """Lease every node to `job`, or raise LeaseRefused naming the run that holds one (nothing is taken then)."""
+    from django.db import IntegrityError, transaction
 
-    The node rows are locked first (in primary-key order, so two runs taking overlapping sets never deadlock).
-    """
-    from django.db import transaction
-
-    nodes = sorted(nodes, key=lambda n: n.pk)
-    if not nodes:
-        return []
+    leases = []
     with transaction.atomic():
-        list(Node.objects.select_for_update().filter(pk__in=[n.pk for n in nodes]).order_by("pk").values_list("pk"))
-        held = {lease.node_id: lease for lease in NodeLease.objects.select_related("job__gate", "job__pilot", "node")
-                .filter(node_id__in=[n.pk for n in nodes])}
-        leases = []
-        for node in nodes:
-            lease = held.get(node.pk)
-            if lease is not None and lease.job_id != job.pk:
-                if lease.job.status not in FINISHED:
-                    raise LeaseRefused(f"node {node.name} is in use by {describe_holder(lease.job)}; it can run once "
-                                       "that run has finished or been canceled", holder=lease.job)
-                lease.delete()  # the holder finished without releasing it
-                lease = None
-            if lease is None:
-                lease = NodeLease.objects.create(node=node, job=job)
-            leases.append(lease)
-        return leases
+        for node in sorted(nodes, key=lambda n: n.pk):
+            for key in lease_keys(node):
+                held = NodeLease.objects.select_for_update(of=("self",)).select_related("job__gate", "job__pilot").filter(
+                    resource=key).first()
+                if held is not None and held.job_id == job.pk:
+                    leases.append(held)
+                    continue
+                if held is not None:
+                    if held.job.status not in FINISHED:
+                        raise LeaseRefused(f"node {node.name} ({node.host}:{node.port}) is in use by "
+                                           f"{describe_holder(held.job)}; start this run once that one has finished "
+                                           "or been canceled", holder=held.job)
+                    held.delete()  # its run finished without giving it back
+                try:
+                    with transaction.atomic():
+                        leases.append(NodeLease.objects.create(resource=key, node=node, job=job))
+                except IntegrityError:
+                    raise LeaseRefused(f"node {node.name} ({node.host}:{node.port}) is being taken by another run "
+                                       "right now; try again once it has finished") from None
+    return leases
 
 
 def release_nodes(job: Job) -> int:
@@ -297,8 +310,8 @@ def release_nodes(job: Job) -> int:
 
 
 def lease_holder(node: Node) -> Job | None:
-    """The unfinished run that holds the node, if any."""
-    lease = NodeLease.objects.select_related("job").filter(node=node).first()
-    if lease is None or lease.job.status in FINISHED:
-        return None
-    return lease.job
+    """The unfinished run that holds the machine behind `node`, if any."""
+    for lease in NodeLease.objects.select_related("job").filter(resource__in=lease_keys(node)):
+        if lease.job.status not in FINISHED:
+            return lease.job
+    return None

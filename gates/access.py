@@ -1,26 +1,46 @@
-"""Who may see and do what in the portal. Every lookup starts from Pilot.objects.for_user.
+"""Who may see and do what: the one access policy of the portal, the API and every download.
 
-Objects of a pilot the person does not belong to answer 404 (their existence is not revealed);
-a member whose role does not allow an action gets 403, and the page does not offer it.
+A capability is a set of roles; it travels with the query, so the portal's pages, the JSON API and the
+file downloads ask the same question the same way:
+
+    Pilot.objects.for_user(user, may=RAW_DATA)          pilots where the person may take raw data
+    Artifact.objects.for_user(user, may=RAW_DATA)       (runners.models; Job and Report likewise)
+    artifact_for(user, code, may=RAW_DATA)              one object: 404 outside the pilot, 403 without the role
+
+Objects of a pilot the person does not belong to answer 404 (their existence is not revealed); a member
+whose role lacks the capability gets 403, and the page does not offer the action. Stored files go out
+through serve_stored (one place: the name stays inside the evidence store, the SHA-256 is checked while
+streaming and sent as a header, the content type is fixed and not sniffed). What each role sees of the
+evidence is written down in docs/portal.md ("Who sees what").
 """
 
 from __future__ import annotations
 
+import re
 from uuid import UUID
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
 from gates.lifecycle import PLAN_EDITORS, SIGNING_ROLE
 from gates.models import Gate, Membership, Pilot, Report, Role
 
-# What each role may do, by capability; "view" is any membership of the pilot's organisations.
+# Capabilities: the roles that hold them. VIEW is any membership of the pilot's two organisations.
+VIEW = frozenset(Role.values)
 OPERATE = frozenset({Role.VENDOR_ENGINEER})
 SIGN = frozenset(SIGNING_ROLE.values())
 EDIT_PLAN = frozenset(PLAN_EDITORS)
+# Raw records, server logs, every stored artifact and the signed reports (which carry them as attachments).
 RAW_DATA = frozenset({Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_ENGINEER, Role.CUSTOMER_APPROVER})
 EXTEND = frozenset({Role.VENDOR_ENGINEER, *SIGN})
+
+REFUSED = {
+    RAW_DATA: "Your role in this pilot does not include raw data (artifacts, logs and the reports that attach them).",
+    OPERATE: "Only a vendor engineer of this pilot may do this.",
+    SIGN: "Only the vendor lead or the customer approver of this pilot may sign.",
+    EDIT_PLAN: "Your role in this pilot may not change the plan.",
+}
 
 
 def roles_of(pilot: Pilot, user) -> frozenset[str]:
@@ -31,7 +51,7 @@ def roles_of(pilot: Pilot, user) -> frozenset[str]:
             Membership.objects.filter(user=user, organisation_id__in=[pilot.customer_id, pilot.vendor_id]).values_list(
                 "role", flat=True
             )
-        )
+        ) if getattr(user, "is_authenticated", False) and getattr(user, "is_active", True) else frozenset()
         pilot._portal_roles = cached = (getattr(user, "pk", None), roles)
     return cached[1]
 
@@ -46,45 +66,146 @@ def require_role(pilot: Pilot, user, roles: frozenset[str]) -> frozenset[str]:
     if not mine:
         raise Http404("No such pilot")
     if not mine & roles:
-        raise PermissionDenied("Your role in this pilot does not allow this.")
+        raise PermissionDenied(REFUSED.get(roles, "Your role in this pilot does not allow this."))
     return mine
 
 
-def pilots_for(request: HttpRequest):
-    return Pilot.objects.for_user(request.user).select_related("customer", "vendor")
+# ── One object, for a person: 404 outside the pilot, 403 without the capability ───────────────
 
 
-def get_pilot_for_user(request: HttpRequest, code: UUID) -> Pilot:
-    pilot = get_object_or_404(pilots_for(request), code=code)
-    if not roles_of(pilot, request.user):
-        raise Http404("No such pilot")
+def pilot_for(user, code: UUID, may: frozenset[str] = VIEW) -> Pilot:
+    pilot = get_object_or_404(Pilot.objects.for_user(user).select_related("customer", "vendor"), code=code)
+    require_role(pilot, user, may)
     return pilot
 
 
-def get_gate_for_user(request: HttpRequest, code: UUID, number: int) -> Gate:
-    pilot = get_pilot_for_user(request, code)
+def gate_for(user, code: UUID, number: int, may: frozenset[str] = VIEW) -> Gate:
+    pilot = pilot_for(user, code, may)
     gate = get_object_or_404(Gate, pilot=pilot, number=number)
     gate.pilot = pilot
     return gate
 
 
-def get_report_for_user(request: HttpRequest, code: UUID) -> Report:
+def report_for(user, code: UUID, may: frozenset[str] = VIEW) -> Report:
     report = get_object_or_404(
-        Report.objects.select_related("pilot__customer", "pilot__vendor", "gate"),
-        code=code,
-        pilot__in=Pilot.objects.for_user(request.user),
+        Report.objects.for_user(user).select_related("pilot__customer", "pilot__vendor", "gate"), code=code
     )
-    if not roles_of(report.pilot, request.user):
-        raise Http404("No such report")
+    require_role(report.pilot, user, may)
     return report
 
 
-def get_for_user(request: HttpRequest, queryset, code: UUID, pilot_path: str):
-    """An object reached through its parent pilot (`pilot_path` is the lookup to it, e.g. "site__pilot")."""
-    obj = get_object_or_404(queryset, code=code, **{f"{pilot_path}__in": Pilot.objects.for_user(request.user)})
+def job_for(user, code: UUID, may: frozenset[str] = VIEW):
+    from runners.models import Job
+
+    job = get_object_or_404(
+        Job.objects.for_user(user).select_related("gate", "pilot__customer", "pilot__vendor"), code=code
+    )
+    require_role(job.pilot, user, may)
+    return job
+
+
+def artifact_for(user, code: UUID, may: frozenset[str] = RAW_DATA):
+    from runners.models import Artifact
+
+    artifact = get_object_or_404(
+        Artifact.objects.for_user(user).select_related("job__pilot__customer", "job__pilot__vendor"), code=code
+    )
+    require_role(artifact.job.pilot, user, may)
+    return artifact
+
+
+def object_for(user, queryset, code: UUID, pilot_path: str, may: frozenset[str] = VIEW):
+    """Any object reached through its parent pilot (`pilot_path` is the lookup to it, e.g. "site__pilot")."""
+    obj = get_object_or_404(queryset, code=code, **{f"{pilot_path}__in": Pilot.objects.for_user(user)})
     pilot = obj
     for part in pilot_path.split("__"):
         pilot = getattr(pilot, part)
-    if not roles_of(pilot, request.user):
-        raise Http404("No such object")
+    require_role(pilot, user, may)
     return obj, pilot
+
+
+# ── The portal's request-based forms of the same ──────────────────────────────────────────────
+
+
+def pilots_for(request: HttpRequest, may: frozenset[str] | None = None):
+    return Pilot.objects.for_user(request.user, may=may).select_related("customer", "vendor")
+
+
+def get_pilot_for_user(request: HttpRequest, code: UUID, may: frozenset[str] = VIEW) -> Pilot:
+    return pilot_for(request.user, code, may)
+
+
+def get_gate_for_user(request: HttpRequest, code: UUID, number: int, may: frozenset[str] = VIEW) -> Gate:
+    return gate_for(request.user, code, number, may)
+
+
+def get_report_for_user(request: HttpRequest, code: UUID, may: frozenset[str] = VIEW) -> Report:
+    return report_for(request.user, code, may)
+
+
+def get_for_user(request: HttpRequest, queryset, code: UUID, pilot_path: str, may: frozenset[str] = VIEW):
+    return object_for(request.user, queryset, code, pilot_path, may)
+
+
+# ── Serving a stored file ─────────────────────────────────────────────────────────────────────
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _contained(name: str) -> str:
+    """A storage name that cannot leave the evidence store: relative, no '..', no NUL or backslash."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or "\\" in name or "\x00" in name or any(p in ("", ".", "..") for p in parts):
+        raise Http404("The file is missing")
+    return name
+
+
+def download_name(text: str) -> str:
+    """A file name for Content-Disposition: letters, digits and . _ - only."""
+    return _SAFE_NAME.sub("_", text).strip("._") or "download"
+
+
+def serve_stored(name: str, sha256: str, *, filename: str, content_type: str, size: int | None = None):
+    """Stream a stored file (artifact or report) as an attachment, hashed again on the way out.
+
+    The name is checked to stay inside the evidence store (which refuses anything outside it too); a
+    file that is gone answers 404; the SHA-256 goes out as X-Content-SHA256 and the stream stops before
+    its last chunk if the bytes no longer hash to it.
+    """
+    from runners.artifacts import ArtifactMismatch, evidence_storage, iter_chunks
+
+    name = _contained(name)
+    try:
+        if not evidence_storage().exists(name):
+            raise Http404("The file is missing")
+    except (OSError, ValueError):
+        raise Http404("The file is missing") from None
+    chunks = iter_chunks(name, sha256)
+    try:
+        first = next(chunks, b"")
+    except ArtifactMismatch:
+        raise Http404("The stored file no longer matches its hash") from None
+
+    def stream():
+        yield first
+        yield from chunks
+
+    response = StreamingHttpResponse(stream(), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{download_name(filename)}"'
+    response["X-Content-SHA256"] = sha256
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "private, no-store"
+    if size is not None:
+        response["Content-Length"] = str(size)
+    return response
+
+
+def serve_artifact(artifact) -> StreamingHttpResponse:
+    return serve_stored(artifact.storage_name, artifact.sha256, filename=artifact.name.replace("/", "_"),
+                        content_type="application/octet-stream", size=artifact.size)
+
+
+def serve_report(report: Report) -> StreamingHttpResponse:
+    gate = report.gate.label if report.gate_id else "pilot"
+    return serve_stored(report.path, report.sha256, filename=f"fxpilot-{report.kind}-{gate}-{report.language}.pdf",
+                        content_type="application/pdf", size=report.size)

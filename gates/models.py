@@ -67,11 +67,18 @@ class Membership(models.Model):
 
 
 class PilotQuerySet(models.QuerySet):
-    def for_user(self, user) -> PilotQuerySet:
-        """The only way a request reaches pilots: those of an organisation the person belongs to."""
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user, may=None) -> PilotQuerySet:
+        """The only way a request reaches pilots: those of an organisation the person belongs to.
+
+        `may` (a set of roles, e.g. gates.access.RAW_DATA) keeps only the pilots where the person holds
+        one of them, in the pilot's customer or vendor organisation; None means any role.
+        """
+        if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
             return self.none()
-        org_ids = Membership.objects.filter(user=user).values("organisation_id")
+        memberships = Membership.objects.filter(user=user)
+        if may is not None:
+            memberships = memberships.filter(role__in=list(may))
+        org_ids = memberships.values("organisation_id")
         return self.filter(Q(customer_id__in=org_ids) | Q(vendor_id__in=org_ids))
 
 
@@ -463,8 +470,16 @@ class AuditEvent(models.Model):
         return f"{self.created:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_type}:{self.object_id}"
 
 
+class ReportQuerySet(models.QuerySet):
+    def for_user(self, user, may=None) -> ReportQuerySet:
+        """Reports of the pilots where the person holds one of the roles in `may` (any role when None)."""
+        return self.filter(pilot__in=Pilot.objects.for_user(user, may=may))
+
+
 class Report(models.Model):
     """A signed PDF evidence report, stored under DATA_DIR/reports; immutable once written."""
+
+    objects = ReportQuerySet.as_manager()
 
     class Kind(models.TextChoices):
         GATE = "gate", _("Gate report")

@@ -104,8 +104,28 @@ class Status(models.TextChoices):
 FINISHED = (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED)
 
 
+class PilotScopedQuerySet(models.QuerySet):
+    """`for_user(user, may=RAW_DATA)`: the rows of the pilots where the person holds one of the roles in `may`
+    (gates.access holds the policy); `pilot_path` is the lookup from the row to its pilot."""
+
+    pilot_path = "pilot"
+
+    def for_user(self, user, may=None):
+        return self.filter(**{f"{self.pilot_path}__in": Pilot.objects.for_user(user, may=may)})
+
+
+class JobQuerySet(PilotScopedQuerySet):
+    pilot_path = "pilot"
+
+
+class ArtifactQuerySet(PilotScopedQuerySet):
+    pilot_path = "job__pilot"
+
+
 class Job(models.Model):
     """Anything dispatched to nodes: a gate run (gate set) or a standalone probe."""
+
+    objects = JobQuerySet.as_manager()
 
     class Kind(models.TextChoices):
         GATE_RUN = "gate_run", _("Gate run")
@@ -192,6 +212,8 @@ class OutputChunk(models.Model):
 
 class Artifact(models.Model):
     """A raw file kept as evidence, content-addressed by SHA-256 under DATA_DIR/artifacts."""
+
+    objects = ArtifactQuerySet.as_manager()
 
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")

@@ -92,6 +92,12 @@ class DeploymentSettings:
     roce_interface: str | None = None
     extra_vllm_flags: tuple[str, ...] = ()
     health_timeout_s: int = 1800
+    # node name → the address on the cluster fabric its servers listen on, so the other node's client can
+    # reach them (G4's cross-instance sharing); a node not listed binds its servers to its loopback.
+    fabric_addresses: dict[str, str] = field(default_factory=dict)
+
+    def bind_address(self, node_name: str) -> str:
+        return self.fabric_addresses.get(node_name, "127.0.0.1")
 
     @property
     def page_cache_method(self) -> str:
@@ -128,6 +134,7 @@ class DeploymentSettings:
             "roce_interface": self.roce_interface,
             "extra_vllm_flags": list(self.extra_vllm_flags),
             "health_timeout_s": self.health_timeout_s,
+            **({"fabric_addresses": dict(self.fabric_addresses)} if self.fabric_addresses else {}),
         }
 
 
@@ -166,7 +173,7 @@ DEFAULT_SIMULATED: dict[str, Any] = {
 }
 
 _TOP_KEYS = {"model", "tensor_parallel_size", "ports", "paths", "sizes", "use_odirect", "drop_page_cache", "fx_target",
-             "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s"}
+             "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s", "fabric_addresses"}
 
 
 def default_simulated() -> dict[str, Any]:
@@ -198,7 +205,32 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
         mkfs_if_empty=_bool(data.get("mkfs_if_empty", False), "mkfs_if_empty"),
         roce_interface=roce, extra_vllm_flags=_flags(data.get("extra_vllm_flags", [])),
         health_timeout_s=_int(data.get("health_timeout_s", 1800), "health_timeout_s", 1, 24 * 3600),
+        fabric_addresses=_fabric_addresses(_mapping(data.get("fabric_addresses", {}), "fabric_addresses")),
     )
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _fabric_addresses(data: dict) -> dict[str, str]:
+    """node name → an IP address literal the node's servers can listen on (not a wildcard, not multicast)."""
+    import ipaddress
+
+    out = {}
+    for name, value in data.items():
+        if not isinstance(name, str) or not _NODE_NAME.match(name):
+            raise DeploymentSettingsError("fabric_addresses", _("%(name)r is not a node name") % {"name": name})
+        try:
+            address = ipaddress.ip_address(value if isinstance(value, str) else "")
+        except ValueError:
+            raise DeploymentSettingsError(f"fabric_addresses.{name}", _("%(value)r is not an IP address") %
+                                          {"value": value}) from None
+        if address.is_unspecified or address.is_multicast or getattr(address, "scope_id", None):
+            raise DeploymentSettingsError(f"fabric_addresses.{name}", _("%(value)s cannot be listened on: give the "
+                                                                        "node's own address on the fabric") %
+                                          {"value": value})
+        out[name] = str(address)
+    return out
 
 
 def _required(data: dict, key: str, prefix: str) -> Any:

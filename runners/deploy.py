@@ -27,7 +27,8 @@ REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 SCRIPTS = ("deploy.sh", "attach_fx.sh", "workload.py")
 HEALTH_POLL_S = 20          # one SSH command waits at most this long; the loop re-connects between looks
 LOG_TAIL_LINES = 40
-_METRICS_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\]):\d{1,5}(/[A-Za-z0-9_/.-]*)?$")
+# The node's own server: its loopback or the fabric address it was deployed on (deployment.fabric_addresses).
+_METRICS_URL = re.compile(r"^http://(\d{1,3}(\.\d{1,3}){3}|localhost|\[[0-9A-Fa-f:.]+\]):\d{1,5}(/[A-Za-z0-9_/.-]*)?$")
 
 
 class DeployError(Exception):
@@ -57,10 +58,12 @@ class Deployment:
     simulated: bool = False
     healthy: bool = False
     torn_down: bool = False
+    host: str = "127.0.0.1"         # where the server listens: the node's loopback or its fabric address
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     @property
     def instance(self) -> str:
@@ -190,7 +193,8 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
         settings = settings.with_home(home)
         run_dir = f"{settings.paths.run_root}/{run_id}"
         deployment = Deployment(run_id=run_id, arm=arm, node=node.name, deploy_id=secrets.token_hex(3), run_dir=run_dir,
-                                arm_dir="", share_pool=share_pool and arm == "fx", simulated=node.simulated)
+                                arm_dir="", share_pool=share_pool and arm == "fx", simulated=node.simulated,
+                                host=settings.bind_address(node.name))
         deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
         try:
             _deploy(job, step, node, conn, settings, deployment, time_scale)
@@ -233,6 +237,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
     params = {
         "RUN_ID": deployment.run_id, "ARM": arm, "NODE": node.name, "SIMULATED": node.simulated,
         "MODEL": settings.model, "TP": settings.tensor_parallel_size, "PORT": settings.ports.for_arm(arm),
+        "BIND_HOST": deployment.host,
         "CACHE_DIR": disk_dir, "SHARED_DIR": pool_dir if deployment.share_pool else None,
         "KV_CONFIG_PATH": deployment.config_path, "USE_ODIRECT": settings.use_odirect,
         "DROP_PAGE_CACHE": settings.drop_page_cache, "PAGE_CACHE_METHOD": settings.page_cache_method,

@@ -22,12 +22,16 @@ EXTRA_VLLM_FLAGS=()
 # shellcheck source=/dev/null
 source "$arm_dir/params.env"
 port_file="$arm_dir/port"
+# Where the server listens: the node's loopback, or its fabric address so the other node's client reaches it.
+BIND_HOST=${BIND_HOST:-127.0.0.1}
+if [[ "$BIND_HOST" == *:* ]]; then url_host="[$BIND_HOST]"; else url_host="$BIND_HOST"; fi
 
 port_in_use() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "$BIND_HOST" <<'PY'
 import socket, sys
-port = int(sys.argv[1])
-for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "0.0.0.0")):
+port, bind = int(sys.argv[1]), sys.argv[2]
+six = ":" in bind
+for family, host in ((socket.AF_INET6 if six else socket.AF_INET, bind), (socket.AF_INET, "0.0.0.0")):
     s = socket.socket(family, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -41,7 +45,7 @@ PY
 }
 
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    python3 -c 'import socket, sys; h = sys.argv[1]; s = socket.socket(socket.AF_INET6 if ":" in h else socket.AF_INET); s.bind((h, 0)); print(s.getsockname()[1]); s.close()' "$BIND_HOST"
 }
 
 versions_json() {
@@ -150,7 +154,7 @@ PY
 
 build_argv() {
     # --enable-prompt-tokens-details: without it vLLM reports no cached_tokens in usage, and the records lose the hits.
-    argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host 127.0.0.1 --port "$1" --enable-prompt-tokens-details)
+    argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host "$BIND_HOST" --port "$1" --enable-prompt-tokens-details)
     if [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
     else
@@ -189,9 +193,9 @@ health() {
     while :; do
         [[ -n "$ended" && -e "$ended" ]] && { say "the server has exited"; exit 4; }
         if command -v curl >/dev/null; then
-            curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null && { say "healthy on port $port"; exit 0; }
+            curl -fsS -m 5 -o /dev/null "http://$url_host:$port/health" 2>/dev/null && { say "healthy on port $port"; exit 0; }
         elif python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
-                "http://127.0.0.1:$port/health" 2>/dev/null; then
+                "http://$url_host:$port/health" 2>/dev/null; then
             say "healthy on port $port"
             exit 0
         fi

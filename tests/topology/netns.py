@@ -1,0 +1,118 @@
+"""Two networks on one machine: the web tier (this namespace) and a "customer network" (a network namespace).
+
+    with CustomerNetwork() as net:        # ip netns + a veth pair, removed on exit (needs root)
+        net.web_address                    # 10.231.N.1: the web tier as the customer network sees it
+        net.run([...])                     # a process inside the customer network
+        net.forward(5432)                  # web_address:P → 127.0.0.1:5432 (PostgreSQL, Redis listen on loopback)
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+
+
+def available() -> str | None:
+    """None when namespaces can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if not shutil.which("ip") or not shutil.which("unshare"):
+        return "needs iproute2 (ip) and util-linux (unshare)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class CustomerNetwork:
+    def __init__(self) -> None:
+        tag = f"{os.getpid() % 100000}{random.randint(0, 99):02d}"
+        self.name = f"fxp-cust-{tag}"
+        self.web_if, self.cust_if = f"fxw{tag}"[:15], f"fxc{tag}"[:15]
+        octet = random.randint(1, 250)
+        self.web_address, self.customer_address = f"10.231.{octet}.1", f"10.231.{octet}.2"
+        self._listeners: list[socket.socket] = []
+        self._stop = threading.Event()
+
+    def __enter__(self) -> CustomerNetwork:
+        _ip("netns", "add", self.name)
+        try:
+            _ip("link", "add", self.web_if, "type", "veth", "peer", "name", self.cust_if)
+            _ip("link", "set", self.cust_if, "netns", self.name)
+            _ip("addr", "add", f"{self.web_address}/30", "dev", self.web_if)
+            _ip("link", "set", self.web_if, "up")
+            _ip("netns", "exec", self.name, "ip", "addr", "add", f"{self.customer_address}/30", "dev", self.cust_if)
+            _ip("netns", "exec", self.name, "ip", "link", "set", self.cust_if, "up")
+            _ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for listener in self._listeners:
+            listener.close()
+        subprocess.run(["ip", "link", "del", self.web_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+    def argv(self, argv: list[str], *, hide: list[str] = ()) -> list[str]:
+        """argv run inside the customer network; each folder in `hide` is covered by an empty tmpfs there."""
+        inner = list(argv)
+        if hide:
+            mounts = " && ".join(f"mount -t tmpfs -o size=1m,mode=000 fxpilot-hidden {_q(path)}" for path in hide)
+            inner = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                     *argv]
+        return ["ip", "netns", "exec", self.name, *inner]
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(argv), **kwargs)
+
+    def forward(self, target_port: int, target_host: str = "127.0.0.1") -> int:
+        """Listen on web_address (a free port) and relay each connection to target_host:target_port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.web_address, 0))
+        listener.listen(64)
+        self._listeners.append(listener)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        def accept() -> None:
+            while not self._stop.is_set():
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                try:
+                    upstream = socket.create_connection((target_host, target_port), timeout=10)
+                    upstream.settimeout(None)
+                except OSError:
+                    client.close()
+                    continue
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True, name=f"forward-{target_port}").start()
+        return listener.getsockname()[1]
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

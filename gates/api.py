@@ -11,14 +11,16 @@ from collections.abc import Callable
 from functools import wraps
 from uuid import UUID
 
+from django.conf import settings
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from gates.api_schema import schema
 from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
-
-API_VERSION = "1"
+from runners.models import Artifact, Job
+from runners.orchestration import job_progress
 
 
 def _error(status: int, message: str) -> JsonResponse:
@@ -173,8 +175,6 @@ def runs(request: HttpRequest, pilot: UUID) -> JsonResponse:
 
 
 def _job(request: HttpRequest, code: UUID):
-    from runners.models import Job
-
     pilots_seen = Pilot.objects.for_user(request.api_user)
     return get_object_or_404(Job.objects.select_related("gate", "pilot"), code=code, pilot__in=pilots_seen)
 
@@ -190,12 +190,7 @@ def run_detail(request: HttpRequest, run: UUID) -> JsonResponse:
          "started": _iso(s.started), "finished": _iso(s.finished), "error": s.error or None}
         for s in job.steps.select_related("node")
     ]
-    try:
-        from runners.orchestration import job_progress
-    except ImportError:
-        data["progress"] = None
-    else:
-        data["progress"] = job_progress(job)
+    data["progress"] = job_progress(job)
     return JsonResponse(data)
 
 
@@ -219,8 +214,6 @@ def run_artifacts(request: HttpRequest, run: UUID) -> JsonResponse:
 
 @api_view
 def artifact_download(request: HttpRequest, artifact: UUID) -> FileResponse:
-    from runners.models import Artifact
-
     obj = get_object_or_404(Artifact, code=artifact, job__pilot__in=Pilot.objects.for_user(request.api_user))
     if not obj.path.exists():
         raise Http404
@@ -237,8 +230,6 @@ def reports(request: HttpRequest, pilot: UUID) -> JsonResponse:
 
 @api_view
 def report_download(request: HttpRequest, report: UUID) -> FileResponse:
-    from django.conf import settings
-
     obj = get_object_or_404(Report, code=report, pilot__in=Pilot.objects.for_user(request.api_user))
     path = settings.DATA_DIR / obj.path
     if not path.exists():
@@ -253,6 +244,4 @@ def not_found(request: HttpRequest, *args, **kwargs) -> JsonResponse:
 
 
 def openapi(request: HttpRequest) -> JsonResponse:
-    from gates.api_schema import schema
-
     return JsonResponse(schema())

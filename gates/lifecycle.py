@@ -171,10 +171,6 @@ def amend_plan(pilot: Pilot, who) -> PlanVersion:
     return _create_plan_version(pilot, latest.to_plan(), number=latest.number + 1, who=who)
 
 
-def party_of(pilot: Pilot, user, role: str) -> str:
-    return Party.VENDOR if role in (Role.VENDOR_ENGINEER, Role.VENDOR_LEAD) else Party.CUSTOMER
-
-
 def _signing_party(pilot: Pilot, user, party: str | None) -> tuple[str, str]:
     roles = pilot.roles_for(user)
     candidates = [(p, r) for p, r in SIGNING_ROLE.items() if r in roles and (party is None or p == party)]
@@ -352,15 +348,6 @@ def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: 
             _set_state(pilot, Pilot.State.COMPLETED, user, "pilot.completed", pilot)
             pilot.save(update_fields=["state"])
     return signoff
-
-
-@transaction.atomic
-def reopen_pilot(pilot: Pilot, who) -> Pilot:
-    """Halted and completed pilots are final: a new pilot (with a new plan) is the way forward."""
-    pilot = Pilot.objects.select_for_update().get(pk=pilot.pk)
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
-        raise TransitionRefused("pilot-final", f"a {pilot.state} pilot cannot be reopened; start a new pilot")
-    raise TransitionRefused("pilot-not-halted", f"the pilot is {pilot.state}, not halted")
 
 
 def pending_actions(pilot: Pilot) -> list[dict]:

@@ -13,6 +13,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from gates.plan import plan_from_version
+
 
 class Organisation(models.Model):
     class Kind(models.TextChoices):
@@ -263,8 +265,6 @@ class PlanVersion(models.Model):
 
     def to_plan(self):
         """The plan as the judge sees it (gates.plan.Plan), built from the document and the criterion rows."""
-        from gates.plan import plan_from_version
-
         return plan_from_version(self)
 
 

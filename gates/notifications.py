@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy
 
 from gates.lifecycle import SIGNING_ROLE
 from gates.models import Evaluation, Gate, Membership, Notification, Pilot, PlanVersion, Profile, Role, SignOff
+from runners.models import FINISHED, Job, Node
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,6 @@ def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[]
 
 def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     """Notify everyone who must act now, and everyone concerned by a run that ended. Returns how many were created."""
-    from runners.models import FINISHED, Job, Node
-
     pilots = list(pilots) if pilots is not None else list(Pilot.objects.exclude(state__in=FINAL))
     by_id = {p.pk: p for p in pilots}
     count = 0

@@ -44,6 +44,9 @@ from gates.models import (
     Role,
     SignOff,
 )
+from gates.reports import charts
+from gates.reports.service import countersign, trust_roots, verify_report_bytes
+from runners.models import Job, Node
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
@@ -158,8 +161,6 @@ def home(request: HttpRequest) -> HttpResponse:
             for a in pending.get(pilot.pk, [])
         ]
         todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
-    from runners.models import Node
-
     host_keys = list(
         Node.objects.filter(
             host_key_state=Node.HostKeyState.PENDING, site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]
@@ -210,8 +211,6 @@ def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
 
 
 def _host_keys_waiting(pilot: Pilot) -> list[dict]:
-    from runners.models import Node
-
     return [
         {"role": Role.VENDOR_ENGINEER, "action": "accept_host_key", "subject": node}
         for node in Node.objects.filter(site__pilot=pilot, host_key_state=Node.HostKeyState.PENDING)
@@ -256,8 +255,6 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     plan = pilot.latest_plan
     weeks = int((plan.document or {}).get("calendar_weeks", 10)) if plan else 10
     weeks = max(weeks, max((g.week_end for g in gates), default=weeks))
-    from runners.models import Job
-
     runs = list(Job.objects.filter(pilot=pilot).select_related("gate", "created_by")[:10])
     return render(
         request,
@@ -418,24 +415,17 @@ def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
 
 
 def _charts(evaluation: Evaluation | None) -> list:
-    """SVG charts from the report engineer's module, when it exists; nothing otherwise.
+    """The evaluation's SVG charts (gates.reports.charts), as the gate report draws them.
 
     An evaluation never changes, so its charts are drawn once per language and kept in the cache.
     """
     if evaluation is None or not evaluation.result:
         return []
-    try:
-        from gates.reports import charts
-    except ImportError:
-        return []
-    draw = getattr(charts, "gate_charts", None) or getattr(charts, "verdict_charts", None)
-    if draw is None:
-        return []
     key = f"portal-charts:{evaluation.pk}:{evaluation.created.timestamp()}:{translation.get_language()}"
     drawn = cache.get(key)
     if drawn is None:
         try:
-            drawn = [{"key": c.key, "title": str(c.title), "svg": c.svg} for c in draw(evaluation.result)]
+            drawn = [{"key": c.key, "title": str(c.title), "svg": c.svg} for c in charts.gate_charts(evaluation.result)]
         except (KeyError, TypeError, ValueError):
             drawn = []
         cache.set(key, drawn, 3600)
@@ -468,14 +458,6 @@ def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
     ]
 
 
-def start_run_available() -> tuple[bool, str]:
-    try:
-        from runners.orchestration import start_gate_run  # noqa: F401
-    except ImportError:
-        return False, _("Runs cannot be started from the portal yet: the orchestration module is not installed.")
-    return True, ""
-
-
 @login_required
 def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
@@ -483,8 +465,6 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     roles = access.roles_of(pilot, request.user)
     evaluation = gate.latest_evaluation
     result = evaluation.result if evaluation else {}
-    from runners.models import Job
-
     runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:10])
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
     decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
@@ -495,7 +475,6 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         and pilot.state == Pilot.State.ACTIVE
         and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
     )
-    run_ok, run_why = start_run_available()
     can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
     return render(
         request,
@@ -515,8 +494,6 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "sign_party_label": Party(may_sign[0]).label if may_sign else "",
             "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
             "can_start": can_start,
-            "run_available": run_ok,
-            "run_unavailable_reason": run_why,
             "reports": list(gate.reports.all()),
         },
     )
@@ -554,10 +531,6 @@ def _countersign(request: HttpRequest, signoff: SignOff) -> None:
         .first()
     )
     if report is None or report.signatures > 1:
-        return
-    try:
-        from gates.reports.service import countersign
-    except ImportError:
         return
     try:
         countersign(report, request.user)
@@ -612,10 +585,6 @@ def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
 
 def _verify(data: bytes) -> tuple[object | None, str | None]:
     """(verification result, None) or (None, what prevented checking)."""
-    try:
-        from gates.reports.service import trust_roots, verify_report_bytes
-    except ImportError:
-        return None, _("Report verification is not installed.")
     if not all(Path(root).is_file() for root in trust_roots()):
         return None, _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
     try:

@@ -1,4 +1,4 @@
-"""What each gate runs, on which node, in which order: the step list of a gate run.
+"""What each gate runs, on which node, in which order: the step list of a gate run (StepList builds it).
 
 Placement rule: **every compared pair of cells runs on the same node.** The criteria compare arms
 cell by cell (fx against local_nvme or recompute at one concurrency), so each node runs every arm
@@ -24,14 +24,33 @@ from __future__ import annotations
 from typing import Any
 
 from gates.models import Gate
-from runners.models import Job, Node
-from runners.orchestration import StepList
+from runners.models import Job, Node, Step
 
 G1_CONCURRENCY = 16
 G3_LEVELS = {"fx": [8, 16, 32], "local_nvme": [8, 16, 32], "recompute": [16]}
 G2_CONCURRENCY = 8
 SIM_SOAK_MAX_S = 60.0
 SIM_FAULT_MIN_S = 3.0
+
+
+class StepList:
+    """Appends steps to a job in order; each `add` returns the new step's seq for later dependencies."""
+
+    def __init__(self, job: Job, start: int = 1):
+        self.job, self.next_seq, self.steps = job, start, []
+
+    def add(self, name: str, *, node: Node | None = None, arm: str = "", after=(), after_done=(), after_verdict=(),
+            always: bool = False, requests_total: int = 0, **params) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        deps = {"after": list(after), "after_done": list(after_done), "after_verdict": list(after_verdict)}
+        params = {**{k: v for k, v in deps.items() if v}, **({"always": True} if always else {}), **params}
+        self.steps.append(Step(job=self.job, seq=seq, name=name, node=node, arm=arm, params=params,
+                               requests_total=requests_total))
+        return seq
+
+    def save(self) -> list[Step]:
+        return Step.objects.bulk_create(self.steps)
 
 
 def workloads(job: Job) -> dict[str, dict[str, Any]]:

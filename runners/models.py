@@ -102,6 +102,7 @@ class Status(models.TextChoices):
 
 
 FINISHED = (Status.SUCCESSFUL, Status.FAILED, Status.ERROR, Status.CANCELED)
+UNFINISHED = (Status.PENDING, Status.RUNNING)
 
 
 class PilotScopedQuerySet(models.QuerySet):

@@ -7,26 +7,40 @@ detached on the node (runners/remote/workload.py through runners.detached) · ev
 A workload step's remote directory is fixed by its step (`<arm dir>/steps/NN-name`), so a step
 resumed after its worker died adopts the process already running there instead of starting a
 second one; its records file is fixed the same way, so nothing is written twice.
+
+One import stays inside a function, on purpose: run_report imports gates.reports.service when a
+report is written. Every process registers these kinds at start (RunnersConfig.ready()), and the
+report service brings WeasyPrint and pyHanko, about two seconds of import that the web process,
+the commands and most workers never need.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
-import random
 import shlex
 
-from gates import lifecycle
-from runners import detached, ssh
-from runners.artifacts import read_artifact, store_bytes
-from runners.deploy import DeployError, Deployment, collect_deployment, deploy_arm, run_id_of, teardown_arm
+from gates import judge, lifecycle
+from gates.evaluation import evaluate_job
+from gates.judge import lmcache_log
+from gates.models import Evaluation, Gate, Report
+from runners import detached, gateplans, ssh
+from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
+from runners.deploy import (
+    DeployError,
+    Deployment,
+    collect_deployment,
+    deploy_arm,
+    run_id_of,
+    settings_for,
+    teardown_arm,
+)
+from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
 from runners.models import Artifact, Job
-from runners.orchestration import Poll, StepContext, StepError, StepFailed, StepKind, extend_run, register_kind
+from runners.probe import ProbeSettingsError, probe_node
+from runners.remote.workload import plan_args
+from runners.runs import SAMPLE_TRACE_NAME, TRACE_NAME, extend_run
 
 WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
                      "replay": "replay", "share": "share", "soak": "soak", "fault": "fault"}
-TRACE_NAME = "customer-trace.csv"
-SAMPLE_TRACE_NAME = "sample-trace.csv"
 
 
 def _deployment(ctx: StepContext, seq: int | None = None) -> Deployment:
@@ -45,8 +59,6 @@ def _time_scale(job: Job) -> float:
 
 
 def run_probe(ctx: StepContext) -> dict:
-    from runners.probe import ProbeSettingsError, probe_node
-
     params = ctx.job.params
     try:
         inventory = probe_node(ctx.node, job=ctx.job, step=ctx.step, fio_runtime=int(params.get("fio_runtime", 30)),
@@ -102,8 +114,6 @@ def _retrieve_records(ctx: StepContext, deployment: Deployment) -> int:
     """LMCache "Retrieved …" lines of the server log → fxpilot.retrieve/1 records (the judge's read_bw)."""
     if deployment.arm == "recompute":
         return 0
-    from gates.judge import lmcache_log
-
     logs = Artifact.objects.filter(job=ctx.job, kind="server-log", name__startswith=deployment.name_prefix + "/")
     records = []
     for artifact in logs.order_by("name"):
@@ -120,9 +130,6 @@ def _retrieve_records(ctx: StepContext, deployment: Deployment) -> int:
 
 
 def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConnection, run_dir: str) -> list[str]:
-    from runners import gateplans
-    from runners.remote.workload import plan_args
-
     step, job = ctx.step, ctx.job
     params = step.params
     command = WORKLOAD_COMMANDS[step.name]
@@ -178,8 +185,6 @@ def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
 
 
 def _roce_interface(ctx: StepContext) -> str:
-    from runners.deploy import settings_for
-
     interface = settings_for(ctx.job, ctx.node).roce_interface
     if not interface:
         raise StepError("deployment.roce_interface is not set: the fault window needs the RoCE interface to cut")
@@ -191,44 +196,6 @@ def _trace_bytes(ctx: StepContext) -> bytes:
     if artifact is None:
         raise StepError("the run has no trace to replay")
     return read_artifact(artifact)
-
-
-def check_trace(data: bytes) -> None:
-    """Read the trace as the client will, so a bad CSV is refused at once with the line and column at fault."""
-    import tempfile
-
-    from runners.orchestration import RunRefused
-    from runners.remote.workload import TraceError, load_trace
-
-    with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
-        handle.write(data)
-        handle.flush()
-        try:
-            load_trace(handle.name)
-        except TraceError as exc:
-            raise RunRefused(f"the customer trace: {str(exc).replace(handle.name, TRACE_NAME)}") from None
-
-
-def attach_trace(job: Job, data: bytes | None) -> Artifact:
-    """Keep the customer's trace CSV with the run; without one, a generated sample trace that says so."""
-    if data:
-        check_trace(data)
-        return store_bytes(job, TRACE_NAME, data, kind="trace")
-    return store_bytes(job, SAMPLE_TRACE_NAME, sample_trace(), kind="trace")
-
-
-def sample_trace(sessions: int = 24, turns: int = 3, seed: int = 20260629) -> bytes:
-    """A made-up multi-turn trace (long shared contexts, short new turns) for demos without a customer trace."""
-    rng = random.Random(seed)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["session_id", "turn", "prompt_tokens", "output_tokens", "arrival_offset_s"])
-    for s in range(sessions):
-        start = rng.uniform(0, 60)
-        context = rng.choice([16384, 32768, 65536])
-        for turn in range(1, turns + 1):
-            writer.writerow([f"sample-{s:03d}", turn, context + 256 * turn, 128, f"{start + 45 * (turn - 1):.1f}"])
-    return out.getvalue().encode()
 
 
 def start_workload(ctx: StepContext) -> dict:
@@ -306,11 +273,6 @@ def cancel_workload(ctx: StepContext) -> None:
 
 
 def run_evaluate(ctx: StepContext) -> dict:
-    from gates import judge
-    from gates.evaluation import evaluate_job
-    from gates.models import Evaluation, Gate
-    from runners.artifacts import ArtifactMismatch
-
     job = ctx.job
     since = int(ctx.step.params.get("after_evaluation", 0))
     evaluation = Evaluation.objects.filter(job=job, pk__gt=since).order_by("-pk").first()
@@ -354,8 +316,6 @@ def _repetitions_done(job: Job) -> int:
 
 
 def run_report(ctx: StepContext) -> dict:
-    from gates.models import Evaluation, Report
-
     evaluate = ctx.sibling(ctx.step.params["after_verdict"][0])
     evaluation = Evaluation.objects.filter(pk=(evaluate.result or {}).get("evaluation")).first()
     if evaluation is None:
@@ -366,11 +326,8 @@ def run_report(ctx: StepContext) -> dict:
     done = Report.objects.filter(evaluation=evaluation, kind=Report.Kind.GATE, language=language).first()
     if done is not None:  # an earlier attempt wrote it before its worker died
         return {"report": str(done.code), "path": done.path, "sha256": done.sha256}
-    try:
-        from gates.reports.service import create_gate_report
-    except ImportError as exc:
-        raise StepError(f"the report module is not available ({exc}); the verdict is recorded without a report") \
-            from None
+    from gates.reports.service import create_gate_report  # see the module docstring
+
     try:
         report = create_gate_report(evaluation.gate, evaluation, language=language, who="orchestrator")
     except Exception as exc:  # noqa: BLE001 — a report failure must not hide the recorded verdict
@@ -384,14 +341,15 @@ def run_note(ctx: StepContext) -> dict:
     return {}
 
 
-register_kind(StepKind("probe", run=run_probe, soft_time_limit=1800))
-register_kind(StepKind("deploy", run=run_deploy, soft_time_limit=3600))
-register_kind(StepKind("collect", run=run_collect, soft_time_limit=1800))
-register_kind(StepKind("teardown", run=run_teardown, soft_time_limit=900))
-register_kind(StepKind("evaluate", run=run_evaluate, soft_time_limit=900))
-register_kind(StepKind("report", run=run_report, soft_time_limit=900, affects_status=False))
-register_kind(StepKind("note", run=run_note, soft_time_limit=60))
-for _name in WORKLOAD_COMMANDS:
-    register_kind(StepKind(_name, start=start_workload, poll=poll_workload, finish=finish_workload,
-                           cancel=cancel_workload, soft_time_limit=300))
-
+GATE_RUN_KINDS = [
+    StepKind("probe", run=run_probe, soft_time_limit=1800),
+    StepKind("deploy", run=run_deploy, soft_time_limit=3600),
+    StepKind("collect", run=run_collect, soft_time_limit=1800),
+    StepKind("teardown", run=run_teardown, soft_time_limit=900),
+    StepKind("evaluate", run=run_evaluate, soft_time_limit=900),
+    StepKind("report", run=run_report, soft_time_limit=900, affects_status=False),
+    StepKind("note", run=run_note, soft_time_limit=60),
+    *(StepKind(name, start=start_workload, poll=poll_workload, finish=finish_workload, cancel=cancel_workload,
+               soft_time_limit=300) for name in WORKLOAD_COMMANDS),
+]
+"""The kinds of step a gate run is made of; RunnersConfig.ready() registers them."""

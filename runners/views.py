@@ -22,9 +22,12 @@ from django.views.decorators.http import require_POST
 
 from gates import access, lifecycle, notifications
 from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
-from gates.forms import CredentialForm, NodeForm, SiteForm
-from gates.views import start_run_available
-from runners.models import FINISHED, Artifact, Credential, Job, Node, Site, Status
+from runners.config import DeploymentSettingsError
+from runners.credentials import create_credential
+from runners.forms import CredentialForm, NodeForm, SiteForm
+from runners.models import Artifact, Credential, Job, Node, Site, Status
+from runners.orchestration import RunRefused, job_progress, request_cancel, start_gate_run
+from runners.ssh import HostKeyPending, SSHError, accept_host_key, connect
 
 LOG_BATCH = 500
 
@@ -38,44 +41,9 @@ class Chunk(NamedTuple):
 POLL_SECONDS = 1
 
 
-def _orchestration():
-    try:
-        from runners import orchestration
-    except ImportError:
-        return None
-    return orchestration
-
-
 def _progress(job: Job) -> dict:
-    """Step n of N, requests done of total and each step's row; the orchestration's own figures when installed."""
-    orchestration = _orchestration()
-    if orchestration is not None and hasattr(orchestration, "job_progress"):
-        progress = orchestration.job_progress(job)
-    else:
-        steps = list(job.steps.select_related("node").order_by("seq"))
-        finished = sum(1 for s in steps if s.status in FINISHED)
-        progress = {
-            "steps_total": len(steps),
-            "steps_finished": finished,
-            "requests_done": sum(s.requests_done for s in steps),
-            "requests_total": sum(max(s.requests_total, s.requests_done) for s in steps),
-            "fraction": finished / len(steps) if steps else 0.0,
-            "eta_seconds": None,
-            "steps": [
-                {
-                    "seq": s.seq,
-                    "name": s.name,
-                    "arm": s.arm,
-                    "node": s.node.name if s.node_id else "",
-                    "status": s.status,
-                    "attempts": s.attempts,
-                    "requests_done": s.requests_done,
-                    "requests_total": s.requests_total,
-                    "error": s.error,
-                }
-                for s in steps
-            ],
-        }
+    """Step n of N, requests done of total and each step's row, with each status's label."""
+    progress = job_progress(job)
     labels = dict(Status.choices)
     for step in progress["steps"]:
         step["status_label"] = labels.get(step["status"], step["status"])
@@ -119,7 +87,6 @@ def log_html(chunks: list[Chunk]) -> SafeString:
 
 
 def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
-    orchestration = _orchestration()
     progress = _progress(job)
     return {
         "job": job,
@@ -130,8 +97,7 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
         "simulated": job.steps.filter(node__simulated=True).exists(),
         "can_cancel": access.can(pilot, request.user, OPERATE)
         and not job.is_finished
-        and not job.cancel_requested
-        and orchestration is not None,
+        and not job.cancel_requested,
     }
 
 
@@ -190,13 +156,6 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
 def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
     access.require_role(gate.pilot, request.user, OPERATE)
-    available, why = start_run_available()
-    if not available:
-        messages.error(request, why)
-        return redirect("gate", gate.pilot.code, gate.number)
-    from runners.config import DeploymentSettingsError
-    from runners.orchestration import RunRefused, start_gate_run
-
     try:
         lifecycle.require_runnable(gate)
         job = start_gate_run(gate, request.user)
@@ -214,15 +173,10 @@ def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
     job, pilot = _job_for_user(request, code)
     access.require_role(pilot, request.user, OPERATE)
-    orchestration = _orchestration()
-    if orchestration is None:
-        messages.error(
-            request, _("Runs cannot be canceled from the portal yet: the orchestration module is not installed.")
-        )
-    elif job.is_finished:
+    if job.is_finished:
         messages.info(request, _("The run has already ended."))
     else:
-        orchestration.request_cancel(job, request.user)
+        request_cancel(job, request.user)
         messages.success(request, _("Cancel requested: remote processes are being stopped and torn down."))
     return redirect("run", job.code)
 
@@ -332,8 +286,6 @@ def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
     access.require_role(pilot, request.user, OPERATE)
     form = CredentialForm(request.POST, request.FILES, prefix=f"c-{site.code}")
     if form.is_valid():
-        from runners.credentials import create_credential
-
         try:
             credential = create_credential(
                 site,
@@ -395,8 +347,6 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
     )
     access.require_role(pilot, request.user, OPERATE)
     fingerprint = request.POST.get("fingerprint", "")
-    from runners.ssh import accept_host_key
-
     try:
         accepted = accept_host_key(node, fingerprint, user=request.user)
     except ValueError as error:
@@ -432,8 +382,6 @@ def node_contact(request: HttpRequest, code: UUID) -> HttpResponse:
         "site__pilot",
     )
     access.require_role(pilot, request.user, OPERATE)
-    from runners.ssh import HostKeyPending, SSHError, connect
-
     try:
         with connect(node):
             pass

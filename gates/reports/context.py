@@ -15,8 +15,10 @@ from typing import Any
 
 from django.conf import settings
 
+from gates.lifecycle import evidence_sha256
 from gates.models import Evaluation, Gate, Pilot, SignOff
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
+from runners.models import Artifact, Node
 
 # KV-cache bytes per token = 2 (K and V) × layers × KV heads × head dimension × bytes per value (bf16 = 2).
 KNOWN_MODELS = {
@@ -95,8 +97,6 @@ def _safe_file_name(name: str, taken: set[str]) -> str:
 
 def evaluation_artifacts(evaluation: Evaluation, *, prefix: str = "", taken: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """(attachments, missing): the verdict itself, the job's artifacts and every other input the judge named."""
-    from runners.models import Artifact
-
     taken = set() if taken is None else taken
     verdict_bytes = json.dumps(evaluation.result, sort_keys=True, indent=1, ensure_ascii=False).encode()
     items = [{"file": _safe_file_name(f"{prefix}verdict.json", taken), "name": f"{prefix}verdict.json",
@@ -123,8 +123,6 @@ def evaluation_artifacts(evaluation: Evaluation, *, prefix: str = "", taken: set
 
 def inventories(pilot: Pilot, verdict: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The inventories the judge used; otherwise the last probe of each of the pilot's nodes."""
-    from runners.models import Node
-
     used = [item for item in (verdict or {}).get("inventory") or [] if isinstance(item, dict)]
     if used:
         return used
@@ -152,16 +150,10 @@ def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dic
         "kind": "gate", "simulated": simulated, "pilot": pilot_context(gate.pilot), "gate": gate_context(gate),
         "evaluation": {"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
                        "plan_version": evaluation.plan_version.number, "job": str(evaluation.job.code) if evaluation.job_id else "",
-                       "evidence_sha256": _evidence_sha256(evaluation)},
+                       "evidence_sha256": evidence_sha256(evaluation)},
         "verdict": verdict, "signoffs": signoffs, "inventory": inventory,
         "attachments": attachments, "missing_inputs": missing, "signing": signing_context(),
     }
-
-
-def _evidence_sha256(evaluation: Evaluation) -> str:
-    from gates.lifecycle import evidence_sha256
-
-    return evidence_sha256(evaluation)
 
 
 # --- the procurement report ------------------------------------------------------------------------
@@ -215,8 +207,6 @@ def projections(evaluations: dict[int, Evaluation], concurrency: int) -> list[di
 
 def _records_session_tokens(evaluation: Evaluation | None) -> list[int]:
     """Final context length (prompt + output tokens of its last turn) of each replayed session."""
-    from runners.models import Artifact
-
     if evaluation is None or not evaluation.job_id:
         return []
     longest: dict[str, int] = defaultdict(int)
@@ -286,7 +276,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
             missing += lost
             item.update(
                 evaluation={"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
-                            "evidence_sha256": _evidence_sha256(evaluation)},
+                            "evidence_sha256": evidence_sha256(evaluation)},
                 verdict=dict(evaluation.result or {}),
                 signoffs=[signoff_context(s) for s in gate.signoffs.filter(evaluation=evaluation).select_related("person", "gate")],
             )

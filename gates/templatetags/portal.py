@@ -9,6 +9,8 @@ from django.utils import formats, translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
+from gates.models import Gate
+
 register = template.Library()
 
 
@@ -88,8 +90,6 @@ def op_symbol(op: str) -> str:
 @register.filter
 def verdict_label(value: str) -> str:
     """pass / marginal / fail / invalid in the reader's language."""
-    from gates.models import Gate
-
     try:
         return str(Gate.Verdict(value).label)
     except ValueError:

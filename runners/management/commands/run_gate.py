@@ -13,27 +13,13 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from gates.lifecycle import TransitionRefused
-from gates.models import Pilot
+from gates.management.lookup import REFUSED, find_pilot
 from gates.plan import parse_gate_label
 from runners.models import Job, Site, Status
 from runners.orchestration import RunRefused, job_progress, log_since, start_gate_run
 from runners.validators import validate_trace_size
 
 EXIT_CODES = {Status.SUCCESSFUL: 0, Status.FAILED: 1, Status.ERROR: 2, Status.CANCELED: 3}
-REFUSED = 4
-
-
-def find_pilot(text: str) -> Pilot:
-    text = text.strip()
-    matches = list(Pilot.objects.filter(name=text))
-    if not matches and len(text) >= 4:
-        matches = [p for p in Pilot.objects.all() if str(p.code).startswith(text.lower())]
-    if not matches and text.isdigit():
-        matches = list(Pilot.objects.filter(pk=int(text)))
-    if len(matches) != 1:
-        raise CommandError(f"{'no' if not matches else 'more than one'} pilot matches {text!r} (give its name or code)",
-                           returncode=REFUSED)
-    return matches[0]
 
 
 def follow_job(job: Job, write, *, every: float = 1.0, progress_every: float = 10.0) -> Job:

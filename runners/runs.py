@@ -1,0 +1,180 @@
+"""Run creation: check a run's parameters, build its steps from the signed plan, keep its trace, dispatch it.
+
+`start_gate_run` creates a gate run (refused with RunRefused saying why); `extend_run` appends
+more repetitions and a new evaluate to a run whose verdict was marginal. What each gate runs is
+runners.gateplans; how the steps then move is runners.engine.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import random
+import re
+import tempfile
+
+from django.conf import settings
+from django.db import transaction
+
+from gates import lifecycle
+from gates.models import Gate
+from runners import gateplans
+from runners.artifacts import store_bytes
+from runners.dispatch import dispatch_advance
+from runners.gateplans import StepList
+from runners.models import UNFINISHED, Artifact, Job, Node, Site, Status, Step
+from runners.output import system_line
+from runners.remote.workload import TraceError, load_trace
+
+TRACE_NAME = "customer-trace.csv"
+SAMPLE_TRACE_NAME = "sample-trace.csv"
+
+
+
+class RunRefused(Exception):
+    """A run that cannot start: the message says why (no nodes, a run already going, a closed gate, a bad parameter)."""
+
+
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _levels(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(_positive_int(v) for v in value)
+
+
+# Run parameters (job.params): each reaches a node's command line, so each is checked before the run exists.
+PARAMS = {
+    "time_scale": (_positive_number, "a number above 0"),
+    "repetitions": (_positive_int, "a whole number ≥ 1"),
+    "concurrency": (_positive_int, "a whole number ≥ 1"),
+    "levels": (lambda v: isinstance(v, dict) and bool(v) and all(a in ("fx", "local_nvme", "recompute") and _levels(c)
+                                                                   for a, c in v.items()),
+               "a mapping of arm (fx, local_nvme, recompute) → list of concurrency levels"),
+    "fio_runtime": (lambda v: _positive_int(v) and v <= 3600, "whole seconds, 1–3600"),
+    "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)), "a size such as 16M or 4G"),
+    "soak_seconds": (_positive_number, "a number of seconds above 0"),
+    "workloads": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
+                  "a mapping of workload name → settings, as in the plan"),
+    "extend_marginal": (lambda v: isinstance(v, bool), "true or false"),
+    "language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
+    "report_language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
+}
+
+
+def validate_params(params: dict) -> dict:
+    """The run's parameters, or RunRefused naming the first bad one and what it accepts."""
+    if not isinstance(params, dict):
+        raise RunRefused("the run parameters must be a mapping")
+    for key, value in params.items():
+        if key not in PARAMS:
+            raise RunRefused(f"params.{key}: unknown parameter (known: {', '.join(sorted(PARAMS))})")
+        check, accepts = PARAMS[key]
+        if not check(value):
+            raise RunRefused(f"params.{key}: {value!r} is not {accepts}")
+    for name, values in (params.get("workloads") or {}).items():
+        for field_name, value in values.items():
+            if not (_positive_number(value) or _levels(value)):
+                raise RunRefused(f"params.workloads.{name}.{field_name}: {value!r} is not a positive number")
+    return params
+
+
+@transaction.atomic
+def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: dict | None = None,
+                   trace: bytes | None = None) -> Job:
+    """Create a gate run with its steps and dispatch it once the transaction commits.
+
+    `trace` is the customer's session trace CSV for G4's replay; without one G4 replays a generated
+    sample trace and its log says so.
+    """
+    gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
+    lifecycle.require_runnable(gate)
+    busy = Job.objects.filter(gate=gate, status__in=UNFINISHED).first()
+    if busy is not None:
+        raise RunRefused(f"{gate.label} already has a run going ({str(busy.code)[:8]}, {busy.status}); cancel it first")
+    site = site or gate.pilot.sites.filter(nodes__role=Node.Role.GPU).distinct().order_by("name").first()
+    if site is None:
+        raise RunRefused(f"the pilot {gate.pilot} has no site with a GPU node; register nodes first")
+    nodes = list(site.nodes.filter(role=Node.Role.GPU).order_by("name"))
+    if not nodes:
+        raise RunRefused(f"the site {site.name} has no GPU node")
+    actor = lifecycle.as_actor(who)
+    params = validate_params(dict(params or {}))
+    if all(node.simulated for node in nodes):
+        params.setdefault("time_scale", settings.FXPILOT_SIM_TIME_SCALE)
+    params.setdefault("time_scale", 1.0)
+    job = Job.objects.create(pilot=gate.pilot, gate=gate, site=site, kind=Job.Kind.GATE_RUN, params=params,
+                             created_by=actor.user)
+    if gate.number == 4:
+        kept = attach_trace(job, trace)
+        if not trace:
+            system_line(job, "no customer trace was uploaded: G4 replays a generated sample trace "
+                             f"({kept.name}), which is not the customer's traffic")
+    steps = StepList(job)
+    gateplans.build(job, gate, nodes, steps)
+    steps.save()
+    lifecycle.audit(gate.pilot, who, "run.started", job, "", job.status, gate=gate.number,
+                    steps=len(steps.steps), site=site.name)
+    system_line(job, f"{gate.label} run {job.code} created by {actor.name}: {len(steps.steps)} steps on "
+                     f"{', '.join(n.name for n in nodes)} (site {site.name}, queue {site.queue})")
+    transaction.on_commit(lambda: dispatch_advance(job.pk))
+    return job
+
+
+@transaction.atomic
+def extend_run(job: Job, evaluate: Step, evaluation, *, first_repetition: int, extra: int = 1) -> int:
+    """A marginal verdict with room left: more repetitions (new steps), then a new evaluate; the report moves after it.
+
+    Returns how many steps were added. The verdict is recorded only by the last evaluate.
+    """
+    last = job.steps.order_by("-seq").values_list("seq", flat=True).first()
+    steps = StepList(job, start=last + 1)
+    waits = gateplans.extension(job, steps, first_repetition, extra)
+    collects = [seq for seq in waits if steps.steps[seq - last - 1].name == "collect"]
+    again = steps.add("evaluate", after=[evaluate.seq, *collects], after_done=[s for s in waits if s not in collects],
+                      after_evaluation=evaluation.pk)
+    steps.save()
+    report = job.steps.filter(name="report", status=Status.PENDING).first()
+    if report is not None:
+        report.params = {**report.params, "after_verdict": [again]}
+        report.seq = steps.next_seq
+        report.save(update_fields=["params", "seq"])
+    system_line(job, f"the verdict is marginal and the plan allows more repetitions: repetition {first_repetition} "
+                     f"of every cell is measured, then the gate is judged again ({len(steps.steps)} steps added)")
+    return len(steps.steps)
+
+
+def check_trace(data: bytes) -> None:
+    """Read the trace as the client will, so a bad CSV is refused at once with the line and column at fault."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
+        handle.write(data)
+        handle.flush()
+        try:
+            load_trace(handle.name)
+        except TraceError as exc:
+            raise RunRefused(f"the customer trace: {str(exc).replace(handle.name, TRACE_NAME)}") from None
+
+
+def attach_trace(job: Job, data: bytes | None) -> Artifact:
+    """Keep the customer's trace CSV with the run; without one, a generated sample trace that says so."""
+    if data:
+        check_trace(data)
+        return store_bytes(job, TRACE_NAME, data, kind="trace")
+    return store_bytes(job, SAMPLE_TRACE_NAME, sample_trace(), kind="trace")
+
+
+def sample_trace(sessions: int = 24, turns: int = 3, seed: int = 20260629) -> bytes:
+    """A made-up multi-turn trace (long shared contexts, short new turns) for demos without a customer trace."""
+    rng = random.Random(seed)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["session_id", "turn", "prompt_tokens", "output_tokens", "arrival_offset_s"])
+    for s in range(sessions):
+        start = rng.uniform(0, 60)
+        context = rng.choice([16384, 32768, 65536])
+        for turn in range(1, turns + 1):
+            writer.writerow([f"sample-{s:03d}", turn, context + 256 * turn, 128, f"{start + 45 * (turn - 1):.1f}"])
+    return out.getvalue().encode()

@@ -18,7 +18,9 @@ from django.core.exceptions import ValidationError
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from runners import preflight
 from runners.artifacts import ArtifactMismatch, store_bytes
+from runners.config import DeploymentSettings, DeploymentSettingsError, validate_deployment
 from runners.inventory import build_inventory, parse_fx_write
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
@@ -26,6 +28,7 @@ from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, Tr
 from runners.validators import validate_host, validate_nqn, validate_remote_path
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "remote" / "probe.sh"
+PREFLIGHT_SCRIPT = Path(__file__).resolve().parent / "remote" / preflight.SCRIPT_NAME
 MAX_RAW_BYTES = 64 * 1024 * 1024
 
 
@@ -66,17 +69,35 @@ def probe_settings(deployment: dict | None, *, simulated: bool) -> ProbeSettings
                          fx_nqn=target.get("nqn"), fx_address=target.get("address"))
 
 
+class NodeNotReady(preflight.NodeNotReady, ProbeSettingsError):
+    """The preflight found blockers: the node cannot run the gate (an infrastructure error, never a verdict)."""
+
+
+def vllm_launch(deployment: DeploymentSettings) -> tuple[str, ...]:
+    """The words that launch vLLM on a node (``vllm`` on the PATH)."""
+    return ("vllm",)
+
+
 def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: int = 30, fio_size: str = "4G",
                timeouts: Timeouts = DEFAULT_TIMEOUTS) -> dict:
-    """Probe one node; returns the inventory, also saved to Node.inventory and as artifact NODE/inventory.json."""
+    """Preflight and probe one node; returns the inventory, also saved to Node.inventory and as artifact
+    NODE/inventory.json. Raises NodeNotReady, after saving everything, when the preflight found blockers."""
     settings = probe_settings(job.pilot.deployment, simulated=node.simulated)
+    try:
+        deployment = validate_deployment(job.pilot.deployment)
+    except DeploymentSettingsError as exc:
+        raise ProbeSettingsError(str(exc)) from None
     if not (1 <= int(fio_runtime) <= 3600) or not fio_size.replace(".", "").rstrip("KMGTkmgt").isdigit():
         raise ProbeSettingsError(f"fio runtime {fio_runtime!r} or size {fio_size!r} is out of range")
     run_dir = f"~/.fxpilot/probe/{job.code.hex[:12]}-{node.pk}"
     out_dir = f"{run_dir}/out"
+    launch = vllm_launch(deployment)
     with NodeConnection(node, timeouts=timeouts) as conn:
         conn.mkdirs(run_dir)
+        conn.upload(PREFLIGHT_SCRIPT.read_bytes(), f"{run_dir}/{preflight.SCRIPT_NAME}", mode=0o755)
         conn.upload(PROBE_SCRIPT.read_bytes(), f"{run_dir}/probe.sh", mode=0o755)
+        # the preflight first: its report lands in the probe's folder and travels in the same checked archive
+        conn.run(preflight.command(run_dir, out_dir, deployment, vllm=launch), job=job, step=step, timeout=900)
         conn.run(f"bash {shell_path(run_dir + '/probe.sh')} --out {shell_path(out_dir)} --fx-mount {shell_path(settings.fx_mount)} "
                  f"--local-path {shell_path(settings.local_nvme_path)} --fio-size {shlex.quote(fio_size)} "
                  f"--fio-runtime {int(fio_runtime)}", job=job, step=step, timeout=2 * int(fio_runtime) + 600)
@@ -93,6 +114,8 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
     fx_path = parse_fx_write(raw.get("fx-write.txt"))["path"] or settings.fx_mount
     inventory = build_inventory(node.name, raw, simulated=node.simulated, fx_mount=fx_path, fx_nqn=settings.fx_nqn,
                                 exit_codes=exit_codes)
+    inventory["preflight"] = preflight.evaluate(node.name, raw.get(preflight.REPORT_NAME), inventory, deployment,
+                                                vllm=launch)
     inventory["artifacts"] = {name: artifact.sha256 for name, artifact in sorted(artifacts.items())}
     store_bytes(job, f"{node.name}/inventory.json", json.dumps(inventory, indent=2, sort_keys=True).encode(),
                 kind="inventory", step=step, node=node, simulated=node.simulated)
@@ -100,6 +123,11 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
     node.inventory = inventory
     for problem in inventory["problems"]:
         system_line(job, f"[{node.name}] probe: {problem}", step=step)
+    blockers = inventory["preflight"]["blockers"]
+    for blocker in blockers:
+        system_line(job, f"[{node.name}] preflight: {blocker['message']}", step=step)
+    if blockers:
+        raise NodeNotReady(node.name, blockers)
     return inventory
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 PYLIB_DIR = Path(__file__).resolve().parent / "pylib"
 DEFAULT_USERNAME = "fxpilot"
+# The Hugging Face cache folder of the simulated deployment's model (runners.config.DEFAULT_SIMULATED).
+SIMULATED_MODEL_CACHE = "models--Qwen--Qwen3-Coder-480B-A35B-Instruct-FP8"
 
 
 def generate_ed25519(path: Path, comment: str = "fxpilot-simnode") -> paramiko.Ed25519Key:
@@ -96,6 +99,12 @@ class SimNodeServer:
         (speed / "current_link_speed").write_text("16.0 GT/s PCIe\n")
         (speed / "current_link_width").write_text("4\n")
         (self.root / "sys" / "class" / "nvme" / "nvme0" / "transport").write_text("pcie\n")
+        (self.root / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1").mkdir(parents=True, exist_ok=True)
+        model_cache = self.root / ".cache" / "huggingface" / "hub" / SIMULATED_MODEL_CACHE / "snapshots" / "simulated"
+        if not (model_cache / "config.json").exists():
+            # the simulated server needs no weights; the cache entry is what a node that downloaded the model has
+            model_cache.mkdir(parents=True, exist_ok=True)
+            (model_cache / "config.json").write_text('{"simulated": true, "note": "Simulated - not evidence"}\n')
         if not self.host_key_path.exists():
             generate_ed25519(self.host_key_path, comment=f"simnode-{self.name}-host")
 
@@ -188,13 +197,31 @@ class SimNodeServer:
         env = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TZ", "TERM")}
         env.update({
             "HOME": str(self.root), "USER": self.username, "LOGNAME": self.username, "SHELL": "/bin/bash",
-            "PATH": f"{BIN_DIR}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "PATH": f"{self._bin_dir(state)}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
             "PYTHONPATH": f"{PROJECT_ROOT}:{PYLIB_DIR}", "FXPILOT_PYTHON": sys.executable,
             "FXPILOT_SIM_ROOT": str(self.root), "FXPILOT_SIM_NODE": self.name, "FXPILOT_SYSFS": str(self.root / "sys"),
             "FXPILOT_SIM_TIME_SCALE": str(state.get("time_scale", self.time_scale)), "FXPILOT_SIMULATED": "1",
         })
         env.setdefault("LANG", "C.UTF-8")
         return env
+
+    def _bin_dir(self, state: dict) -> Path:
+        """The simulated tools on the node's PATH: all of them, or (fault missing_tools) a folder without those."""
+        missing = set(state["faults"].get("missing_tools") or [])
+        if not missing:
+            return BIN_DIR
+        folder = self.root.parent / f".{self.name}-bin-{'-'.join(sorted(missing))}"
+        if not folder.is_dir():
+            staging = folder.with_name(folder.name + f".{os.getpid()}-{threading.get_ident()}")
+            staging.mkdir(parents=True, exist_ok=True)
+            for tool in BIN_DIR.iterdir():
+                if tool.name not in missing and not (staging / tool.name).exists():
+                    (staging / tool.name).symlink_to(tool)
+            try:
+                staging.rename(folder)
+            except OSError:  # another command made it first
+                shutil.rmtree(staging, ignore_errors=True)
+        return folder
 
     def run_command(self, channel: paramiko.Channel, command: str) -> None:
         """Run one exec request in ``bash -c``; stream both outputs; send the exit status and close."""

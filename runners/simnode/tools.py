@@ -130,7 +130,7 @@ def amd_smi(args: list[str]) -> None:
             "numa": {"node": 0 if g["gpu"] < 4 else 1, "affinity": 0 if g["gpu"] < 4 else 1},
         } for g in gpus]
         if as_json:
-            _print_json(rows)
+            _print_json({"gpu_data": rows})  # amd-smi 26.x wraps the GPUs; 24.x/25.x printed the bare list
         else:
             for row in rows:
                 print(f"GPU: {row['gpu']}\n    ASIC:\n        MARKET_NAME: {GPU_MODEL}\n        TARGET_GRAPHICS_VERSION: gfx942"
@@ -234,7 +234,7 @@ def nvme(args: list[str]) -> None:
                             "UsedBytes": 1099511627776, "MaximumLBA": FX_BYTES // 4096, "PhysicalSize": FX_BYTES,
                             "SectorSize": 4096})
         if _opt(rest, "-o", "--output-format") == "json":
-            _print_json({"Devices": devices})
+            _print_json(_nvme_list_2_11(state, devices, host_nqn, nqn, address))
         else:
             print(f"{'Node':<21} {'Generic':<21} {'SN':<20} {'Model':<40} {'Namespace':<9} {'Usage':<26} Format           FW Rev")
             for d in devices:
@@ -261,6 +261,33 @@ def nvme(args: list[str]) -> None:
                     print(f" +- {p['Name']} {p['Transport']} {p['Address']} {p['State']}")
         return
     raise ToolError(f"nvme: simulated node knows discover, connect, disconnect, list, list-subsys; not {command!r}", 1)
+
+
+def _nvme_list_2_11(state: dict, devices: list[dict], host_nqn: str, nqn: str, address: str) -> dict:
+    """``nvme list -o json`` as nvme-cli 2.11 prints it: subsystems → controllers; a multipathed (fabric) subsystem
+    holds its namespaces itself, a PCIe controller holds its own."""
+    def namespace(d: dict) -> dict:
+        name = d["DevicePath"].removeprefix("/dev/")
+        return {"NameSpace": name, "Generic": d["GenericPath"].removeprefix("/dev/"), "NSID": d["NameSpace"],
+                "UsedBytes": d["UsedBytes"], "MaximumLBA": d["MaximumLBA"], "PhysicalSize": d["PhysicalSize"],
+                "SectorSize": d["SectorSize"]}
+
+    local, *fabric = devices
+    n = _node_index(state)
+    subsystems = [{"Subsystem": "nvme-subsys0", "SubsystemNQN": f"nqn.1994-11.com.samsung:nvme:PM9A1:M.2:S7DPNU0X{n:06d}",
+                   "Controllers": [{"Controller": "nvme0", "Cntlid": "6", "SerialNumber": local["SerialNumber"],
+                                    "ModelNumber": local["ModelNumber"], "Firmware": local["Firmware"], "Transport": "pcie",
+                                    "Address": "0000:c1:00.0", "Slot": "", "Namespaces": [namespace(local)], "Paths": []}],
+                   "Namespaces": []}]
+    for d in fabric:
+        subsystems.append({"Subsystem": "nvme-subsys1", "SubsystemNQN": nqn,
+                           "Controllers": [{"Controller": "nvme1", "Cntlid": "1", "SerialNumber": d["SerialNumber"],
+                                            "ModelNumber": d["ModelNumber"], "Firmware": d["Firmware"], "Transport": "rdma",
+                                            "Address": f"traddr={address},trsvcid=4420,src_addr=192.168.100.{20 + n}",
+                                            "Slot": "", "Namespaces": [],
+                                            "Paths": [{"Path": "nvme1c1n1", "ANAState": "optimized"}]}],
+                           "Namespaces": [namespace(d)]})
+    return {"Devices": [{"HostNQN": host_nqn, "HostID": host_nqn.rsplit(":", 1)[1], "Subsystems": subsystems}]}
 
 
 def mount(args: list[str]) -> None:
@@ -491,72 +518,115 @@ def _seconds(text: str) -> float:
     return float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
 
 
-def fio(args: list[str]) -> None:
-    opts: dict[str, str] = {}
+def _fio_sections(args: list[str]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """fio's command-line jobs: options before the first --name are global, each --name starts a job."""
+    global_opts: dict[str, str] = {}
+    jobs: list[dict[str, str]] = []
     for arg in args:
-        if arg.startswith("--"):
-            key, _, value = arg[2:].partition("=")
-            opts[key] = value
-    if opts.get("output-format", "normal").split(",")[0] not in ("json", "json+"):
+        if not arg.startswith("--"):
+            continue
+        key, _, value = arg[2:].partition("=")
+        if key == "name":
+            jobs.append({"name": value})
+        elif key in ("output-format", "output"):
+            global_opts[key] = value
+        else:
+            (jobs[-1] if jobs else global_opts)[key] = value
+    return global_opts, jobs or [{"name": "fio"}]
+
+
+def fio(args: list[str]) -> None:
+    """Runs each job (fio's command-line form); jobs of one group share the device, a --stonewall job starts the next
+    group. numjobs clones of a job are reported one by one, or as one entry with --group_reporting."""
+    global_opts, sections = _fio_sections(args)
+    if global_opts.get("output-format", "normal").split(",")[0] not in ("json", "json+"):
         raise ToolError("fio: the simulated node prints --output-format=json only", 1)
     state = _state()
-    target = opts.get("filename") or (opts.get("directory", "") + "/fio.dat")
-    if not target or target == "/fio.dat":
-        raise ToolError("fio: no --filename or --directory given", 1)
-    rw = opts.get("rw", "read")
-    if rw not in ("read", "write", "randread", "randwrite"):
-        raise ToolError(f"fio: the simulated node models rw=read|write|randread|randwrite, not {rw}", 1)
-    kind = storage_kind(target, state)
     faults = state["faults"]
-    if kind == "fx" and faults.get("fx_down"):
-        time.sleep(min(5.0, 30 * _scale(state)))
-        raise ToolError(f"fio: io_u error on file {target}: Input/output error: read offset=0, buflen=1048576\n"
-                        f"fio: pid=4242, err=5/file:io_u.c:1889, func=io_u error, error=Input/output error", 1)
-    reading = rw.endswith("read")
-    gbps = {"fx": storage.fx_read_gbps if reading else storage.fx_write_gbps,
-            "local_nvme": storage.local_read_gbps if reading else storage.local_write_gbps}.get(kind)
-    rate = gbps(faults) if gbps else 2.0
-    if rw.startswith("rand"):
-        rate *= 0.85
-    size = _size_bytes(opts.get("size", "1g"))
-    numjobs = int(opts.get("numjobs", "1"))
-    bs = _size_bytes(opts.get("bs", "4k"))
-    if "time_based" in opts and "runtime" in opts:
-        runtime = _seconds(opts["runtime"])
-    else:
-        runtime = size * numjobs / (rate * 1e9)
-        if "runtime" in opts:
-            runtime = min(runtime, _seconds(opts["runtime"]))
-    path = Path(os.path.expanduser(target))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
-        handle.truncate(max(path.stat().st_size, min(size, 1 << 30)))
-    time.sleep(runtime * _scale(state))
-    io_bytes = int(rate * 1e9 * runtime)
-    ios = max(1, io_bytes // bs)
-    iops = ios / runtime if runtime else 0.0
-    clat_mean = bs / (rate * 1e9) * 1e9 * int(opts.get("iodepth", "1")) * numjobs
-    stats = _fio_dir(io_bytes, rate * 1e9, iops, runtime, ios, clat_mean)
-    empty = _fio_dir(0, 0, 0, 0, 0, 0)
-    job = {"jobname": opts.get("name", "fio"), "groupid": 0, "job_start": int(time.time() * 1000), "error": 0, "eta": 0,
-           "elapsed": max(1, round(runtime)), "job options": {k: v for k, v in opts.items() if k != "output-format"},
-           "read": stats if reading else empty, "write": empty if reading else stats, "trim": empty,
-           "sync": {"total_ios": 0, "lat_ns": {"min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0}},
-           "job_runtime": int(runtime * 1000 * numjobs), "usr_cpu": 0.61, "sys_cpu": 7.93, "ctx": ios // 3,
-           "majf": 0, "minf": 8 * numjobs, "iodepth_level": {"1": 0.0, "2": 0.0, "4": 0.0, "8": 0.0, "16": 0.0,
-                                                             "32": 100.0, ">=64": 0.0},
-           "latency_ns": {"2": 0.0, "4": 0.0, "10": 0.0, "20": 0.0, "50": 0.0, "100": 0.0, "250": 0.0, "500": 0.0,
-                          "750": 0.0, "1000": 0.0}}
-    device = {"fx": state["fx"]["namespace"], "local_nvme": state["local_nvme"]["namespace"]}.get(kind, "/dev/sda2")
+    plans, group = [], 0
+    for index, section in enumerate(sections):
+        opts = {k: v for k, v in global_opts.items() if k not in ("output-format", "output")} | section
+        if index and ("stonewall" in section or "wait_for_previous" in section):
+            group += 1
+        target = opts.get("filename") or (opts.get("directory", "") + "/fio.dat")
+        if not target or target == "/fio.dat":
+            raise ToolError("fio: no --filename or --directory given", 1)
+        rw = opts.get("rw", opts.get("readwrite", "read"))
+        if rw not in ("read", "write", "randread", "randwrite"):
+            raise ToolError(f"fio: the simulated node models rw=read|write|randread|randwrite, not {rw}", 1)
+        kind = storage_kind(target, state)
+        if kind == "fx" and faults.get("fx_down"):
+            time.sleep(min(5.0, 30 * _scale(state)))
+            raise ToolError(f"fio: io_u error on file {target}: Input/output error: read offset=0, buflen=1048576\n"
+                            f"fio: pid=4242, err=5/file:io_u.c:1889, func=io_u error, error=Input/output error", 1)
+        reading = rw.endswith("read")
+        gbps = {"fx": storage.fx_read_gbps if reading else storage.fx_write_gbps,
+                "local_nvme": storage.local_read_gbps if reading else storage.local_write_gbps}.get(kind)
+        rate = gbps(faults) if gbps else 2.0
+        if rw.startswith("rand"):
+            rate *= 0.85
+        plans.append({"opts": opts, "section": section, "group": group, "target": target, "kind": kind,
+                      "reading": reading, "rate": rate, "numjobs": int(opts.get("numjobs", "1"))})
+    jobs_out, disk = [], {}
+    elapsed = 0.0
+    for group_id in sorted({plan["group"] for plan in plans}):
+        members = [plan for plan in plans if plan["group"] == group_id]
+        clones = sum(plan["numjobs"] for plan in members)
+        longest = 0.0
+        for plan in members:
+            opts, rate = plan["opts"], plan["rate"] * plan["numjobs"] / clones  # concurrent jobs share the device
+            size, bs = _size_bytes(opts.get("size", "1g")), _size_bytes(opts.get("bs", "4k"))
+            if "time_based" in opts and "runtime" in opts:
+                runtime = _seconds(opts["runtime"])
+            else:
+                runtime = size * plan["numjobs"] / (rate * 1e9)
+                if "runtime" in opts:
+                    runtime = min(runtime, _seconds(opts["runtime"]))
+            longest = max(longest, runtime)
+            path = Path(os.path.expanduser(plan["target"]))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as handle:
+                handle.truncate(max(path.stat().st_size, min(size, 1 << 30)))
+            reports = 1 if "group_reporting" in opts else plan["numjobs"]
+            for _ in range(reports):
+                share = rate / reports
+                jobs_out.append(_fio_job(opts, plan["section"], group_id, share, runtime, plan["reading"], bs,
+                                         plan["numjobs"] // reports))
+            device = {"fx": state["fx"]["namespace"], "local_nvme": state["local_nvme"]["namespace"]}.get(plan["kind"],
+                                                                                                         "/dev/sda2")
+            entry = disk.setdefault(device, {"read": 0, "write": 0, "ticks": 0})
+            entry["read" if plan["reading"] else "write"] += max(1, int(rate * 1e9 * runtime) // bs)
+            entry["ticks"] += int(runtime * 1000)
+        elapsed += longest
+    time.sleep(elapsed * _scale(state))
     now = time.time()
     _print_json({"fio version": "fio-3.36", "timestamp": int(now), "timestamp_ms": int(now * 1000),
                  "time": time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(now)),
-                 "global options": {}, "jobs": [job],
-                 "disk_util": [{"name": device.rsplit("/", 1)[-1], "read_ios": ios if reading else 0,
-                                "write_ios": 0 if reading else ios, "read_merges": 0, "write_merges": 0,
-                                "read_ticks": int(runtime * 1000), "write_ticks": 0, "in_queue": int(runtime * 1000),
-                                "util": 99.5}],
+                 "global options": {k: v for k, v in global_opts.items() if k not in ("output-format", "output")},
+                 "jobs": jobs_out,
+                 "disk_util": [{"name": device.rsplit("/", 1)[-1], "read_ios": io["read"], "write_ios": io["write"],
+                                "read_merges": 0, "write_merges": 0, "read_ticks": io["ticks"], "write_ticks": 0,
+                                "in_queue": io["ticks"], "util": 99.5} for device, io in disk.items()],
                  "simulated": True})
+
+
+def _fio_job(opts: dict, section: dict, group: int, rate: float, runtime: float, reading: bool, bs: int,
+             clones: int) -> dict:
+    io_bytes = int(rate * 1e9 * runtime)
+    ios = max(1, io_bytes // bs)
+    iops = ios / runtime if runtime else 0.0
+    clat_mean = bs / (rate * 1e9) * 1e9 * int(opts.get("iodepth", "1")) * clones
+    stats = _fio_dir(io_bytes, rate * 1e9, iops, runtime, ios, clat_mean)
+    empty = _fio_dir(0, 0, 0, 0, 0, 0)
+    return {"jobname": section.get("name", "fio"), "groupid": group, "job_start": int(time.time() * 1000), "error": 0,
+            "eta": 0, "elapsed": max(1, round(runtime)), "job options": dict(section),
+            "read": stats if reading else empty, "write": empty if reading else stats, "trim": empty,
+            "sync": {"total_ios": 0, "lat_ns": {"min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0}},
+            "job_runtime": int(runtime * 1000 * clones), "usr_cpu": 0.61, "sys_cpu": 7.93, "ctx": ios // 3,
+            "majf": 0, "minf": 8 * clones, "iodepth_level": {"1": 0.0, "2": 0.0, "4": 0.0, "8": 0.0, "16": 0.0,
+                                                            "32": 100.0, ">=64": 0.0},
+            "latency_ns": {"2": 0.0, "4": 0.0, "10": 0.0, "20": 0.0, "50": 0.0, "100": 0.0, "250": 0.0, "500": 0.0,
+                           "750": 0.0, "1000": 0.0}}
 
 
 def _fio_dir(io_bytes: int, bw_bytes: float, iops: float, runtime: float, ios: int, clat_mean: float) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from runners.artifacts import read_artifact, sha256_file
 from runners.inventory import missing_fields
 from runners.models import Artifact, Node
-from runners.probe import ProbeSettingsError, probe_node, probe_nodes, probe_settings
+from runners.probe import NodeNotReady, ProbeSettingsError, probe_node, probe_nodes, probe_settings
 from tests.runners.conftest import job_text
 
 
@@ -20,6 +20,9 @@ def test_probing_two_simulated_nodes_fills_every_field_and_keeps_rehashable_evid
         inventory = results[node.name]
         assert not isinstance(inventory, Exception), inventory
         assert missing_fields(inventory) == [] and inventory["problems"] == []
+        assert inventory["preflight"]["ok"] is True and inventory["preflight"]["blockers"] == []
+        assert {(f["check"], f["status"]) for f in inventory["preflight"]["findings"]} >= {
+            ("vllm", "ok"), ("model", "ok"), ("fx", "connected"), ("sudo", "ok")}
         assert inventory["simulated"] is True and inventory["node"] == node.name
         devices = inventory["gpus"].pop("devices")
         assert inventory["gpus"] == {"count": 8, "model": "AMD Instinct MI308X", "memory_gb": 192, "arch": "gfx942"}
@@ -47,7 +50,13 @@ def test_probing_two_simulated_nodes_fills_every_field_and_keeps_rehashable_evid
 
 def test_a_node_whose_fx_namespace_is_missing_says_so(simnodes, make_node, job):
     server = simnodes(1, fx_missing=True)[0]
-    inventory = probe_node(make_node(server), job=job, fio_runtime=1)
+    node = make_node(server)
+    with pytest.raises(NodeNotReady) as caught:
+        probe_node(node, job=job, fio_runtime=1)
+    assert [b["code"] for b in caught.value.blockers] == ["fx_not_offered"]
+    assert "the FX target 192.168.100.10:4420 does not offer nqn.2026-01.com.example.fx:fx100.pool0 to node1" in str(caught.value)
+    inventory = Node.objects.get(pk=node.pk).inventory  # kept, with everything the probe saw
+    assert inventory["preflight"]["ok"] is False
     assert inventory["fx"]["namespace"] is None and inventory["fx"]["mounted"] is False
     assert inventory["fio"]["fx"]["read_gbps"] is None and inventory["fio"]["local_nvme"]["read_gbps"] > 0
     assert any("no NVMe-oF subsystem" in p for p in inventory["problems"])

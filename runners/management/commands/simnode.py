@@ -28,6 +28,7 @@ _FAULTS = {
     "slow-disk": ("slow_disk", "float"), "slow-command": ("slow_command_seconds", "float"),
     "drop-ssh-after": ("drop_ssh_after_seconds", "float_or_off"),
     "server-crash-after": ("server_crash_after_requests", "int_or_off"),
+    "missing-tools": ("missing_tools", "tools"),  # comma-separated simulated tools to leave off PATH, or off
 }
 
 
@@ -36,6 +37,15 @@ def parse_fault(name: str, value: str) -> tuple[str, object]:
         raise CommandError(f"unknown fault {name!r}; known: {', '.join(sorted(_FAULTS))}")
     key, kind = _FAULTS[name]
     value = value.lower()
+    if kind == "tools":
+        from runners.simnode.server import BIN_DIR
+
+        tools = [] if value in ("off", "none", "") else sorted({t.strip() for t in value.split(",") if t.strip()})
+        unknown = [t for t in tools if not (BIN_DIR / t).exists()]
+        if unknown:
+            known = ", ".join(sorted(p.name for p in BIN_DIR.iterdir()))
+            raise CommandError(f"fault {name}: no simulated tool {', '.join(unknown)}; known: {known}")
+        return key, tools
     try:
         if kind == "bool":
             if value not in ("on", "off", "true", "false", "1", "0"):

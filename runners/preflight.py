@@ -1,0 +1,143 @@
+"""The node preflight of G1: what stops a node from running the gate, all of it at once, before anything is deployed.
+
+runners/remote/preflight.sh reports one finding per line (CHECK, SUBJECT, STATUS, DETAIL); ``evaluate`` turns the
+findings and the probe's inventory into a list of blockers. Each blocker keeps its message template and values, so
+the portal shows it in the reader's language (``blocker_text``); ``message`` is the English text for logs.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django.utils.translation import gettext
+from django.utils.translation import gettext_noop as _noop
+
+from runners.config import ARMS, DeploymentSettings
+from runners.ssh import shell_path
+
+SCRIPT_NAME = "preflight.sh"
+REPORT_NAME = "preflight.tsv"
+
+# What to install, as runners.inventory.TOOL_HINTS says it (marked here for translation).
+_HINTS = {
+    "amd-smi": _noop("install ROCm's amd-smi"), "rocm-smi": _noop("install ROCm's rocm-smi"),
+    "nvme": _noop("install nvme-cli"), "fio": _noop("install fio"), "ethtool": _noop("install ethtool"),
+    "ibv_devinfo": _noop("install rdma-core's ibverbs-utils"), "rdma": _noop("install iproute2's rdma tool"),
+    "ip": _noop("install iproute2"), "mount": _noop("install util-linux"), "python3": _noop("install Python 3"),
+    "tar": _noop("install tar"), "sha256sum": _noop("install coreutils"),
+    "vllm": _noop("install vLLM or set how it is launched (deployment launch setting)"), "sudo": _noop("install sudo"),
+}
+
+MESSAGES = {
+    "tool_missing": _noop("`%(tool)s` is not installed on %(node)s: %(hint)s"),
+    "sudo_denied": _noop("sudo asks the SSH user of %(node)s for a password (%(detail)s): allow password-less sudo "
+                         "for nvme, mount and mkfs.xfs"),
+    "vllm_missing": _noop("vLLM (`%(command)s`) is not found on %(node)s: install it or set how it is launched"),
+    "vllm_failed": _noop("`%(command)s --version` fails on %(node)s: %(detail)s"),
+    "model_missing": _noop("the model %(model)s is not on %(node)s (looked in %(path)s): download it before the "
+                           "gate, which never downloads it"),
+    "port_busy": _noop("port %(port)s on %(node)s is already in use: stop what listens there or choose other ports"),
+    "fx_unreachable": _noop("the FX target %(target)s is not reachable from %(node)s (%(detail)s)"),
+    "fx_not_offered": _noop("the FX target %(target)s does not offer %(nqn)s to %(node)s"),
+    "mount_notdir": _noop("%(path)s (%(name)s) on %(node)s exists but is not a folder"),
+    "mount_readonly": _noop("%(path)s (%(name)s) on %(node)s is not writable by the SSH user"),
+    "mount_blocked": _noop("%(path)s (%(name)s) cannot be created on %(node)s"),
+    "gpus_too_few": _noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
+    "no_report": _noop("the preflight left no report on %(node)s"),
+}
+
+
+class NodeNotReady(ValueError):
+    """A node that cannot run the gate; ``blockers`` lists every reason (runners.preflight)."""
+
+    def __init__(self, node: str, blockers: list[dict]) -> None:
+        self.node, self.blockers = node, blockers
+        super().__init__(f"{node} cannot run the gate ({len(blockers)} blocker{'s' * (len(blockers) != 1)}): "
+                         + "; ".join(b["message"] for b in blockers))
+
+
+def command(run_dir: str, out_dir: str, settings: DeploymentSettings, *, vllm: tuple[str, ...] = ("vllm",)) -> str:
+    """The remote command line; every value comes validated from runners.config and is quoted here."""
+    target = settings.fx_target
+    parts = [f"bash {shell_path(run_dir + '/' + SCRIPT_NAME)}", f"--out {shell_path(out_dir)}",
+             f"--model {shell_path(settings.model) if settings.model.startswith(('/', '~/')) else shlex.quote(settings.model)}",
+             f"--fx-mount {shell_path(settings.paths.fx_mount)}", f"--local-path {shell_path(settings.paths.local_nvme_path)}",
+             f"--run-root {shell_path(settings.paths.run_root)}", f"--fx-transport {shlex.quote(target.transport)}",
+             f"--fx-address {shlex.quote(target.address)}", f"--fx-port {int(target.service_id)}",
+             f"--fx-nqn {shlex.quote(target.nqn)}"]
+    ports = sorted({settings.ports.for_arm(arm) for arm in ARMS} - {0})
+    parts += [f"--port {int(port)}" for port in ports]
+    parts += [f"--vllm {shlex.quote(word)}" for word in vllm]
+    return " ".join(parts)
+
+
+def parse_report(raw: bytes | str | None) -> list[dict]:
+    """The findings of preflight.tsv: [{"check", "subject", "status", "detail"}]."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else (raw or "")
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3:
+            rows.append({"check": parts[0], "subject": parts[1], "status": parts[2],
+                         "detail": parts[3] if len(parts) > 3 else ""})
+    return rows
+
+
+def _blocker(code: str, **params: Any) -> dict:
+    params = {k: str(v) for k, v in params.items()}
+    return {"code": code, "params": params, "message": MESSAGES[code] % params}
+
+
+def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: DeploymentSettings, *,
+             vllm: tuple[str, ...] = ("vllm",)) -> dict:
+    """{"ok", "blockers", "findings"}: every reason this node cannot run the gate, from the report and the inventory."""
+    findings = parse_report(raw)
+    if not findings:
+        return {"ok": False, "blockers": [_blocker("no_report", node=node)], "findings": []}
+    blockers: list[dict] = []
+    status = {(f["check"], f["subject"]): f for f in findings}
+    missing = {f["subject"] for f in findings if f["check"] == "tool" and f["status"] == "missing"}
+    for tool in sorted(missing):
+        if tool == "rocm-smi" or (tool == "amd-smi" and "rocm-smi" not in missing):
+            continue  # either GPU tool will do; the probe falls back to rocm-smi
+        blockers.append(_blocker("tool_missing", tool=tool, node=node, hint=_HINTS.get(tool, _noop("install it"))))
+    sudo = status.get(("sudo", "nopasswd"))
+    if sudo and sudo["status"] == "denied":
+        blockers.append(_blocker("sudo_denied", node=node, detail=sudo["detail"] or "sudo -n true"))
+    words = " ".join(vllm)
+    if ("vllm", "command") in status:
+        blockers.append(_blocker("vllm_missing", command=words, node=node))
+    elif status.get(("vllm", "version"), {}).get("status") == "failed":
+        blockers.append(_blocker("vllm_failed", command=words, node=node, detail=status[("vllm", "version")]["detail"]))
+    for f in findings:
+        if f["check"] == "model" and f["status"] == "missing":
+            blockers.append(_blocker("model_missing", model=settings.model, node=node, path=f["detail"]))
+        elif f["check"] == "port" and f["status"] == "busy":
+            blockers.append(_blocker("port_busy", port=f["subject"], node=node))
+        elif f["check"] == "fx" and f["status"] == "unreachable":
+            target, _, detail = f["detail"].partition(": ")
+            blockers.append(_blocker("fx_unreachable", target=target, node=node, detail=detail or f["status"]))
+        elif f["check"] == "fx" and f["status"] == "not-offered":
+            blockers.append(_blocker("fx_not_offered", target=f["detail"], nqn=settings.fx_target.nqn, node=node))
+        elif f["check"] == "mount" and f["status"] in ("notdir", "readonly", "blocked"):
+            path = f["detail"].split(" (", 1)[0]
+            blockers.append(_blocker(f"mount_{f['status']}", path=path, name=f["subject"], node=node))
+    gpu_tools_missing = {"amd-smi", "rocm-smi"} <= missing
+    count = int((inventory.get("gpus") or {}).get("count") or 0)
+    if not gpu_tools_missing and count < settings.tensor_parallel_size:
+        blockers.append(_blocker("gpus_too_few", node=node, count=count, needed=settings.tensor_parallel_size))
+    return {"ok": not blockers, "blockers": blockers, "findings": findings}
+
+
+def blocker_text(blocker: dict) -> str:
+    """A blocker in the active language."""
+    template = MESSAGES.get(blocker.get("code"))
+    if not template:
+        return str(blocker.get("message", ""))
+    params = dict(blocker.get("params") or {})
+    if "hint" in params:
+        params["hint"] = gettext(params["hint"])
+    try:
+        return gettext(template) % params
+    except (KeyError, TypeError, ValueError):
+        return str(blocker.get("message", ""))

@@ -1,0 +1,155 @@
+"""The G1 preflight: every blocker of a node at once, over real SSH, before anything is deployed."""
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+from django.utils import translation
+
+from runners import preflight
+from runners.config import default_simulated, validate_deployment
+from runners.inventory import TOOL_HINTS
+from runners.models import Artifact, Node
+from runners.probe import NodeNotReady, ProbeSettingsError, probe_node
+from tests.runners.conftest import job_text
+
+PROBE_TOOLS = ["amd-smi", "nvme", "fio", "ethtool", "ibv_devinfo", "rdma", "ip", "python3", "mount", "tar", "sha256sum"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_plain_linux_host_lists_every_missing_piece_in_one_run(sshd, make_node, job, tmp_path):
+    """No GPU tools, no vLLM, no model, an FX target nobody answers for, a port in use: all named together."""
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        deployment = default_simulated() | {
+            "ports": {"base": 0, "arms": {"recompute": port}},
+            "paths": {"fx_mount": str(tmp_path / "fx"), "local_nvme_path": str(tmp_path / "nvme"),
+                      "shared_pool": str(tmp_path / "fx" / "shared"), "run_root": str(tmp_path / "runs")},
+            "fx_target": {"transport": "rdma", "address": "127.0.0.1", "service_id": _closed_port(),
+                          "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"}}
+        job.pilot.deployment = deployment
+        job.pilot.save(update_fields=["deployment"])
+        node = make_node(sshd, name="node1")
+        with pytest.raises(NodeNotReady) as caught:
+            probe_node(node, job=job, fio_runtime=1)
+    assert isinstance(caught.value, ProbeSettingsError)  # what the probe step turns into an `error`, never a verdict
+    messages = [b["message"] for b in caught.value.blockers]
+    expected = [f"`{tool}` is not installed on node1: {TOOL_HINTS[tool]}" for tool in PROBE_TOOLS if not shutil.which(tool)]
+    assert "`amd-smi` is not installed on node1: install ROCm's amd-smi" in expected  # the host is a plain one
+    for message in expected:
+        assert message in messages
+    codes = {b["code"] for b in caught.value.blockers}
+    if not shutil.which("vllm"):
+        assert "vllm_missing" in codes
+    assert {"model_missing", "port_busy"} <= codes
+    if not shutil.which("nvme") and not any(Path("/sys/class/infiniband").glob("*")):
+        assert any(m.startswith("the FX target 127.0.0.1:") and "no RDMA device on this node" in m for m in messages)
+    assert f"port {port} on node1 is already in use: stop what listens there or choose other ports" in messages
+    assert any(m.startswith("the model Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 is not on node1") for m in messages)
+    assert "gpus_too_few" not in codes  # with no GPU tool the GPUs cannot be counted: the tool is the blocker
+    # one message lists them all, and nothing already collected is lost
+    assert str(caught.value).startswith(f"node1 cannot run the gate ({len(messages)} blockers): ")
+    stored = Node.objects.get(pk=node.pk).inventory
+    assert stored["preflight"]["blockers"] == caught.value.blockers and stored["simulated"] is False
+    assert Artifact.objects.filter(job=job, name="node1/probe/preflight.tsv").exists()
+    assert "preflight: `amd-smi` is not installed on node1" in job_text(job)
+
+
+def test_a_simulated_node_without_its_gpu_tools_and_vllm(simnodes, make_node, job):
+    server = simnodes(1, missing_tools=["amd-smi", "rocm-smi", "vllm"])[0]
+    node = make_node(server)
+    with pytest.raises(NodeNotReady) as caught:
+        probe_node(node, job=job, fio_runtime=1)
+    assert [b["message"] for b in caught.value.blockers] == [
+        "`amd-smi` is not installed on node1: install ROCm's amd-smi",
+        "vLLM (`vllm`) is not found on node1: install it or set how it is launched"]
+    inventory = Node.objects.get(pk=node.pk).inventory
+    assert inventory["gpus"]["count"] == 0 and inventory["vllm"] is None
+    assert "`amd-smi` is not installed on node1: install ROCm's amd-smi" in inventory["problems"]
+    assert inventory["fio"]["fx"]["read_gbps"] > 0  # the rest of the probe still ran
+
+
+def test_only_one_missing_gpu_tool_is_no_blocker(simnodes, make_node, job):
+    server = simnodes(1, missing_tools=["amd-smi"])[0]
+    inventory = probe_node(make_node(server), job=job, fio_runtime=1)  # rocm-smi counts the GPUs
+    assert inventory["preflight"]["ok"] and inventory["gpus"]["count"] == 8
+
+
+def _settings(**changes):
+    return validate_deployment(default_simulated() | changes)
+
+
+def test_findings_become_blockers_with_the_node_and_what_to_do():
+    report = "\n".join([
+        "sudo\tnopasswd\tdenied\tsudo: a password is required", "tool\tamd-smi\tok\t/usr/bin/amd-smi",
+        "tool\trocm-smi\tmissing\t", "tool\tfio\tmissing\t", "vllm\tversion\tfailed\tImportError: libamdhip64.so",
+        "model\tcache\tok\t/x", "port\t8000\tok\t", "port\t8001\tbusy\t",
+        "fx\ttarget\tnot-offered\t10.0.0.5:4420", "mount\tfx_mount\tnotdir\t/mnt/fx",
+        "mount\trun_root\tblocked\t/srv/runs (cannot be created under /srv)"])
+    result = preflight.evaluate("gpu07", report, {"gpus": {"count": 4}}, _settings())
+    assert result["ok"] is False
+    assert [b["message"] for b in result["blockers"]] == [
+        "`fio` is not installed on gpu07: install fio",
+        "sudo asks the SSH user of gpu07 for a password (sudo: a password is required): allow password-less sudo "
+        "for nvme, mount and mkfs.xfs",
+        "`vllm --version` fails on gpu07: ImportError: libamdhip64.so",
+        "port 8001 on gpu07 is already in use: stop what listens there or choose other ports",
+        "the FX target 10.0.0.5:4420 does not offer nqn.2026-01.com.example.fx:fx100.pool0 to gpu07",
+        "/mnt/fx (fx_mount) on gpu07 exists but is not a folder",
+        "/srv/runs (run_root) cannot be created on gpu07",
+        "gpu07 has 4 GPUs; the deployment needs 8 (tensor_parallel_size)"]
+    assert preflight.evaluate("gpu07", "", {}, _settings())["blockers"][0]["code"] == "no_report"
+
+
+def test_blockers_read_in_chinese():
+    blocker = preflight.evaluate("node1", "tool\tamd-smi\tmissing\t\ntool\trocm-smi\tmissing\t", {}, _settings())["blockers"][0]
+    with translation.override("zh-hans"):
+        text = preflight.blocker_text(blocker)
+    assert "node1" in text and "amd-smi" in text and "未安装" in text
+    with translation.override("en"):
+        assert preflight.blocker_text(blocker) == blocker["message"]
+
+
+def test_the_remote_command_quotes_every_value():
+    settings = _settings(ports={"base": 8000}, model="~/models/qwen3")
+    line = preflight.command("~/.fxpilot/probe/x", "~/.fxpilot/probe/x/out", settings, vllm=("conda", "run", "vllm"))
+    assert '--model "$HOME"/models/qwen3' in line and "--port 8000 --port 8001 --port 8002" in line
+    assert "--vllm conda --vllm run --vllm vllm" in line and "--fx-nqn nqn.2026-01.com.example.fx:fx100.pool0" in line
+
+
+def test_the_install_hints_are_the_inventory_s():
+    assert preflight._HINTS == TOOL_HINTS
+
+
+@pytest.fixture
+def world(demo):
+    from tests.portal.conftest import build_world
+
+    return build_world(demo)
+
+
+def test_the_node_page_lists_the_blockers_in_the_reader_s_language(client, world):
+    report = "tool\tamd-smi\tmissing\t\ntool\trocm-smi\tmissing\t\nvllm\tcommand\tmissing\tvllm\n"
+    found = preflight.evaluate(world.node.name, report, {}, _settings())
+    Node.objects.filter(pk=world.node.pk).update(inventory={
+        "schema": "fxpilot.inventory/1", "simulated": False, "preflight": found,
+        "gpus": {"count": 8, "model": "AMD Instinct MI308X", "devices": [
+            {"index": i, "model": "MI308X", "bdf": f"0000:{i:02x}:00.0"} for i in range(8)]},
+        "nics": [{"name": "ens1f0np0", "state": "up", "speed_gbps": 100, "rdma_device": "mlx5_0", "rdma_state": "ACTIVE"}]})
+    client.force_login(world.carol)
+    page = client.get(reverse("node", args=[world.node.code])).content.decode()
+    assert "This node cannot run the gate: 2 blockers." in page
+    assert f"`amd-smi` is not installed on {world.node.name}: install ROCm&#x27;s amd-smi" in page
+    assert "7: MI308X 0000:07:00.0" in page and "RDMA mlx5_0 ACTIVE" in page
+    page = client.get(reverse("node", args=[world.node.code]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "此节点无法运行关卡：2 个阻碍项。" in page and f"{world.node.name} 上未安装 `amd-smi`：请安装 ROCm 的 amd-smi" in page

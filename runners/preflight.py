@@ -42,6 +42,8 @@ MESSAGES = {
     "mount_notdir": _noop("%(path)s (%(name)s) on %(node)s exists but is not a folder"),
     "mount_readonly": _noop("%(path)s (%(name)s) on %(node)s is not writable by the SSH user"),
     "mount_blocked": _noop("%(path)s (%(name)s) cannot be created on %(node)s"),
+    "mount_absent": _noop("the FX mount point %(path)s does not exist on %(node)s: create it (the deploy never does, "
+                          "so that a mistyped path fails)"),
     "gpus_too_few": _noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
     "no_report": _noop("the preflight left no report on %(node)s"),
 }
@@ -119,9 +121,13 @@ def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: Depl
             blockers.append(_blocker("fx_unreachable", target=target, node=node, detail=detail or f["status"]))
         elif f["check"] == "fx" and f["status"] == "not-offered":
             blockers.append(_blocker("fx_not_offered", target=f["detail"], nqn=settings.fx_target.nqn, node=node))
-        elif f["check"] == "mount" and f["status"] in ("notdir", "readonly", "blocked"):
+        elif f["check"] == "mount" and (f["status"] in ("notdir", "readonly", "blocked")
+                                        or (f["status"] == "absent" and f["subject"] == "fx_mount")):
             path = f["detail"].split(" (", 1)[0]
-            blockers.append(_blocker(f"mount_{f['status']}", path=path, name=f["subject"], node=node))
+            if f["status"] == "absent":
+                blockers.append(_blocker("mount_absent", path=path, node=node))
+            else:
+                blockers.append(_blocker(f"mount_{f['status']}", path=path, name=f["subject"], node=node))
     gpu_tools_missing = {"amd-smi", "rocm-smi"} <= missing
     count = int((inventory.get("gpus") or {}).get("count") or 0)
     if not gpu_tools_missing and count < settings.tensor_parallel_size:

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from runners import preflight
 from runners.artifacts import ArtifactMismatch, store_bytes
-from runners.config import DeploymentSettings, DeploymentSettingsError, validate_deployment
+from runners.config import DeploymentSettings, DeploymentSettingsError
+from runners.deploy import settings_for
 from runners.inventory import build_inventory, parse_fx_write
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
@@ -84,7 +85,7 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
     NODE/inventory.json. Raises NodeNotReady, after saving everything, when the preflight found blockers."""
     settings = probe_settings(job.pilot.deployment, simulated=node.simulated)
     try:
-        deployment = validate_deployment(job.pilot.deployment)
+        deployment = settings_for(job, node)  # the settings the deploy will use
     except DeploymentSettingsError as exc:
         raise ProbeSettingsError(str(exc)) from None
     if not (1 <= int(fio_runtime) <= 3600) or not fio_size.replace(".", "").rstrip("KMGTkmgt").isdigit():

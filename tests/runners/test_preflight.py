@@ -51,7 +51,7 @@ def test_a_plain_linux_host_lists_every_missing_piece_in_one_run(sshd, make_node
     codes = {b["code"] for b in caught.value.blockers}
     if not shutil.which("vllm"):
         assert "vllm_missing" in codes
-    assert {"model_missing", "port_busy"} <= codes
+    assert {"model_missing", "port_busy", "mount_absent"} <= codes  # the FX mount point is not there either
     if not shutil.which("nvme") and not any(Path("/sys/class/infiniband").glob("*")):
         assert any(m.startswith("the FX target 127.0.0.1:") and "no RDMA device on this node" in m for m in messages)
     assert f"port {port} on node1 is already in use: stop what listens there or choose other ports" in messages
@@ -95,7 +95,8 @@ def test_findings_become_blockers_with_the_node_and_what_to_do():
         "tool\trocm-smi\tmissing\t", "tool\tfio\tmissing\t", "vllm\tversion\tfailed\tImportError: libamdhip64.so",
         "model\tcache\tok\t/x", "port\t8000\tok\t", "port\t8001\tbusy\t",
         "fx\ttarget\tnot-offered\t10.0.0.5:4420", "mount\tfx_mount\tnotdir\t/mnt/fx",
-        "mount\trun_root\tblocked\t/srv/runs (cannot be created under /srv)"])
+        "mount\trun_root\tblocked\t/srv/runs (cannot be created under /srv)",
+        "mount\tlocal_nvme_path\tabsent\t/mnt/nvme0/fxpilot"])
     result = preflight.evaluate("gpu07", report, {"gpus": {"count": 4}}, _settings())
     assert result["ok"] is False
     assert [b["message"] for b in result["blockers"]] == [
@@ -151,5 +152,6 @@ def test_the_node_page_lists_the_blockers_in_the_reader_s_language(client, world
     assert "This node cannot run the gate: 2 blockers." in page
     assert f"`amd-smi` is not installed on {world.node.name}: install ROCm&#x27;s amd-smi" in page
     assert "7: MI308X 0000:07:00.0" in page and "RDMA mlx5_0 ACTIVE" in page
-    page = client.get(reverse("node", args=[world.node.code]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    with translation.override("en"):  # the request switches the thread's language; give it back afterwards
+        page = client.get(reverse("node", args=[world.node.code]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "此节点无法运行关卡：2 个阻碍项。" in page and f"{world.node.name} 上未安装 `amd-smi`：请安装 ROCm 的 amd-smi" in page

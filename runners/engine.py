@@ -31,7 +31,7 @@ from gates import lifecycle
 from runners import ssh
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
-from runners.models import FINISHED, UNFINISHED, Artifact, Job, Status, Step
+from runners.models import FINISHED, UNFINISHED, Artifact, Job, Status, Step, release_nodes
 from runners.output import system_line
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,9 @@ def _close(job: Job, steps: list[Step]) -> None:
     if Job.objects.filter(pk=job.pk, status__in=UNFINISHED).update(status=status, finished=now,
                                                                     started=job.started or now):
         job.refresh_from_db()
+        released = release_nodes(job)
         detail = f": {job.error}" if status == Status.ERROR and job.error else ""
-        system_line(job, f"run {status}{detail}")
+        system_line(job, f"run {status}{detail}" + (" (its nodes are free again)" if released else ""))
         lifecycle.audit(job.pilot, "orchestrator", "run.finished", job, Status.RUNNING, status,
                         error=job.error if status == Status.ERROR else "")
 

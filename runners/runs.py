@@ -21,7 +21,7 @@ from runners import gateplans
 from runners.artifacts import store_bytes
 from runners.dispatch import dispatch_advance
 from runners.gateplans import StepList
-from runners.models import UNFINISHED, Artifact, Job, Node, Site, Status, Step
+from runners.models import UNFINISHED, Artifact, Job, LeaseRefused, Node, Site, Status, Step, take_nodes
 from runners.output import system_line
 from runners.remote.workload import TraceError, load_trace
 
@@ -108,6 +108,11 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     params.setdefault("time_scale", 1.0)
     job = Job.objects.create(pilot=gate.pilot, gate=gate, site=site, kind=Job.Kind.GATE_RUN, params=params,
                              created_by=actor.user)
+    try:
+        # The machines are this run's until it finishes (rolled back with the job if anything below refuses).
+        take_nodes(job, nodes)
+    except LeaseRefused as exc:
+        raise RunRefused(str(exc)) from None
     if gate.number == 4:
         kept = attach_trace(job, trace)
         if not trace:

@@ -69,7 +69,7 @@ def command(run_dir: str, out_dir: str, settings: DeploymentSettings, *, vllm: t
              f"--fx-nqn {shlex.quote(target.nqn)}"]
     ports = sorted({settings.ports.for_arm(arm) for arm in ARMS} - {0})
     parts += [f"--port {int(port)}" for port in ports]
-    parts += [f"--vllm {shlex.quote(word)}" for word in vllm]
+    parts += [f"--vllm {shell_path(word) if word.startswith('~/') else shlex.quote(word)}" for word in vllm]
     return " ".join(parts)
 
 

@@ -75,7 +75,18 @@ class NodeNotReady(preflight.NodeNotReady, ProbeSettingsError):
 
 
 def vllm_launch(deployment: DeploymentSettings) -> tuple[str, ...]:
-    """The words that launch vLLM on a node (``vllm`` on the PATH)."""
+    """The words that run ``vllm`` on a node, as deploy.sh runs them: from the PATH, or as the deployment's
+    launcher says (a venv's bin, ``conda run`` in an environment, or behind a prefix such as ``docker run … IMAGE``).
+    Settings without a launcher mean the PATH."""
+    launcher = getattr(deployment, "launcher", None)
+    kind = getattr(launcher, "kind", "") or ""
+    if kind == "venv":
+        return (f"{launcher.venv.rstrip('/')}/bin/vllm",)
+    if kind == "conda":
+        return ("conda", "run", "--no-capture-output", "-p" if launcher.conda.startswith("/") else "-n",
+                launcher.conda, "vllm")
+    if kind == "prefix":
+        return (*launcher.prefix, "vllm")
     return ("vllm",)
 
 

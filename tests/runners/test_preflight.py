@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.urls import reverse
@@ -13,7 +14,7 @@ from runners import preflight
 from runners.config import default_simulated, validate_deployment
 from runners.inventory import TOOL_HINTS
 from runners.models import Artifact, Node
-from runners.probe import NodeNotReady, ProbeSettingsError, probe_node
+from runners.probe import NodeNotReady, ProbeSettingsError, probe_node, vllm_launch
 from tests.runners.conftest import job_text
 
 PROBE_TOOLS = ["amd-smi", "nvme", "fio", "ethtool", "ibv_devinfo", "rdma", "ip", "python3", "mount", "tar", "sha256sum"]
@@ -155,3 +156,18 @@ def test_the_node_page_lists_the_blockers_in_the_reader_s_language(client, world
     with translation.override("en"):  # the request switches the thread's language; give it back afterwards
         page = client.get(reverse("node", args=[world.node.code]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "此节点无法运行关卡：2 个阻碍项。" in page and f"{world.node.name} 上未安装 `amd-smi`：请安装 ROCm 的 amd-smi" in page
+
+
+@pytest.mark.parametrize("launcher, words", [
+    (None, ("vllm",)), (SimpleNamespace(kind="", venv=None, conda=None, prefix=()), ("vllm",)),
+    (SimpleNamespace(kind="venv", venv="~/venvs/vllm/", conda=None, prefix=()), ("~/venvs/vllm/bin/vllm",)),
+    (SimpleNamespace(kind="conda", venv=None, conda="rocm-vllm", prefix=()),
+     ("conda", "run", "--no-capture-output", "-n", "rocm-vllm", "vllm")),
+    (SimpleNamespace(kind="prefix", venv=None, conda=None, prefix=("docker", "run", "--rm", "rocm/vllm:latest")),
+     ("docker", "run", "--rm", "rocm/vllm:latest", "vllm"))])
+def test_vllm_is_checked_the_way_the_deployment_launches_it(launcher, words):
+    settings = _settings() if launcher is None else SimpleNamespace(launcher=launcher)
+    assert vllm_launch(settings) == words
+    if words[0].startswith("~/"):
+        line = preflight.command("~/p", "~/p/out", _settings(), vllm=words)
+        assert '--vllm "$HOME"/venvs/vllm/bin/vllm' in line

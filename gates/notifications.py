@@ -3,6 +3,10 @@
 `sweep()` is idempotent (one notification per person and event, by key): the portal calls it after
 each action, and a periodic task or `manage.py notify` may call it to catch what workers changed
 (a host key seen on first contact, a run that ended, a verdict that awaits sign-off).
+
+Emails are never sent inside the request or task that creates the notification: `email_notification`,
+a Celery task on the control queue, sends each one once the row is committed and retries with a
+growing delay while the mail server is down (the home page shows the notification meanwhile).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
+from celery import shared_task
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
@@ -126,20 +131,42 @@ def notify(
                 continue
             created.append(note)
             if user.email:
-                _email(user, note)
+                queue_email(note)
     return created
 
 
-def _email(user, note: Notification) -> None:
-    link = settings.SITE_URL.rstrip("/") + note.url if note.url else ""
-    body = "\n\n".join(part for part in (note.subject, _("Open it in the portal:"), link) if part)
+def queue_email(note: Notification) -> None:
+    """Send the email of a notification from a worker, once the row is committed."""
+    transaction.on_commit(lambda: email_notification.apply_async((note.pk,)))
+
+
+class MailDown(Exception):
+    """The mail server refused or could not be reached: the task retries later."""
+
+
+@shared_task(name="gates.notifications.email_notification", bind=True, autoretry_for=(MailDown,), retry_backoff=30,
+             retry_backoff_max=1800, retry_jitter=True, max_retries=10, ignore_result=True, acks_late=True)
+def email_notification(self, note_id: int) -> str:
+    return send_email(note_id)
+
+
+def send_email(note_id: int) -> str:
+    """Email one notification in its recipient's language; idempotent (a sent one is not sent again)."""
+    note = Notification.objects.select_related("user").filter(pk=note_id).first()
+    if note is None or note.emailed or not note.user.email:
+        return "nothing to send"
+    user = note.user
+    language = Profile.objects.filter(user=user).values_list("language", flat=True).first()
+    with translation.override(language or settings.LANGUAGE_CODE):
+        link = settings.SITE_URL.rstrip("/") + note.url if note.url else ""
+        body = "\n\n".join(part for part in (note.subject, _("Open it in the portal:"), link) if part)
     try:
         send_mail(f"[fxpilot] {note.subject}", body, None, [user.email])
-    except OSError as error:
-        # The portal keeps working when mail is down; the home page still shows the notification.
-        log.warning("could not email notification %s to user %s: %s", note.key, user.pk, error)
-        return
+    except OSError as error:  # smtplib's errors are OSErrors
+        log.warning("could not email notification %s to user %s (will retry): %s", note.key, user.pk, error)
+        raise MailDown(str(error)) from None
     Notification.objects.filter(pk=note.pk).update(emailed=True)
+    return "sent"
 
 
 def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[], str], str]:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from django.core import mail
 from django.urls import reverse
 
 from gates import lifecycle, notifications
 from gates.models import Notification, Profile
+
+
+@pytest.fixture(autouse=True)
+def mail_at_once(monkeypatch):
+    """The emails a worker would send once the notification is committed, sent at once (no worker here)."""
+    monkeypatch.setattr(notifications, "queue_email", lambda note: notifications.send_email(note.pk))
 
 
 def test_a_person_switches_to_chinese_and_it_is_remembered_at_the_next_login(client, demo):

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET
 from gates.api_schema import schema
 from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
 from runners.models import Artifact, Job
-from runners.orchestration import job_progress
+from runners.orchestration import job_progress, log_since
 
 
 def _error(status: int, message: str) -> JsonResponse:
@@ -201,9 +201,7 @@ def run_log(request: HttpRequest, run: UUID) -> JsonResponse:
         after = max(0, int(request.GET.get("after", "0")))
     except ValueError:
         return _error(400, "'after' must be a whole number (the last chunk number you have)")
-    chunks = job.chunks.filter(seq__gt=after).order_by("seq")[:500]
-    return JsonResponse({"chunks": [{"seq": c.seq, "stream": c.stream, "text": c.text} for c in chunks],
-                         "finished": job.is_finished})
+    return JsonResponse({"chunks": [chunk._asdict() for chunk in log_since(job, after)], "finished": job.is_finished})
 
 
 @api_view

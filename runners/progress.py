@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.utils import timezone
 
 from runners.models import FINISHED, Job, Status
+
+LOG_BATCH = 500
+"""The most chunks one read of the live log returns."""
 
 
 def job_progress(job: Job) -> dict[str, Any]:
@@ -61,12 +64,29 @@ def job_progress(job: Job) -> dict[str, Any]:
     }
 
 
-def log_since(job: Job, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
-    """Live log chunks numbered after `after_seq`, for back-fill without gaps."""
-    return [
-        {"seq": c.seq, "stream": c.stream, "text": c.text, "step": c.step_id, "created": c.created.isoformat()}
-        for c in job.chunks.filter(seq__gt=after_seq).order_by("seq")[:limit]
-    ]
+class Chunk(NamedTuple):
+    """One numbered piece of a run's live log."""
+
+    seq: int
+    stream: str
+    text: str
+
+
+def log_since(job: Job, after_seq: int = 0, limit: int = LOG_BATCH) -> list[Chunk]:
+    """Up to `limit` live-log chunks numbered after `after_seq`, stopping at the first missing number.
+
+    The gap rule: chunks are numbered 1, 2, 3 … per job, so a reader that has `after_seq` asks for the
+    next number; a number not yet visible (its transaction has not committed) ends the batch, and the
+    next read starts there, so no reader ever skips a chunk. The page, its poll, the API and the
+    run_gate command all read the log through this function.
+    """
+    rows = job.chunks.filter(seq__gt=after_seq).order_by("seq").values_list("seq", "stream", "text")[:limit]
+    chunks = []
+    for expected, row in enumerate(rows, start=after_seq + 1):
+        if row[0] != expected:
+            break
+        chunks.append(Chunk(*row))
+    return chunks
 
 
 def wait_for(job: Job, timeout: float, *, on_tick: Callable[[Job], None] | None = None, every: float = 0.5) -> Job:

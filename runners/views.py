@@ -5,7 +5,6 @@ Every object is reached through its parent pilot (gates.access); downloads inclu
 
 from __future__ import annotations
 
-from typing import NamedTuple
 from uuid import UUID
 
 from django.contrib import messages
@@ -24,19 +23,12 @@ from gates import access, lifecycle, notifications
 from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
 from runners.config import DeploymentSettingsError
 from runners.credentials import create_credential
+from runners.engine import request_cancel
 from runners.forms import CredentialForm, NodeForm, SiteForm
 from runners.models import Artifact, Credential, Job, Node, Site, Status
-from runners.orchestration import RunRefused, job_progress, request_cancel, start_gate_run
+from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
+from runners.runs import RunRefused, start_gate_run
 from runners.ssh import HostKeyPending, SSHError, accept_host_key, connect
-
-LOG_BATCH = 500
-
-
-class Chunk(NamedTuple):
-    seq: int
-    stream: str
-    text: str
-
 
 POLL_SECONDS = 1
 
@@ -57,24 +49,6 @@ def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
         code,
         "pilot",
     )
-
-
-def _chunks(job: Job, after: int) -> list[Chunk]:
-    """Up to LOG_BATCH chunks numbered after `after`, as plain tuples (a page may carry hundreds)."""
-    rows = job.chunks.filter(seq__gt=after).order_by("seq").values_list("seq", "stream", "text")[:LOG_BATCH]
-    return _contiguous([Chunk(*row) for row in rows], after)
-
-
-def _contiguous(chunks: list[Chunk], after: int) -> list[Chunk]:
-    """Chunks after `after` up to the first missing number, so the page never shows a gap."""
-    run = []
-    expected = after + 1
-    for chunk in chunks:
-        if chunk.seq != expected:
-            break
-        run.append(chunk)
-        expected += 1
-    return run
 
 
 def log_html(chunks: list[Chunk]) -> SafeString:
@@ -107,7 +81,7 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
 @login_required
 def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     job, pilot = _job_for_user(request, code)
-    chunks = _chunks(job, 0)
+    chunks = log_since(job, 0)
     artifacts = list(job.artifacts.select_related("node"))
     return render(
         request,
@@ -133,7 +107,7 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
         after = max(0, int(request.GET.get("after", "0")))
     except ValueError:
         return HttpResponse(_("“after” must be a chunk number."), status=400)
-    chunks = _chunks(job, after)
+    chunks = log_since(job, after)
     last = chunks[-1].seq if chunks else after
     return render(
         request,

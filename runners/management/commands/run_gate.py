@@ -29,8 +29,8 @@ def follow_job(job: Job, write, *, every: float = 1.0, progress_every: float = 1
     while True:
         job.refresh_from_db()
         for chunk in log_since(job, seen):
-            seen = chunk["seq"]
-            write(chunk["text"].rstrip("\n"))
+            seen = chunk.seq
+            write(chunk.text.rstrip("\n"))
         if job.is_finished:
             return job
         now = time.monotonic()

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import translation
 
+from gates.models import LANGUAGE_SESSION_KEY
+
 # Only our own scripts and styles: no inline script, no CDN (the portal must work on an isolated network).
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -23,7 +25,6 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-LANGUAGE_SESSION_KEY = "fxpilot_language"
 # Above this, a request is refused before its body is read (uploads are a PDF to verify or an SSH key).
 MAX_BODY_BYTES = 128 * 1024 * 1024
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from gates.models import (
@@ -64,6 +67,8 @@ def as_actor(who) -> Actor:
 
 
 SIGNING_ROLE = {Party.VENDOR: Role.VENDOR_LEAD, Party.CUSTOMER: Role.CUSTOMER_APPROVER}
+FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
+"""A pilot in these states changes no more."""
 PLAN_EDITORS = {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_APPROVER}
 
 
@@ -121,7 +126,19 @@ def _create_plan_version(pilot: Pilot, plan: Plan, *, number: int, who) -> PlanV
     return version
 
 
+def plan_editable(version: PlanVersion) -> bool:
+    """A plan version's criteria may change while it is a draft that neither party has approved."""
+    return not version.is_frozen and not version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists()
+
+
+def parties_left_to_sign(roles, decided) -> list[str]:
+    """The parties a person with these roles may still sign for: their signing roles, less the parties decided."""
+    return [party for party, role in SIGNING_ROLE.items() if role in roles and party not in decided]
+
+
 def _require_editable(version: PlanVersion) -> None:
+    if plan_editable(version):
+        return
     if version.is_frozen:
         raise TransitionRefused("plan-frozen", f"plan v{version.number} is signed and frozen; amend the plan to change it")
     if version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists():
@@ -172,8 +189,8 @@ def amend_plan(pilot: Pilot, who) -> PlanVersion:
 
 
 def _signing_party(pilot: Pilot, user, party: str | None) -> tuple[str, str]:
-    roles = pilot.roles_for(user)
-    candidates = [(p, r) for p, r in SIGNING_ROLE.items() if r in roles and (party is None or p == party)]
+    parties = parties_left_to_sign(pilot.roles_for(user), decided=())
+    candidates = [(p, SIGNING_ROLE[p]) for p in parties if party is None or p == party]
     if not candidates:
         wanted = f"the {party} party's " if party else ""
         raise TransitionRefused(
@@ -260,12 +277,26 @@ def require_runnable(gate: Gate) -> None:
         raise TransitionRefused("plan-signed", "the plan is not signed by both parties")
 
 
+def failure_reason(gate: Gate, evaluation: Evaluation) -> str:
+    """Why a failed verdict halts the pilot: the gate and the criteria that missed their bar."""
+    failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
+    return f"{gate.label} failed: {', '.join(failed) or 'a criterion missed its bar'}"
+
+
 @transaction.atomic
 def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
+    """The gate moves on the evaluation's verdict (see the module docstring); a failed verdict halts the pilot.
+
+    Safe to call again for the same evaluation (a step retried after its worker died): an evaluation
+    already recorded on its gate changes nothing and returns the gate as it is.
+    """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
     pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
     if evaluation.gate_id != gate.pk:
         raise TransitionRefused("verdict-gate", "the evaluation belongs to another gate")
+    if AuditEvent.objects.filter(pilot=pilot, action="gate.verdict", object_type=gate._meta.model_name,
+                                 object_id=str(gate.pk), detail__evaluation=evaluation.pk).exists():
+        return gate
     if gate.state not in (Gate.State.OPEN, Gate.State.REVIEW):
         raise TransitionRefused("verdict-open-gate", f"{gate.label} is {gate.state}; verdicts are recorded on an open gate")
     if pilot.state != Pilot.State.ACTIVE:
@@ -284,7 +315,7 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
     if target == Gate.State.FAILED:
         gate.closed_at = timezone.now()
         failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
-        pilot.halted_reason = f"{gate.label} failed: {', '.join(failed) or 'a criterion missed its bar'}"
+        pilot.halted_reason = failure_reason(gate, evaluation)
         _set_state(pilot, Pilot.State.HALTED, who, "pilot.halted", pilot, gate=gate.number, failed=failed)
         pilot.save(update_fields=["state", "halted_reason"])
     gate.save(update_fields=["state", "verdict", "closed_at"])
@@ -292,8 +323,11 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
 
 
 @transaction.atomic
-def extend_marginal(gate: Gate, who) -> Gate:
-    """A marginal gate under review goes back to open so a run with more repetitions can decide it."""
+def extend_gate(gate: Gate, who) -> Gate:
+    """A marginal gate under review goes back to open so a new run with more repetitions can decide it.
+
+    (A person's decision. A run that extends itself on a marginal verdict is runners.runs.extend_run.)
+    """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
     if gate.state != Gate.State.REVIEW:
         raise TransitionRefused("extend-marginal", f"{gate.label} is {gate.state}; only a gate under review can be extended")
@@ -350,29 +384,67 @@ def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: 
     return signoff
 
 
-def pending_actions(pilot: Pilot) -> list[dict]:
-    """Who must act next, for the overview and notifications: [{'role': ..., 'action': ..., 'subject': ...}]."""
-    actions: list[dict] = []
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
+def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
+    """Pilot id → its current gate, in one query."""
+    return {g.pilot_id: g for g in Gate.objects.filter(pilot__in=list(pilots), number=F("pilot__current_gate"))}
+
+
+def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
+    """Who must act next on each pilot, in a fixed number of queries: pilot id → actions.
+
+    An action is {'role': ..., 'action': sign_plan | run_gate | sign_off_gate | review_gate, 'subject': the plan
+    version or the gate, and for a gate decision 'evaluation_id'}; a halted or completed pilot has none.
+    """
+    pilots = [p for p in pilots if p.state not in FINAL]
+    ids = [p.pk for p in pilots]
+    actions: dict[int, list[dict]] = defaultdict(list)
+    if not ids:
         return actions
-    latest = pilot.latest_plan
-    if latest is not None and latest.state == PlanVersion.State.DRAFT:
-        signed = set(latest.signoffs.filter(decision=SignOff.Decision.APPROVE).values_list("party", flat=True))
-        for party, role in SIGNING_ROLE.items():
-            if party not in signed:
-                actions.append({"role": role, "action": "sign_plan", "subject": latest})
-    gate = pilot.gates.filter(number=pilot.current_gate).first() if pilot.current_gate else None
-    if gate is not None:
-        if gate.state == Gate.State.OPEN:
-            actions.append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
-        elif gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
-            evaluation = gate.latest_evaluation
-            decided = set(gate.signoffs.filter(evaluation=evaluation).values_list("party", flat=True))
+    latest: dict[int, PlanVersion] = {}
+    for version in (
+        PlanVersion.objects.filter(pilot_id__in=ids).only("id", "pilot_id", "number", "state").order_by("number")
+    ):
+        latest[version.pilot_id] = version
+    drafts = [v.pk for v in latest.values() if v.state == PlanVersion.State.DRAFT]
+    approved = set(
+        SignOff.objects.filter(plan_version_id__in=drafts, decision=SignOff.Decision.APPROVE).values_list(
+            "plan_version_id", "party"
+        )
+    )
+    for pilot_id, version in latest.items():
+        if version.state == PlanVersion.State.DRAFT:
             for party, role in SIGNING_ROLE.items():
-                if party not in decided:
-                    actions.append({"role": role, "action": "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate",
-                                    "subject": gate})
+                if (version.pk, party) not in approved:
+                    actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
+    current = current if current is not None else current_gates(pilots)
+    gates = [current[pk] for pk in ids if pk in current]
+    waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
+    latest_eval: dict[int, int] = {}
+    for gate_id, eval_id in (
+        Evaluation.objects.filter(gate_id__in=[g.pk for g in waiting])
+        .order_by("created", "id")
+        .values_list("gate_id", "id")
+    ):
+        latest_eval[gate_id] = eval_id
+    decided = set(
+        SignOff.objects.filter(evaluation_id__in=list(latest_eval.values())).values_list("evaluation_id", "party")
+    )
+    for gate in gates:
+        if gate.state == Gate.State.OPEN:
+            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
+        elif gate in waiting:
+            action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
+            for party, role in SIGNING_ROLE.items():
+                if (latest_eval.get(gate.pk), party) not in decided:
+                    actions[gate.pilot_id].append(
+                        {"role": role, "action": action, "subject": gate, "evaluation_id": latest_eval.get(gate.pk)}
+                    )
     return actions
+
+
+def pending_actions(pilot: Pilot) -> list[dict]:
+    """Who must act next on one pilot (pending_actions_by_pilot)."""
+    return pending_actions_by_pilot([pilot])[pilot.pk]
 
 
 def add_member(user, organisation: Organisation, role: str) -> Membership:

@@ -505,6 +505,10 @@ class Report(models.Model):
         return f"{self.get_kind_display()} {self.gate or ''} ({self.language})"
 
 
+LANGUAGE_SESSION_KEY = "fxpilot_language"
+"""The session key holding the language a signed-in person chose (Profile.language); fxpilot.middleware reads it."""
+
+
 class Profile(models.Model):
     """A person's portal preferences: the language they chose (kept across sessions and devices)."""
 

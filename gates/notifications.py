@@ -12,7 +12,6 @@ growing delay while the mail server is down (the home page shows the notificatio
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
@@ -21,14 +20,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from gates.lifecycle import SIGNING_ROLE
-from gates.models import Evaluation, Gate, Membership, Notification, Pilot, PlanVersion, Profile, Role, SignOff
+from gates.lifecycle import FINAL, pending_actions_by_pilot
+from gates.models import Membership, Notification, Pilot, Profile, Role
 from runners.models import FINISHED, Job, Node
 
 log = logging.getLogger(__name__)
@@ -40,62 +38,7 @@ ACTION_LABELS = {
     "review_gate": gettext_lazy("Review the marginal gate"),
     "accept_host_key": gettext_lazy("Accept a host key"),
 }
-FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
 RUN_NOTICE_WINDOW = timedelta(days=7)
-
-
-def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
-    """Pilot id → its current gate, in one query."""
-    return {g.pilot_id: g for g in Gate.objects.filter(pilot__in=list(pilots), number=F("pilot__current_gate"))}
-
-
-def pending_actions_bulk(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
-    """lifecycle.pending_actions for many pilots in a fixed number of queries: pilot id → actions."""
-    pilots = [p for p in pilots if p.state not in FINAL]
-    ids = [p.pk for p in pilots]
-    actions: dict[int, list[dict]] = defaultdict(list)
-    if not ids:
-        return actions
-    latest: dict[int, PlanVersion] = {}
-    for version in (
-        PlanVersion.objects.filter(pilot_id__in=ids).only("id", "pilot_id", "number", "state").order_by("number")
-    ):
-        latest[version.pilot_id] = version
-    drafts = [v.pk for v in latest.values() if v.state == PlanVersion.State.DRAFT]
-    approved = set(
-        SignOff.objects.filter(plan_version_id__in=drafts, decision=SignOff.Decision.APPROVE).values_list(
-            "plan_version_id", "party"
-        )
-    )
-    for pilot_id, version in latest.items():
-        if version.state == PlanVersion.State.DRAFT:
-            for party, role in SIGNING_ROLE.items():
-                if (version.pk, party) not in approved:
-                    actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
-    current = current if current is not None else current_gates(pilots)
-    gates = [current[pk] for pk in ids if pk in current]
-    waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
-    latest_eval: dict[int, int] = {}
-    for gate_id, eval_id in (
-        Evaluation.objects.filter(gate_id__in=[g.pk for g in waiting])
-        .order_by("created", "id")
-        .values_list("gate_id", "id")
-    ):
-        latest_eval[gate_id] = eval_id
-    decided = set(
-        SignOff.objects.filter(evaluation_id__in=list(latest_eval.values())).values_list("evaluation_id", "party")
-    )
-    for gate in gates:
-        if gate.state == Gate.State.OPEN:
-            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
-        elif gate in waiting:
-            action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
-            for party, role in SIGNING_ROLE.items():
-                if (latest_eval.get(gate.pk), party) not in decided:
-                    actions[gate.pilot_id].append(
-                        {"role": role, "action": action, "subject": gate, "evaluation_id": latest_eval.get(gate.pk)}
-                    )
-    return actions
 
 
 def _members(pilot: Pilot, roles: Iterable[str] | None = None) -> list:
@@ -189,7 +132,7 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     pilots = list(pilots) if pilots is not None else list(Pilot.objects.exclude(state__in=FINAL))
     by_id = {p.pk: p for p in pilots}
     count = 0
-    for pilot_id, actions in pending_actions_bulk(pilots).items():
+    for pilot_id, actions in pending_actions_by_pilot(pilots).items():
         pilot = by_id[pilot_id]
         for action in actions:
             if action["action"] == "run_gate":

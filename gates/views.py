@@ -25,11 +25,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from fxpilot.middleware import LANGUAGE_SESSION_KEY
 from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
 from gates.models import (
+    LANGUAGE_SESSION_KEY,
     AuditEvent,
     Criterion,
     Evaluation,
@@ -147,8 +147,8 @@ def home(request: HttpRequest) -> HttpResponse:
     page = Paginator(access.pilots_for(request).defer("deployment"), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
     mine = _my_roles_by_pilot(request.user, pilots)
-    gates = notifications.current_gates(pilots)
-    pending = notifications.pending_actions_bulk(pilots, gates)
+    gates = lifecycle.current_gates(pilots)
+    pending = lifecycle.pending_actions_by_pilot(pilots, gates)
     todo = []
     for pilot in pilots:
         gate = gates.get(pilot.pk)
@@ -273,17 +273,6 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
 # ── The plan: review, edit while draft, sign, amend ───────────────────────────────────────────
 
 
-def _plan_editable(version: PlanVersion) -> bool:
-    return (
-        version.state == PlanVersion.State.DRAFT
-        and not version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists()
-    )
-
-
-def _parties_of(roles) -> list[str]:
-    return [party for party, role in lifecycle.SIGNING_ROLE.items() if role in roles]
-
-
 @login_required
 def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
@@ -295,18 +284,18 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     roles = access.roles_of(pilot, request.user)
     editable = (
         version.pk == versions[0].pk
-        and _plan_editable(version)
+        and lifecycle.plan_editable(version)
         and bool(roles & EDIT_PLAN)
-        and pilot.state not in notifications.FINAL
+        and pilot.state not in lifecycle.FINAL
     )
     signoffs = list(version.signoffs.select_related("person"))
     approved = {s.party for s in signoffs if s.decision == SignOff.Decision.APPROVE}
-    may_sign = [p for p in _parties_of(roles) if p not in approved]
+    may_sign = lifecycle.parties_left_to_sign(roles, approved)
     can_sign = (
         version.state == PlanVersion.State.DRAFT
         and version.pk == versions[0].pk
         and bool(may_sign)
-        and pilot.state not in notifications.FINAL
+        and pilot.state not in lifecycle.FINAL
     )
     criteria = list(version.criteria.all())
     gate_names = {g.number: g for g in pilot.gates.all()}
@@ -324,7 +313,7 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     can_amend = (
         versions[0].state != PlanVersion.State.DRAFT
         and bool(roles & EDIT_PLAN)
-        and pilot.state not in notifications.FINAL
+        and pilot.state not in lifecycle.FINAL
     )
     return render(
         request,
@@ -468,7 +457,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:10])
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
     decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
-    may_sign = [p for p in _parties_of(roles) if p not in decided]
+    may_sign = lifecycle.parties_left_to_sign(roles, decided)
     can_sign_off = (
         bool(may_sign)
         and evaluation is not None
@@ -546,7 +535,7 @@ def gate_extend(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
     access.require_role(gate.pilot, request.user, EXTEND)
     try:
-        lifecycle.extend_marginal(gate, request.user)
+        lifecycle.extend_gate(gate, request.user)
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
     else:

@@ -29,7 +29,6 @@ TRACE_NAME = "customer-trace.csv"
 SAMPLE_TRACE_NAME = "sample-trace.csv"
 
 
-
 class RunRefused(Exception):
     """A run that cannot start: the message says why (no nodes, a run already going, a closed gate, a bad parameter)."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from gates import judge, lifecycle
+from gates import consequences, judge, lifecycle
 from gates.evaluation import evaluate_job
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate, Report
@@ -273,6 +273,7 @@ def cancel_workload(ctx: StepContext) -> None:
 
 
 def run_evaluate(ctx: StepContext) -> dict:
+    """Judge the run (once), then carry out what gates.consequences decides the verdict does."""
     job = ctx.job
     since = int(ctx.step.params.get("after_evaluation", 0))
     evaluation = Evaluation.objects.filter(job=job, pk__gt=since).order_by("-pk").first()
@@ -283,29 +284,24 @@ def run_evaluate(ctx: StepContext) -> dict:
             raise StepError(f"the judge could not use the collected data: {exc}") from None
     result = {"evaluation": evaluation.pk, "verdict": evaluation.verdict}
     ctx.say(f"verdict {evaluation.verdict} (evaluation {evaluation.pk})")
-    gate = Gate.objects.get(pk=job.gate_id)
-    extensible = gate.number in (1, 2, 3) and job.params.get("extend_marginal", True)
-    if evaluation.verdict == Gate.Verdict.MARGINAL and extensible:
-        done = _repetitions_done(job)
+    gate = Gate.objects.select_related("pilot").get(pk=job.gate_id)
+    done = _repetitions_done(job)
+    decided = consequences.consequence(gate, evaluation, consequences.Ran(
+        repetitions=done, may_extend=job.params.get("extend_marginal", True)))
+    if decided.action == consequences.EXTEND:
         if any(s.params.get("after_evaluation") == evaluation.pk for s in job.steps.filter(name="evaluate")):
             return {**result, "extended": True}  # an earlier attempt of this step already extended the run
-        if judge.can_extend(evaluation.result, job.pilot.signed_plan.to_plan(), done):
-            added = extend_run(job, ctx.step, evaluation, first_repetition=done + 1)
-            ctx.say(f"marginal: {added} more steps measure repetition {done + 1} of every cell; judged again after")
-            return {**result, "extended": True, "repetitions_done": done + 1}
-    already = gate.verdict == evaluation.verdict and gate.state not in (Gate.State.OPEN,)
-    if not already or evaluation.verdict == Gate.Verdict.INVALID:
-        try:
-            lifecycle.record_verdict(gate, evaluation, who="orchestrator")
-        except lifecycle.TransitionRefused as exc:
-            raise StepError(f"the verdict could not be recorded: {exc}") from None
-    if evaluation.verdict == Gate.Verdict.FAIL:
-        failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
-        raise StepFailed(f"{gate.label} failed: {', '.join(failed) or 'a criterion missed its bar'}")
-    if evaluation.verdict == Gate.Verdict.INVALID:
-        checks = [f"{c['name']}: {c.get('detail', '')}" for c in evaluation.result.get("validity", {}).get("checks", [])
-                  if not c.get("ok")]
-        raise StepError("the judge found the measurement invalid — " + ("; ".join(checks) or "see the evaluation"))
+        added = extend_run(job, ctx.step, evaluation, first_repetition=done + 1, extra=decided.repetitions)
+        ctx.say(f"marginal: {added} more steps measure repetition {done + 1} of every cell; judged again after")
+        return {**result, "extended": True, "repetitions_done": done + decided.repetitions}
+    try:
+        lifecycle.record_verdict(gate, evaluation, who="orchestrator")
+    except lifecycle.TransitionRefused as exc:
+        raise StepError(f"the verdict could not be recorded: {exc}") from None
+    if decided.action == consequences.HALT:
+        raise StepFailed(decided.reason)
+    if decided.action == consequences.INVALID:
+        raise StepError(decided.reason)
     return result
 
 

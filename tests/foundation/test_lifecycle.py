@@ -193,11 +193,11 @@ def test_a_marginal_verdict_pauses_for_review_and_can_be_extended(signed_pilot):
     assert gate.state == Gate.State.REVIEW
     actions = {a["action"] for a in lifecycle.pending_actions(demo.pilot)}
     assert actions == {"review_gate"}
-    lifecycle.extend_marginal(gate, demo.alice)
+    lifecycle.extend_gate(gate, demo.alice)
     gate.refresh_from_db()
     assert gate.state == Gate.State.OPEN
     with pytest.raises(TransitionRefused) as refused:
-        lifecycle.extend_marginal(gate, demo.alice)
+        lifecycle.extend_gate(gate, demo.alice)
     assert refused.value.rule == "extend-marginal"
 
 

@@ -18,8 +18,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from gates.models import Pilot
+from runners.credentials import create_credential
+from runners.models import Node, Site
 from runners.simnode.server import DEFAULT_USERNAME, SimNodeServer, generate_ed25519, read_public_keys
 from runners.simnode.state import FAULTS, load_state, save_state, state_path
+from runners.ssh import accept_host_key
 
 # fault name on the command line → (state.json key, value parser)
 _FAULTS = {
@@ -187,11 +191,6 @@ class Command(BaseCommand):
         return out
 
     def register(self, servers: list[SimNodeServer], key_path: Path | None, opts: dict) -> None:
-        from gates.models import Pilot
-        from runners.credentials import create_credential
-        from runners.models import Node, Site
-        from runners.ssh import accept_host_key
-
         if key_path is None:
             raise CommandError("registering needs the generated user key; drop --authorized-key")
         try:

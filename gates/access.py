@@ -25,6 +25,8 @@ from django.shortcuts import get_object_or_404
 
 from gates.lifecycle import PLAN_EDITORS, SIGNING_ROLE
 from gates.models import Gate, Membership, Pilot, Report, Role
+from runners.artifacts import ArtifactMismatch, evidence_storage, iter_chunks
+from runners.models import Artifact, Job
 
 # Capabilities: the roles that hold them. VIEW is any membership of the pilot's two organisations.
 VIEW = frozenset(Role.values)
@@ -95,8 +97,6 @@ def report_for(user, code: UUID, may: frozenset[str] = VIEW) -> Report:
 
 
 def job_for(user, code: UUID, may: frozenset[str] = VIEW):
-    from runners.models import Job
-
     job = get_object_or_404(
         Job.objects.for_user(user).select_related("gate", "pilot__customer", "pilot__vendor"), code=code
     )
@@ -105,8 +105,6 @@ def job_for(user, code: UUID, may: frozenset[str] = VIEW):
 
 
 def artifact_for(user, code: UUID, may: frozenset[str] = RAW_DATA):
-    from runners.models import Artifact
-
     artifact = get_object_or_404(
         Artifact.objects.for_user(user).select_related("job__pilot__customer", "job__pilot__vendor"), code=code
     )
@@ -172,8 +170,6 @@ def serve_stored(name: str, sha256: str, *, filename: str, content_type: str, si
     file that is gone answers 404; the SHA-256 goes out as X-Content-SHA256 and the stream stops before
     its last chunk if the bytes no longer hash to it.
     """
-    from runners.artifacts import ArtifactMismatch, evidence_storage, iter_chunks
-
     name = _contained(name)
     try:
         if not evidence_storage().exists(name):

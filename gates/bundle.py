@@ -17,6 +17,7 @@ from django.conf import settings
 
 from gates.judge import canonical_json
 from gates.models import Evaluation, Pilot
+from gates.reports.service import ReportError, report_bytes
 from runners.artifacts import read_artifact
 
 ROOT = Path(settings.BASE_DIR)
@@ -113,8 +114,6 @@ def build_bundle(pilot: Pilot) -> tuple[str, bytes]:
             bundle.add(f"{folder}/plan.json", json.dumps(evaluation.plan_version.to_plan().to_dict(), indent=2,
                                                          ensure_ascii=False).encode())
         gates_done.append((number, evaluation))
-    from gates.reports.service import ReportError, report_bytes
-
     for report in pilot.reports.order_by("created"):
         try:
             bundle.add(f"{prefix}/reports/{report.path.rsplit('/', 1)[-1]}", report_bytes(report))

@@ -20,7 +20,7 @@ from typing import Any
 from runners import detached, ssh
 from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
-from runners.models import Artifact, Job, Node, Step
+from runners.models import Artifact, Job, Node, Step, lease_holder
 from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
@@ -370,8 +370,6 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     When the run has ended in error or was canceled, the records, summaries and metrics the node wrote are
     kept too, marked with that outcome. The FX attachment is detached only when no other run holds the node.
     """
-    from runners.models import lease_holder
-
     if isinstance(deployment, Mapping):
         deployment = Deployment.from_dict(deployment)
     outcome = run_outcome(job)

@@ -21,7 +21,7 @@ from django.db import transaction
 from gates.models import Pilot
 from runners.credentials import create_credential
 from runners.models import Node, Site
-from runners.simnode.server import DEFAULT_USERNAME, SimNodeServer, generate_ed25519, read_public_keys
+from runners.simnode.server import BIN_DIR, DEFAULT_USERNAME, SimNodeServer, generate_ed25519, read_public_keys
 from runners.simnode.state import FAULTS, load_state, save_state, state_path
 from runners.ssh import accept_host_key
 
@@ -42,8 +42,6 @@ def parse_fault(name: str, value: str) -> tuple[str, object]:
     key, kind = _FAULTS[name]
     value = value.lower()
     if kind == "tools":
-        from runners.simnode.server import BIN_DIR
-
         tools = [] if value in ("off", "none", "") else sorted({t.strip() for t in value.split(",") if t.strip()})
         unknown = [t for t in tools if not (BIN_DIR / t).exists()]
         if unknown:

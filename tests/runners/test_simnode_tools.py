@@ -67,3 +67,12 @@ def test_missing_tools_leave_the_path(sandbox):
     missing = sandbox("amd-smi version")
     assert missing.returncode == 127 and "command not found" in missing.stderr
     assert sandbox("command -v nvme && command -v rocm-smi").returncode == 0
+
+
+def test_the_simulated_model_is_in_the_simulated_node_s_cache(sandbox):
+    from runners.config import DEFAULT_SIMULATED
+    from runners.simnode.server import SIMULATED_MODEL_CACHE
+
+    assert SIMULATED_MODEL_CACHE == "models--" + DEFAULT_SIMULATED["model"].replace("/", "--")
+    snapshot = sandbox.server.root / ".cache" / "huggingface" / "hub" / SIMULATED_MODEL_CACHE / "snapshots" / "simulated"
+    assert "Simulated - not evidence" in (snapshot / "config.json").read_text()

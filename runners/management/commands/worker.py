@@ -21,9 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("--beat", action="store_true", help="embed the beat scheduler (one per installation)")
         parser.add_argument("--hostname", help="worker node name (default fxpilot@<host>)")
         parser.add_argument("--loglevel", default="INFO")
+        parser.add_argument("--include", help="comma-separated extra task modules to import (Celery's --include)")
 
     def handle(self, *args, queues: str | None, concurrency: int, beat: bool, hostname: str | None, loglevel: str,
-               **options) -> None:
+               include: str | None, **options) -> None:
         names = [q.strip() for q in queues.split(",") if q.strip()] if queues else all_queues()
         if not names:
             raise CommandError("no queue to serve")
@@ -34,6 +35,8 @@ class Command(BaseCommand):
                 "-n", hostname or "fxpilot@%h"]
         if beat:
             argv += ["-B", "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME]
+        if include:
+            argv += ["--include", include]
         if settings.FXPILOT_EMBEDDED_BROKER:
             from fxpilot.broker import ensure_running
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from gates.lifecycle import TransitionRefused
 from gates.management.lookup import REFUSED, find_pilot
@@ -23,20 +24,36 @@ EXIT_CODES = {Status.SUCCESSFUL: 0, Status.FAILED: 1, Status.ERROR: 2, Status.CA
 
 
 def follow_job(job: Job, write, *, every: float = 1.0, progress_every: float = 10.0) -> Job:
-    """Print the live log and a progress line now and then until the job ends."""
+    """Print the live log and a progress line now and then until the job ends.
+
+    A database that goes away (a restart, a failover) is waited for, saying so once, and the log
+    goes on from where it stopped: following never ends the run, and it does not end on an outage.
+    """
     seen = 0
     last_progress = 0.0
+    outage_since: float | None = None
     while True:
-        job.refresh_from_db()
-        for chunk in log_since(job, seen):
-            seen = chunk.seq
-            write(chunk.text.rstrip("\n"))
-        if job.is_finished:
-            return job
-        now = time.monotonic()
-        if now - last_progress >= progress_every:
-            last_progress = now
-            write(progress_line(job_progress(job)))
+        try:
+            job.refresh_from_db()
+            for chunk in log_since(job, seen):
+                seen = chunk.seq
+                write(chunk.text.rstrip("\n"))
+            if job.is_finished:
+                return job
+            now = time.monotonic()
+            if now - last_progress >= progress_every:
+                last_progress = now
+                write(progress_line(job_progress(job)))
+            if outage_since is not None:
+                write(f"— the database answers again after {now - outage_since:.0f} s —")
+                outage_since = None
+        except (OperationalError, InterfaceError) as exc:
+            close_old_connections()
+            connections.close_all()
+            if outage_since is None:
+                outage_since = time.monotonic()
+                write(f"— the database does not answer ({str(exc).strip().splitlines()[0][:200]}); "
+                      "waiting for it, the run goes on —")
         time.sleep(every)
 
 

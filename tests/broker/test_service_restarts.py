@@ -91,7 +91,7 @@ lifecycle.sign_plan(version, User.objects.get(username="alice"))
 lifecycle.sign_plan(version, User.objects.get(username="bob"))
 print("PILOT", pilot.code)
 """
-RUN = {"time_scale": 0.03, "repetitions": 3, "fio_runtime": 1, "fio_size": "16M", "extend_marginal": False}
+RUN = {"time_scale": 0.02, "repetitions": 3, "fio_runtime": 1, "fio_size": "16M", "extend_marginal": False}
 
 
 def test_a_gate_run_rides_through_redis_and_postgresql_restarts(procs, redis_server, pg_cluster, tmp_path):

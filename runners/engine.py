@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -137,8 +137,13 @@ class _Heartbeat(threading.Thread):
         every = max(0.2, settings.FXPILOT_STALE_SECONDS / 4)
         try:
             while not self.stopped.wait(every):
-                Step.objects.filter(pk=self.step_id, status=Status.RUNNING, claimed_by=self.token).update(
-                    heartbeat=timezone.now())
+                try:
+                    Step.objects.filter(pk=self.step_id, status=Status.RUNNING, claimed_by=self.token).update(
+                        heartbeat=timezone.now())
+                except DatabaseError:
+                    # The database went away (a restart): the step is still alive, so keep beating once it
+                    # is back, or the sweep would call the step dead and run it a second time.
+                    connections.close_all()
         finally:
             connections.close_all()
 

@@ -31,7 +31,7 @@ class Demo:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "FXPILOT_ENV")}
         env.update({"FXPILOT_DATA_DIR": str(self.data), "FXPILOT_TEST_MARK": self.mark})
         with open(self.out, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--no-serve", "--port", "8320"],
+            self.proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--no-serve", "--port", "8320", "--time-scale", "0.01"],
                                          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
 

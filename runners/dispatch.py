@@ -10,13 +10,14 @@ from celery import current_app
 from django.db import transaction
 
 from runners.kinds import known_kind
-from runners.models import Step
+from runners.models import Node, Step
 from runners.queues import CONTROL_QUEUE, queue_for_step
 
 ADVANCE_JOB = "runners.tasks.advance_job"
 RUN_STEP = "runners.tasks.run_step"
 POLL_STEP = "runners.tasks.poll_step"
 CANCEL_STEP = "runners.tasks.cancel_step"
+CONTACT_NODE = "runners.tasks.contact_node"
 
 
 def _send(task: str, args: tuple, **options) -> None:
@@ -42,3 +43,9 @@ def dispatch_poll(step: Step, token: str, countdown: float) -> None:
 def dispatch_cancel(step: Step) -> None:
     queue = queue_for_step(step)
     transaction.on_commit(lambda: _send(CANCEL_STEP, (step.pk,), queue=queue))
+
+
+def dispatch_contact(node: Node) -> None:
+    """"Contact the node" runs on the node's site queue: only the site's worker reaches the node."""
+    queue = node.site.queue
+    transaction.on_commit(lambda: _send(CONTACT_NODE, (node.pk,), queue=queue, expires=600))

@@ -31,7 +31,7 @@ from gates import lifecycle
 from runners import ssh
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
-from runners.models import FINISHED, UNFINISHED, Artifact, Job, Status, Step, release_nodes
+from runners.models import FINISHED, UNFINISHED, Artifact, Job, Node, Status, Step, release_nodes
 from runners.output import system_line
 
 log = logging.getLogger(__name__)
@@ -385,3 +385,30 @@ def request_cancel(job: Job, who=None) -> Job:
                 dispatch_cancel(step)
         transaction.on_commit(lambda: dispatch_advance(job.pk))
     return job
+
+
+# ── Contacting a node ──────────────────────────────────────────────────────────────────────────
+
+
+def contact_node(node_id: int) -> str:
+    """Connect once from the site's worker: a first contact records the offered host key for acceptance.
+
+    The answer (ok, pending-key with the fingerprint, or error with the reason) is written on the node,
+    where the node's page shows it.
+    """
+    node = Node.objects.select_related("credential", "jump_host__credential").filter(pk=node_id).first()
+    if node is None:
+        return "no such node"
+    try:
+        with ssh.connect(node):
+            pass
+    except ssh.HostKeyPending as pending:
+        state, message = "pending-key", pending.fingerprint
+    except ssh.SSHError as exc:
+        state, message = "error", str(exc)
+    else:
+        state, message = "ok", ""
+    Node.objects.filter(pk=node_id).update(contact_state=state, contact_message=message[:2000],
+                                           contacted_at=timezone.now())
+    return state
+

@@ -78,6 +78,12 @@ class Node(models.Model):
     pending_host_key_fingerprint = models.CharField(max_length=100, blank=True, editable=False)
     host_key_accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     host_key_accepted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # "Contact the node": done by the site's worker (the portal never opens SSH to a node); its answer lands here.
+    contact_state = models.CharField(max_length=12, blank=True, default="", editable=False,
+                                     help_text="waiting, ok, pending-key or error")
+    contact_message = models.TextField(blank=True, default="", editable=False)
+    contact_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    contacted_at = models.DateTimeField(null=True, blank=True, editable=False)
     inventory = models.JSONField(default=dict, blank=True, editable=False, help_text="Parsed from the last probe")
     inventory_at = models.DateTimeField(null=True, blank=True, editable=False)
     created = models.DateTimeField(default=timezone.now)

@@ -39,3 +39,8 @@ def cancel_step(step_id: int) -> str:
 @shared_task(name="runners.tasks.reconcile", soft_time_limit=120, time_limit=180)
 def reconcile() -> dict:
     return engine.reconcile()
+
+
+@shared_task(name="runners.tasks.contact_node", soft_time_limit=90, time_limit=120)
+def contact_node(node_id: int) -> str:
+    return engine.contact_node(node_id)

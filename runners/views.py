@@ -10,9 +10,11 @@ from uuid import UUID
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
@@ -23,12 +25,13 @@ from gates import access, lifecycle, notifications
 from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
 from runners.config import DeploymentSettingsError
 from runners.credentials import create_credential
+from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
 from runners.forms import CredentialForm, NodeForm, SiteForm
 from runners.models import Artifact, Credential, Job, Node, Site, Status
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run
-from runners.ssh import HostKeyPending, SSHError, accept_host_key, connect
+from runners.ssh import accept_host_key
 
 POLL_SECONDS = 1
 
@@ -348,26 +351,24 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
 @login_required
 @require_POST
 def node_contact(request: HttpRequest, code: UUID) -> HttpResponse:
-    """Connect once: a first contact records the offered host key, which then waits here for acceptance."""
+    """Ask the site's worker to connect once (the portal never opens SSH to a node); the node page shows the answer.
+
+    A first contact records the offered host key, which then waits on the node page for acceptance.
+    """
     node, pilot = get_for_user(
         request,
-        Node.objects.select_related("site__pilot__customer", "site__pilot__vendor", "credential"),
+        Node.objects.select_related("site__pilot__customer", "site__pilot__vendor", "credential", "site"),
         code,
         "site__pilot",
     )
     access.require_role(pilot, request.user, OPERATE)
-    try:
-        with connect(node):
-            pass
-    except HostKeyPending as pending:
-        messages.info(
-            request,
-            _("The node offered the host key %(fingerprint)s. Check it with the node's administrator, then accept it.")
-            % {"fingerprint": pending.fingerprint},
-        )
-        notifications.sweep([pilot])
-    except SSHError as error:
-        messages.error(request, str(error))
-    else:
-        messages.success(request, _("%(node)s answered with its accepted host key.") % {"node": node.name})
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(contact_state="waiting", contact_message="",
+                                               contact_requested_at=timezone.now())
+        dispatch_contact(node)
+    messages.info(
+        request,
+        _("The worker of site %(site)s (queue %(queue)s) is contacting %(node)s; its answer appears below.")
+        % {"site": node.site.name, "queue": node.site.queue, "node": node.name},
+    )
     return redirect("node", node.code)

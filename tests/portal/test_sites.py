@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from gates.models import AuditEvent
+from runners.engine import contact_node
 from runners.models import Credential, Node, Site
 from tests.portal.conftest import private_key_text
 
@@ -139,11 +140,17 @@ def test_contacting_a_new_node_records_its_host_key_for_acceptance(client, world
     )
     client.force_login(world.alice)
     page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    # The portal only asks: the site's worker connects (here, the task's body runs in this process).
+    assert "Waiting for the worker of site" in page and server.fingerprint not in page
+    assert contact_node(node.pk) == "pending-key"
+    page = client.get(reverse("node", args=[node.code])).content.decode()
     node.refresh_from_db()
     assert node.host_key_state == Node.HostKeyState.PENDING
     assert node.pending_host_key_fingerprint == server.fingerprint and server.fingerprint in page
     client.post(reverse("node_accept_host_key", args=[node.code]), {"fingerprint": server.fingerprint})
-    page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    client.post(reverse("node_contact", args=[node.code]))
+    assert contact_node(node.pk) == "ok"
+    page = client.get(reverse("node", args=[node.code])).content.decode()
     assert "answered with its accepted host key" in page
 
 
@@ -152,5 +159,7 @@ def test_an_unreachable_node_is_reported_by_name(client, world):
         site=world.site, name="gone", host="127.0.0.1", port=1, username="fx", credential=world.credential
     )
     client.force_login(world.alice)
-    page = client.post(reverse("node_contact", args=[node.code]), follow=True).content.decode()
+    client.post(reverse("node_contact", args=[node.code]))
+    assert contact_node(node.pk) == "error"
+    page = client.get(reverse("node", args=[node.code])).content.decode()
     assert "gone" in page and "msg error" in page

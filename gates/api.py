@@ -11,15 +11,15 @@ from collections.abc import Callable
 from functools import wraps
 from uuid import UUID
 
-from django.conf import settings
-from django.http import FileResponse, Http404, HttpRequest, JsonResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
 
+from gates import access
 from gates.api_schema import schema
 from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
-from runners.models import Artifact, Job
 from runners.orchestration import job_progress, log_since
 
 
@@ -44,8 +44,15 @@ def _token_user(request: HttpRequest):
 
 
 def api_view(view: Callable) -> Callable:
+    """Authenticate, then answer in JSON whatever happens: 401, 403 (the role lacks the capability), 404, 405."""
+
+    @csrf_exempt  # read-only: every method but GET and HEAD is refused below, before anything runs
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs):
+        if request.method not in ("GET", "HEAD"):
+            response = _error(405, f"{request.method} is not allowed: the API is read-only (GET)")
+            response["Allow"] = "GET, HEAD"
+            return response
         if "Authorization" in request.headers:
             user = _token_user(request)
             if user is None:
@@ -59,12 +66,14 @@ def api_view(view: Callable) -> Callable:
             return view(request, *args, **kwargs)
         except Http404:
             return _error(404, "not found")
+        except PermissionDenied as refused:
+            return _error(403, str(refused) or "your role in this pilot does not allow this")
 
-    return require_GET(wrapper)
+    return wrapper
 
 
 def _pilot(request: HttpRequest, code: UUID) -> Pilot:
-    return get_object_or_404(Pilot.objects.for_user(request.api_user).select_related("customer", "vendor"), code=code)
+    return access.pilot_for(request.api_user, code)
 
 
 def _iso(value) -> str | None:
@@ -175,8 +184,7 @@ def runs(request: HttpRequest, pilot: UUID) -> JsonResponse:
 
 
 def _job(request: HttpRequest, code: UUID):
-    pilots_seen = Pilot.objects.for_user(request.api_user)
-    return get_object_or_404(Job.objects.select_related("gate", "pilot"), code=code, pilot__in=pilots_seen)
+    return access.job_for(request.api_user, code)
 
 
 @api_view
@@ -211,13 +219,8 @@ def run_artifacts(request: HttpRequest, run: UUID) -> JsonResponse:
 
 
 @api_view
-def artifact_download(request: HttpRequest, artifact: UUID) -> FileResponse:
-    obj = get_object_or_404(Artifact, code=artifact, job__pilot__in=Pilot.objects.for_user(request.api_user))
-    if not obj.path.exists():
-        raise Http404
-    response = FileResponse(obj.path.open("rb"), as_attachment=True, filename=obj.name.replace("/", "_"))
-    response["X-Content-SHA256"] = obj.sha256
-    return response
+def artifact_download(request: HttpRequest, artifact: UUID):
+    return access.serve_artifact(access.artifact_for(request.api_user, artifact, may=access.RAW_DATA))
 
 
 @api_view
@@ -227,14 +230,9 @@ def reports(request: HttpRequest, pilot: UUID) -> JsonResponse:
 
 
 @api_view
-def report_download(request: HttpRequest, report: UUID) -> FileResponse:
-    obj = get_object_or_404(Report, code=report, pilot__in=Pilot.objects.for_user(request.api_user))
-    path = settings.DATA_DIR / obj.path
-    if not path.exists():
-        raise Http404
-    response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name, content_type="application/pdf")
-    response["X-Content-SHA256"] = obj.sha256
-    return response
+def report_download(request: HttpRequest, report: UUID):
+    # A signed report attaches the raw data: the same capability as an artifact (docs/portal.md).
+    return access.serve_report(access.report_for(request.api_user, report, may=access.RAW_DATA))
 
 
 def not_found(request: HttpRequest, *args, **kwargs) -> JsonResponse:

@@ -23,16 +23,19 @@ def _files(artifacts: list[Artifact]) -> list[tuple[str, bytes]]:
 def evaluate_job(job: Job) -> Evaluation:
     """Judge the job's gate on its artifacts with the signed plan; store and return the Evaluation.
 
-    Raises judge.RecordError on input the judge cannot use (nothing is stored then), and
-    runners.artifacts.ArtifactMismatch when a stored file no longer hashes to its name.
+    Raises judge.RecordError on input the judge cannot use (nothing is stored then),
+    runners.artifacts.ArtifactMismatch when a stored file no longer hashes to its name, and
+    gates.models.PlanTamperedError when the plan's rows no longer hash to the signed SHA-256.
     """
     if job.gate_id is None:
         raise ValueError(f"{job} judges no gate")
     version = job.pilot.signed_plan
     if version is None:
         raise ValueError(f"{job.pilot} has no signed plan to judge against")
+    # The rows are hashed again and compared with what both parties signed; a changed plan is not judged.
+    plan = version.verified_plan()
     artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS).order_by("name"))
-    result = judge.evaluate(version.to_plan(), job.gate.number, _files(artifacts))
+    result = judge.evaluate(plan, job.gate.number, _files(artifacts))
     return Evaluation.objects.create(
         gate=job.gate, job=job, plan_version=version, verdict=result["verdict"], result=result,
         inputs={artifact.name: artifact.sha256 for artifact in artifacts}, simulated=result["simulated"],
@@ -51,7 +54,7 @@ def replay_evaluation(evaluation: Evaluation) -> dict:
             raise ReplayMismatch(f"input {name} is no longer among the job's artifacts")
         if artifact.sha256 != evaluation.inputs[name]:
             raise ReplayMismatch(f"input {name} is now {artifact.sha256}, the evaluation used {evaluation.inputs[name]}")
-    plan = evaluation.plan_version.to_plan()
+    plan = evaluation.plan_version.verified_plan()
     return judge.evaluate(plan, evaluation.gate.number, _files([artifacts[name] for name in names]))
 
 

@@ -142,7 +142,7 @@ class PlanFrozenError(Exception):
     """A change to a signed (or superseded) plan version or its criteria: refused, whoever asks."""
 
 
-class PlanTamperedError(Exception):
+class PlanTamperedError(ValueError):
     """The rows of a signed plan no longer hash to what both parties signed: nothing may be judged with it."""
 
 

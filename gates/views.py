@@ -17,7 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -557,12 +557,8 @@ def _data_file(relative: str) -> Path:
 
 @login_required
 def report_download(request: HttpRequest, code: UUID) -> HttpResponse:
-    report = access.get_report_for_user(request, code)
-    path = _data_file(report.path)
-    name = f"fxpilot-{report.kind}-{report.gate.label if report.gate_id else 'pilot'}-{report.language}.pdf"
-    response = FileResponse(path.open("rb"), as_attachment=True, filename=name, content_type="application/pdf")
-    response["X-Content-SHA256"] = report.sha256
-    return response
+    # A signed report attaches the raw data: the same capability as an artifact (docs/portal.md).
+    return access.serve_report(access.get_report_for_user(request, code, may=access.RAW_DATA))
 
 
 @login_required

@@ -12,7 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Prefetch
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.html import escape
@@ -28,7 +28,7 @@ from runners.credentials import create_credential
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
 from runners.forms import CredentialForm, NodeForm, SiteForm
-from runners.models import Artifact, Credential, Job, Node, Site, Status
+from runners.models import Credential, Job, Node, Site, Status
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run
 from runners.ssh import accept_host_key
@@ -160,18 +160,7 @@ def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
 
 @login_required
 def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
-    artifact, pilot = get_for_user(
-        request, Artifact.objects.select_related("job__pilot__customer", "job__pilot__vendor"), code, "job__pilot"
-    )
-    access.require_role(pilot, request.user, RAW_DATA)
-    if not artifact.path.is_file():
-        raise Http404("The artifact's file is missing")
-    name = artifact.name.replace("/", "_")
-    response = FileResponse(
-        artifact.path.open("rb"), as_attachment=True, filename=name, content_type="application/octet-stream"
-    )
-    response["X-Content-SHA256"] = artifact.sha256
-    return response
+    return access.serve_artifact(access.artifact_for(request.user, code, may=RAW_DATA))
 
 
 # ── Sites, nodes, credentials ─────────────────────────────────────────────────────────────────

@@ -1,6 +1,8 @@
 """The JSON API answers only with what the person may see, and its schema holds under schemathesis."""
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from django.test import Client
 
@@ -46,7 +48,8 @@ def test_runs_artifacts_and_reports_of_another_customer_answer_404(signed_pilot,
     artifact = store_bytes(job, "node1/records.jsonl", b'{"schema":"fxpilot.request/1"}\n', kind="records")
     (settings.DATA_DIR / "reports").mkdir(exist_ok=True)
     (settings.DATA_DIR / "reports" / "r.pdf").write_bytes(b"%PDF-1.7\n")
-    report = Report.objects.create(pilot=demo.pilot, kind="gate", path="reports/r.pdf", sha256="0" * 64, size=9)
+    report = Report.objects.create(pilot=demo.pilot, kind="gate", path="reports/r.pdf",
+                                   sha256=hashlib.sha256(b"%PDF-1.7\n").hexdigest(), size=9)
     urls = [f"/api/v1/runs/{job.code}", f"/api/v1/runs/{job.code}/log", f"/api/v1/runs/{job.code}/artifacts",
             f"/api/v1/artifacts/{artifact.code}/download", f"/api/v1/reports/{report.code}/download"]
     for path in urls:

@@ -3,6 +3,7 @@ with a site, nodes, a credential, a G1 run with output and an artifact, a pass v
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -143,15 +144,16 @@ def build_world(demo) -> SimpleNamespace:
     lifecycle.record_verdict(gate, evaluation)
     relative = Path("reports") / str(pilot.code) / "fixture.pdf"
     (Path(settings.DATA_DIR) / relative).parent.mkdir(parents=True, exist_ok=True)
-    (Path(settings.DATA_DIR) / relative).write_bytes(b"%PDF-1.7\n% fixture report\n")
+    report_data = b"%PDF-1.7\n% fixture report\n"
+    (Path(settings.DATA_DIR) / relative).write_bytes(report_data)
     report = Report.objects.create(
         pilot=pilot,
         gate=gate,
         evaluation=evaluation,
         kind=Report.Kind.GATE,
         path=str(relative),
-        sha256="f" * 64,
-        size=26,
+        sha256=hashlib.sha256(report_data).hexdigest(),
+        size=len(report_data),
         simulated=True,
     )
     gate.refresh_from_db()

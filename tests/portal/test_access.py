@@ -22,7 +22,7 @@ ROUTES = [
     ("node", "get", lambda w: [w.node.code], set(MEMBERS), None),
     ("run", "get", lambda w: [w.job.code], set(MEMBERS), None),
     ("run_log", "get", lambda w: [w.job.code], set(MEMBERS), None),
-    ("report_download", "get", lambda w: [w.report.code], set(MEMBERS), None),
+    ("report_download", "get", lambda w: [w.report.code], RAW, None),  # a report attaches the raw data
     ("report_check", "get", lambda w: [w.report.code], set(MEMBERS), None),
     ("artifact_download", "get", lambda w: [w.artifact.code], RAW, None),
     (

@@ -146,7 +146,7 @@ def test_the_audit_log_lists_the_pilots_events(client, world):
 
 
 def test_a_report_downloads_with_its_hash(client, world):
-    client.force_login(world.dave)
+    client.force_login(world.carol)
     response = client.get(reverse("report_download", args=[world.report.code]))
     assert response.status_code == 200 and response["X-Content-SHA256"] == world.report.sha256
     assert b"".join(response.streaming_content).startswith(b"%PDF-")

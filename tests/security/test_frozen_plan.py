@@ -157,3 +157,28 @@ def test_the_admin_shows_a_signed_plan_read_only_and_a_post_changes_nothing(clie
     criterion_page = client.get(f"/admin/gates/criterion/{signed.criterion.pk}/change/").content.decode()
     assert 'name="threshold"' not in criterion_page
     assert client.get(f"/admin/gates/planversion/{signed.version.pk}/delete/").status_code == 403
+
+
+def test_an_evaluation_of_a_tampered_plan_is_refused_and_stores_nothing(signed, without_guards):
+    from gates.evaluation import evaluate_job
+    from gates.judge import synthetic
+    from gates.models import Evaluation
+    from runners.artifacts import store_bytes
+    from runners.models import Job
+
+    gate = signed.pilot.gate(3)
+    job = Job.objects.create(pilot=signed.pilot, gate=gate)
+    for name, data in synthetic.gate_inputs(3):
+        store_bytes(job, name, data, kind="records" if name.endswith(".jsonl") else "probe", simulated=True)
+    honest = evaluate_job(job)
+    assert honest.plan_version_id == signed.version.pk
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE gates_criterion SET threshold = 0.001 WHERE id = %s", [signed.criterion.pk])
+    job.pilot.refresh_from_db()
+    with pytest.raises(PlanTamperedError, match="changed after signing"):
+        evaluate_job(Job.objects.get(pk=job.pk))
+    assert Evaluation.objects.filter(job=job).count() == 1
+    from gates.evaluation import replay_evaluation
+
+    with pytest.raises(PlanTamperedError):
+        replay_evaluation(honest)

@@ -74,3 +74,22 @@ def test_the_prefixed_redis_cache_clears_only_its_own_keys():
     assert cache.get("a") is None and cache.get("b") is None
     assert client.get(other) == b"queued work"
     client.delete(other)
+
+
+def test_the_api_answers_a_wrong_method_and_a_missing_token_in_json(demo):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    for method in ("post", "put", "delete", "patch"):
+        response = getattr(client, method)("/api/v1/pilots")
+        assert response.status_code == 405 and response["Content-Type"] == "application/json", method
+        assert "read-only" in response.json()["error"] and response["Allow"] == "GET, HEAD"
+    assert client.get("/api/v1/pilots").json()["error"].startswith("authenticate")
+
+
+def test_a_refused_csrf_check_under_the_api_answers_json(rf):
+    from fxpilot.middleware import csrf_failure
+
+    response = csrf_failure(rf.post("/api/v1/anything"), reason="CSRF cookie not set.")
+    assert response.status_code == 403 and "CSRF cookie not set" in json.loads(response.content)["error"]
+    assert "text/html" in csrf_failure(rf.post("/pilots/"), reason="x")["Content-Type"]

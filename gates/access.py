@@ -16,17 +16,20 @@ evidence is written down in docs/portal.md ("Who sees what").
 
 from __future__ import annotations
 
+import hashlib
 import re
 from uuid import UUID
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, SuspiciousFileOperation
+from django.core.files.storage import storages
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
 from gates.lifecycle import PLAN_EDITORS, SIGNING_ROLE
 from gates.models import Gate, Membership, Pilot, Report, Role
-from runners.artifacts import ArtifactMismatch, evidence_storage, iter_chunks
 from runners.models import Artifact, Job
+
+CHUNK = 1 << 20
 
 # Capabilities: the roles that hold them. VIEW is any membership of the pilot's two organisations.
 VIEW = frozenset(Role.values)
@@ -96,7 +99,7 @@ def report_for(user, code: UUID, may: frozenset[str] = VIEW) -> Report:
     return report
 
 
-def job_for(user, code: UUID, may: frozenset[str] = VIEW):
+def job_for(user, code: UUID, may: frozenset[str] = VIEW) -> Job:
     job = get_object_or_404(
         Job.objects.for_user(user).select_related("gate", "pilot__customer", "pilot__vendor"), code=code
     )
@@ -104,7 +107,7 @@ def job_for(user, code: UUID, may: frozenset[str] = VIEW):
     return job
 
 
-def artifact_for(user, code: UUID, may: frozenset[str] = RAW_DATA):
+def artifact_for(user, code: UUID, may: frozenset[str] = RAW_DATA) -> Artifact:
     artifact = get_object_or_404(
         Artifact.objects.for_user(user).select_related("job__pilot__customer", "job__pilot__vendor"), code=code
     )
@@ -164,29 +167,41 @@ def download_name(text: str) -> str:
 
 
 def serve_stored(name: str, sha256: str, *, filename: str, content_type: str, size: int | None = None):
-    """Stream a stored file (artifact or report) as an attachment, hashed again on the way out.
+    """Stream a stored file (artifact or report) from the evidence store as an attachment.
 
-    The name is checked to stay inside the evidence store (which refuses anything outside it too); a
-    file that is gone answers 404; the SHA-256 goes out as X-Content-SHA256 and the stream stops before
-    its last chunk if the bytes no longer hash to it.
+    The name must stay inside the store (which refuses anything outside it too); a missing file answers
+    404, and so does one whose first megabyte-chunks already show it no longer hashes to `sha256` (a small
+    file is read whole before the answer starts); a large file whose end does not match stops before its
+    last chunk. The SHA-256 goes out as X-Content-SHA256, the content type is fixed and not sniffed.
     """
-    name = _contained(name)
+    storage = storages["evidence"]
     try:
-        if not evidence_storage().exists(name):
-            raise Http404("The file is missing")
-    except (OSError, ValueError):
+        handle = storage.open(_contained(name), "rb")
+    except (OSError, SuspiciousFileOperation, ValueError):
         raise Http404("The file is missing") from None
-    chunks = iter_chunks(name, sha256)
-    try:
-        first = next(chunks, b"")
-    except ArtifactMismatch:
-        raise Http404("The stored file no longer matches its hash") from None
+    digest = hashlib.sha256()
+    first = handle.read(CHUNK)
+    digest.update(first)
+    following = handle.read(CHUNK)
+    if not following:
+        handle.close()
+        if digest.hexdigest() != sha256:
+            raise Http404("The stored file no longer matches its hash")
 
     def stream():
-        yield first
-        yield from chunks
+        try:
+            previous, block = first, following
+            while block:
+                digest.update(block)
+                yield previous
+                previous, block = block, handle.read(CHUNK)
+            if digest.hexdigest() != sha256:
+                raise OSError(f"{name}: the stored file no longer hashes to {sha256}; the download was cut short")
+            yield previous
+        finally:
+            handle.close()
 
-    response = StreamingHttpResponse(stream(), content_type=content_type)
+    response = StreamingHttpResponse(stream() if following else iter([first]), content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{download_name(filename)}"'
     response["X-Content-SHA256"] = sha256
     response["X-Content-Type-Options"] = "nosniff"
@@ -196,7 +211,7 @@ def serve_stored(name: str, sha256: str, *, filename: str, content_type: str, si
     return response
 
 
-def serve_artifact(artifact) -> StreamingHttpResponse:
+def serve_artifact(artifact: Artifact) -> StreamingHttpResponse:
     return serve_stored(artifact.storage_name, artifact.sha256, filename=artifact.name.replace("/", "_"),
                         content_type="application/octet-stream", size=artifact.size)
 

@@ -55,7 +55,7 @@ class Consequence:
 def consequence(gate: Gate, evaluation: Evaluation, ran: Ran) -> Consequence:
     verdict = evaluation.verdict
     if verdict == Gate.Verdict.MARGINAL and gate.number in EXTENSIBLE_GATES and ran.may_extend \
-            and judge.can_extend(evaluation.result, gate.pilot.signed_plan.to_plan(), ran.repetitions):
+            and judge.can_extend(evaluation.result, gate.pilot.signed_plan.verified_plan(), ran.repetitions):
         return Consequence(EXTEND, repetitions=EXTRA_REPETITIONS)
     if verdict == Gate.Verdict.FAIL:
         return Consequence(HALT, reason=failure_reason(gate, evaluation))

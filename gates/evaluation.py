@@ -5,11 +5,12 @@ Gate states are not touched here; gates.lifecycle.record_verdict does that with 
 from __future__ import annotations
 
 from gates import judge
-from gates.models import Evaluation
+from gates.models import Evaluation, PlanTamperedError
 from runners.artifacts import read_artifact
 from runners.models import Artifact, Job
 
 JUDGED_KINDS = ("records", "retrieve", "inventory", "phase-summary")
+__all__ = ["JUDGED_KINDS", "PlanTamperedError", "ReplayMismatch", "evaluate_job", "replay_evaluation", "replays_identically"]
 
 
 class ReplayMismatch(Exception):

@@ -45,7 +45,7 @@ from gates.models import (
     SignOff,
 )
 from gates.reports import charts
-from gates.reports.service import countersign, trust_roots, verify_report_bytes
+from gates.reports.service import ReportError, countersign, report_bytes, trust_roots, verify_report_bytes
 from runners.models import Job, Node
 
 PAGE_SIZE = 50
@@ -546,15 +546,6 @@ def gate_extend(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 # ── Reports ───────────────────────────────────────────────────────────────────────────────────
 
 
-def _data_file(relative: str) -> Path:
-    """A file under DATA_DIR named by a stored relative path; anything escaping it is refused."""
-    root = Path(settings.DATA_DIR).resolve()
-    path = (root / relative).resolve()
-    if root not in path.parents or not path.is_file():
-        raise Http404("The file is missing")
-    return path
-
-
 @login_required
 def report_download(request: HttpRequest, code: UUID) -> HttpResponse:
     # A signed report attaches the raw data: the same capability as an artifact (docs/portal.md).
@@ -596,7 +587,12 @@ def report_verify(request: HttpRequest) -> HttpResponse:
 def report_check(request: HttpRequest, code: UUID) -> HttpResponse:
     """The same checks on a stored report, as it is on disk now."""
     report = access.get_report_for_user(request, code)
-    result, error = _verify(_data_file(report.path).read_bytes())
+    try:
+        data = report_bytes(report)  # from the evidence store, hashed again
+    except ReportError as exc:
+        result, error = None, _("The stored report cannot be checked: %(error)s") % {"error": exc}
+    else:
+        result, error = _verify(data)
     return render(
         request,
         "gates/verify.html",

@@ -19,7 +19,7 @@ import json
 import shlex
 
 from gates import consequences, judge, lifecycle
-from gates.evaluation import evaluate_job
+from gates.evaluation import PlanTamperedError, evaluate_job
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate, Report
 from runners import detached, gateplans, ssh
@@ -280,6 +280,8 @@ def run_evaluate(ctx: StepContext) -> dict:
     if evaluation is None:
         try:
             evaluation = evaluate_job(job)
+        except PlanTamperedError as exc:  # not a verdict: the signed plan must be restored or amended
+            raise StepError(f"refused to judge: {exc}") from None
         except (judge.RecordError, ArtifactMismatch, ValueError) as exc:
             raise StepError(f"the judge could not use the collected data: {exc}") from None
     result = {"evaluation": evaluation.pk, "verdict": evaluation.verdict}

@@ -45,6 +45,7 @@ MESSAGES = {
     "mount_absent": _noop("the FX mount point %(path)s does not exist on %(node)s: create it (the deploy never does, "
                           "so that a mistyped path fails)"),
     "gpus_too_few": _noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
+    "gpus_mixed": _noop("%(node)s mixes GPU models (%(models)s): one server's tensor-parallel GPUs must be alike"),
     "no_report": _noop("the preflight left no report on %(node)s"),
 }
 
@@ -132,6 +133,9 @@ def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: Depl
     count = int((inventory.get("gpus") or {}).get("count") or 0)
     if not gpu_tools_missing and count < settings.tensor_parallel_size:
         blockers.append(_blocker("gpus_too_few", node=node, count=count, needed=settings.tensor_parallel_size))
+    models = sorted({d.get("model") for d in (inventory.get("gpus") or {}).get("devices") or [] if d.get("model")})
+    if len(models) > 1:
+        blockers.append(_blocker("gpus_mixed", node=node, models=", ".join(models)))
     return {"ok": not blockers, "blockers": blockers, "findings": findings}
 
 

@@ -111,6 +111,9 @@ def test_findings_become_blockers_with_the_node_and_what_to_do():
         "/srv/runs (run_root) cannot be created on gpu07",
         "gpu07 has 4 GPUs; the deployment needs 8 (tensor_parallel_size)"]
     assert preflight.evaluate("gpu07", "", {}, _settings())["blockers"][0]["code"] == "no_report"
+    mixed = {"gpus": {"count": 8, "devices": [{"index": i, "model": "MI300X" if i < 4 else "MI308X"} for i in range(8)]}}
+    assert [b["message"] for b in preflight.evaluate("gpu07", "tool\tamd-smi\tok\t", mixed, _settings())["blockers"]] == [
+        "gpu07 mixes GPU models (MI300X, MI308X): one server's tensor-parallel GPUs must be alike"]
 
 
 def test_blockers_read_in_chinese():

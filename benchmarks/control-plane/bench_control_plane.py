@@ -96,8 +96,9 @@ def measure(count: int, args, marks: Path, scratch: Path) -> dict:
     from django.db import connection, transaction
 
     from gates.models import Organisation, Pilot
+    from runners.dispatch import dispatch_advance
+    from runners.gateplans import StepList
     from runners.models import Job, Node, Site, Status, Step
-    from runners.orchestration import StepList, dispatch_advance
     from runners.queues import CONTROL_QUEUE
 
     marks.write_text("")
@@ -196,18 +197,23 @@ def measure(count: int, args, marks: Path, scratch: Path) -> dict:
 
 def start_processes(args, queues: list[str], scratch: Path, tag: str) -> list[subprocess.Popen]:
     env = dict(os.environ)
-    procs = []
+    procs, logs = [], []
     for w in range(args.workers):
-        log = open(scratch / f"worker-{tag}-{w}.log", "ab")
+        logs.append(scratch / f"worker-{tag}-{w}.log")
+        log = open(logs[-1], "ab")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "fxpilot", "worker", "-Q", ",".join(queues), "-P", "threads",
-             "-c", str(args.threads), "-n", f"bench{w}-{tag}@%h", "-l", os.environ.get("FXPILOT_BENCH_LOG", "WARNING"), "--without-gossip", "--without-mingle",
+             "-c", str(args.threads), "-n", f"bench{w}-{tag}@%h", "-l", "INFO", "--without-gossip", "--without-mingle",
              "--without-heartbeat", "--include", "bench_kinds"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     procs.append(subprocess.Popen([sys.executable, "manage.py", "reconcile", "--loop", "--interval", "5"], cwd=ROOT,
                                   env=env, stdout=open(scratch / f"reconcile-{tag}.log", "ab"),
                                   stderr=subprocess.STDOUT, start_new_session=True))
-    time.sleep(8)  # the workers connect and start consuming
+    deadline = time.monotonic() + 120
+    while not all(" ready." in path.read_text(errors="replace") for path in logs):  # consuming every queue
+        if time.monotonic() > deadline:
+            raise RuntimeError("the workers did not get ready within 120 s")
+        time.sleep(0.5)
     return procs
 
 

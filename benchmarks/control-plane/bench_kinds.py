@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from runners.orchestration import StepContext, StepKind, register_kind
+from runners.kinds import StepContext, StepKind, register_kind
 
 
 def _sleep(ctx: StepContext) -> dict:

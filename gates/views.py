@@ -50,57 +50,20 @@ from runners.models import Job, Node
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
-LOGIN_FAILURES_PER_NAME = 5
-# Higher per address: behind a reverse proxy every person may share one address.
-LOGIN_FAILURES_PER_ADDRESS = 30
-LOGIN_LOCKOUT_SECONDS = 15 * 60
-
 
 # ── Signing in ────────────────────────────────────────────────────────────────────────────────
 
 
-def _throttle_keys(request: HttpRequest) -> dict[str, int]:
-    """Cache key → failures allowed, for the user name tried and the address it came from."""
-    username = (request.POST.get("username") or "").strip().lower()[:150]
-    address = request.META.get("REMOTE_ADDR", "")
-    return {
-        f"login-fail:user:{username}": LOGIN_FAILURES_PER_NAME,
-        f"login-fail:addr:{address}": LOGIN_FAILURES_PER_ADDRESS,
-    }
-
-
 class ThrottledLoginView(auth_views.LoginView):
-    """Django's login, refusing for a while after too many failures for one user name or one address."""
+    """Django's login; throttling is django-axes (fxpilot.signin), counted in the database for every process.
+
+    A signed-in person's chosen language is restored into the session and the language cookie.
+    """
 
     template_name = "registration/login.html"
     redirect_authenticated_user = True
 
-    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if any(cache.get(key, 0) >= allowed for key, allowed in _throttle_keys(request).items()):
-            form = self.get_form()
-            form.errors.clear()
-            response = self.render_to_response(
-                self.get_context_data(
-                    form=form,
-                    throttled=_("Too many failed attempts. Wait %(minutes)s minutes and try again.")
-                    % {"minutes": LOGIN_LOCKOUT_SECONDS // 60},
-                )
-            )
-            response.status_code = 429
-            return response
-        return super().post(request, *args, **kwargs)
-
-    def form_invalid(self, form) -> HttpResponse:
-        for key in _throttle_keys(self.request):
-            cache.add(key, 0, LOGIN_LOCKOUT_SECONDS)
-            try:
-                cache.incr(key)
-            except ValueError:
-                cache.set(key, 1, LOGIN_LOCKOUT_SECONDS)
-        return super().form_invalid(form)
-
     def form_valid(self, form) -> HttpResponse:
-        cache.delete_many(_throttle_keys(self.request))
         response = super().form_valid(form)
         language = Profile.objects.filter(user=form.get_user()).values_list("language", flat=True).first()
         if language:

@@ -13,6 +13,7 @@ import re
 import tempfile
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from gates import lifecycle
@@ -24,6 +25,7 @@ from runners.gateplans import StepList
 from runners.models import UNFINISHED, Artifact, Job, LeaseRefused, Node, Site, Status, Step, take_nodes
 from runners.output import system_line
 from runners.remote.workload import TraceError, load_trace
+from runners.validators import validate_trace_size
 
 TRACE_NAME = "customer-trace.csv"
 SAMPLE_TRACE_NAME = "sample-trace.csv"
@@ -153,6 +155,10 @@ def extend_run(job: Job, evaluate: Step, evaluation, *, first_repetition: int, e
 
 def check_trace(data: bytes) -> None:
     """Read the trace as the client will, so a bad CSV is refused at once with the line and column at fault."""
+    try:
+        validate_trace_size(len(data))
+    except ValidationError as exc:
+        raise RunRefused(f"the customer trace: {' '.join(exc.messages)}") from None
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()

@@ -87,3 +87,11 @@ def test_a_host_key_accepted_by_the_command_leaves_an_audit_event(world):
     event = AuditEvent.objects.get(action="node.host_key_accepted", object_id=str(node.pk))
     assert event.pilot_id == world.pilot.pk and event.actor_label == "manage.py accept_host_key"
     assert event.detail["fingerprint"] == "SHA256:examplefingerprint"
+
+
+def test_a_trace_over_the_limit_is_refused_by_the_run_itself(settings):
+    from runners.runs import RunRefused, check_trace
+
+    settings.FXPILOT_TRACE_MAX_BYTES = 100
+    with pytest.raises(RunRefused, match="largest accepted is 100 bytes"):
+        check_trace(b"session,turn,prompt_tokens,output_tokens\n" + b"s1,1,100,10\n" * 20)

@@ -35,7 +35,8 @@ def evaluate_job(job: Job) -> Evaluation:
         raise ValueError(f"{job.pilot} has no signed plan to judge against")
     # The rows are hashed again and compared with what both parties signed; a changed plan is not judged.
     plan = version.verified_plan()
-    artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS).order_by("name"))
+    # What teardown kept after an error or a cancel (Artifact.outcome) is evidence of what happened, never judged.
+    artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS, outcome="").order_by("name"))
     result = judge.evaluate(plan, job.gate.number, _files(artifacts))
     return Evaluation.objects.create(
         gate=job.gate, job=job, plan_version=version, verdict=result["verdict"], result=result,

@@ -81,6 +81,8 @@ class SeaweedFS:
         argv = [*(prefix or []), weed_binary(), "server", f"-dir={data}", f"-ip={self.bind}", f"-ip.bind={self.bind}",
                 f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
                 "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}", "-master.volumeSizeLimitMB=64",
+                # the Iceberg and Lance listeners have fixed default ports: off, so that parallel stores never collide
+                "-s3.port.iceberg=0", "-s3.port.lance=0",
                 "-volume.max=8"]
         self.log = self.folder / "weed.log"
         self.proc = subprocess.Popen(argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)

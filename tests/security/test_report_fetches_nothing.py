@@ -47,8 +47,9 @@ def listener():
 
 
 def hostile(base: str, where: str) -> str:
+    # NUL is left out: PostgreSQL refuses it in text (and Django's forms refuse it); clean_text's test has it.
     return (f'{where}"; }} @import url({base}/{where}-import.css); @page {{ background: url({base}/{where}-bg) }} '
-            f'\\22 \\A \r\f\x00\x0b\u202e <img src="{base}/{where}-img"> <link rel=stylesheet href="{base}/{where}.css">'
+            f'\\22 \\A \r\f\x01\x1b\x0b\u202e <img src="{base}/{where}-img"> <link rel=stylesheet href="{base}/{where}.css">'
             f"</style><style>@import '{base}/{where}-style';</style>")
 
 
@@ -105,7 +106,7 @@ def test_a_report_for_hostile_names_comments_and_inventory_fetches_nothing(signe
     SignOff.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, party=Party.VENDOR, person=signed_pilot.alice,
                            role=Role.VENDOR_LEAD, decision="approve", comment=hostile(base, "comment"),
                            evidence_sha256="0" * 64)
-    signed_pilot.alice.first_name = hostile(base, "person")[:150]
+    signed_pilot.alice.first_name = hostile(base, "person")[:120]  # the audit keeps full names in 150
     signed_pilot.alice.save()
     for language in ("en", "zh-hans"):
         report = service.create_gate_report(gate, evaluation, language=language, who=signed_pilot.alice)

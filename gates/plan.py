@@ -28,7 +28,7 @@ METRICS = {
 }
 INVENTORY_METRICS = {"gpu_count", "gpu_model_match", "rocm_version", "versions_recorded", "link_speed_gbps",
                      "fx_mounted_writable", "fio_read_gbps"}
-STATISTICS = {"p50", "p90", "p99", "mean", "cv", "min", "max", "value"}
+STATISTICS = {"p50", "p90", "p99", "mean", "cv", "min", "max", "value", "count"}
 COMPARISONS = {"absolute", "speedup", "reduction", "gain", "drift"}
 OPERATORS = {">=", "<=", ">", "<", "=="}
 PHASES = {"populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "any"}
@@ -88,6 +88,7 @@ class Plan:
     name_zh: str = ""
     source: str = ""
     schema: str = PLAN_SCHEMA
+    planning: dict[str, Any] = field(default_factory=dict)  # the sample-size planner's inputs (docs/plan-format.md)
 
     def gate(self, number_or_label: int | str) -> GatePlan:
         number = parse_gate_label(number_or_label)
@@ -103,6 +104,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source")
+        if not data["planning"]:
+            data.pop("planning")  # plans written before the planner hash as they always did
         return data
 
     def canonical_json(self) -> str:
@@ -214,7 +217,7 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
     for before, after in zip(ordered, ordered[1:], strict=False):
         if after.weeks[0] <= before.weeks[1]:
             raise PlanError(source, f"G{after.number} › weeks", f"starts in week {after.weeks[0]}, before G{before.number} ends (week {before.weeks[1]})")
-    for section in ("expect", "workloads"):
+    for section in ("expect", "workloads", "planning"):
         if not isinstance(data.get(section, {}), dict):
             raise PlanError(source, section, "must be a mapping")
     return Plan(
@@ -226,7 +229,41 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
         workloads=dict(data.get("workloads") or {}),
         calendar_weeks=int(data.get("calendar_weeks", 10)),
         source=source,
+        planning=_planning(data.get("planning") or {}, source),
     )
+
+
+def _planning(raw: dict, source: str) -> dict[str, Any]:
+    """`planning`: spread (CV across repetitions before G1 measures one), power, reference (arm → concurrency →
+    [TTFT p50 s, throughput tok/s]) and published (criterion key → figure, or concurrency → figure)."""
+    if not raw:
+        return {}
+    out = dict(raw)
+    for key in ("spread", "power"):
+        if key in raw:
+            value = _number(raw, key, source, "planning")
+            if not 0 < value < 1:
+                raise PlanError(source, f"planning › {key}", f"{value} must be between 0 and 1")
+    reference = raw.get("reference") or {}
+    if not isinstance(reference, dict):
+        raise PlanError(source, "planning › reference", "must map arm → concurrency → [TTFT p50, throughput]")
+    for arm, levels in reference.items():
+        if not isinstance(levels, dict):
+            raise PlanError(source, f"planning › reference › {arm}", "must map concurrency → [TTFT p50, throughput]")
+        for level, pair in levels.items():
+            ok = (isinstance(pair, list) and len(pair) == 2
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in pair))
+            if not ok or not str(level).isdigit():
+                raise PlanError(source, f"planning › reference › {arm} › {level}",
+                                f"{pair!r} must be [TTFT p50 s, throughput tok/s] under a whole concurrency")
+    published = raw.get("published") or {}
+    if not isinstance(published, dict):
+        raise PlanError(source, "planning › published", "must map criterion key → figure")
+    for key, value in published.items():
+        values = value.values() if isinstance(value, dict) else [value]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise PlanError(source, f"planning › published › {key}", f"{value!r} is not a number (or concurrency → number)")
+    return out
 
 
 def _criterion(raw: Any, source: str, where: str) -> CriterionSpec:
@@ -243,6 +280,8 @@ def _criterion(raw: Any, source: str, where: str) -> CriterionSpec:
     if comparison not in COMPARISONS:
         raise PlanError(source, f"{where} › comparison", f"unknown comparison {comparison!r}; known: {', '.join(sorted(COMPARISONS))}")
     op = raw.get("op")
+    if statistic == "count" and metric != "error_rate":
+        raise PlanError(source, f"{where} › statistic", "'count' (an observed number of failed requests) is for error_rate")
     if op not in OPERATORS:
         raise PlanError(source, f"{where} › op", f"{op!r} is not an operator; use one of {' '.join(sorted(OPERATORS))}")
     threshold = _number(raw, "threshold", source, where)

@@ -18,9 +18,9 @@ METRIC_ZH = {"ttft": "TTFT", "throughput": "吞吐量", "error_rate": "失败请
              "link_speed_gbps": "最慢 RDMA 链路速率", "fx_mounted_writable": "FX 已可写挂载",
              "fio_read_gbps": "fio 顺序读"}
 STAT_EN = {"p50": "p50", "p90": "p90", "p99": "p99", "mean": "mean", "value": "", "min": "minimum", "max": "maximum",
-           "cv": "coefficient of variation across repetitions"}
+           "cv": "coefficient of variation across repetitions", "count": "(observed count)"}
 STAT_ZH = {"p50": "p50", "p90": "p90", "p99": "p99", "mean": "均值", "value": "", "min": "最小值", "max": "最大值",
-           "cv": "各次重复间的变异系数"}
+           "cv": "各次重复间的变异系数", "count": "（观测计数）"}
 COMPARISON_EN = {"speedup": "speed-up", "reduction": "reduction", "gain": "gain", "drift": "drift", "absolute": ""}
 COMPARISON_ZH = {"speedup": "加速比", "reduction": "降低", "gain": "提升", "drift": "漂移", "absolute": ""}
 
@@ -40,6 +40,8 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "×":
         return f"{value:.2f}×"
     if unit == "version":
+        return f"{value:g}"
+    if unit == "requests":
         return f"{value:g}"
     return f"{value:.4g} {unit}".strip()
 
@@ -124,14 +126,23 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
         en = (f"Across {len(cells)} node(s) ({nodes}): {subject(spec, 'en')} = {value}; {bar_en}.")
         zh = (f"共 {len(cells)} 个节点（{nodes}）：{subject(spec, 'zh')} = {value}；{bar_zh}。")
     elif spec.comparison == "drift":
-        en = (f"{where(cell, spec, 'en')}: {spec.candidate} {subject(spec, 'en')} went from "
-              f"{fmt(cell.get('first_value'), metric_unit)} in the first window to {fmt(cell.get('last_value'), metric_unit)} "
-              f"in window {cell.get('windows')}: drift {value} ({span_en}; n = {cell.get('n_first')} + {cell.get('n_last')} "
-              f"requests); {bar_en}.")
-        zh = (f"{where(cell, spec, 'zh')}，{_zh(spec.candidate + ' 的', subject(spec, 'zh'), '从首个窗口的')} "
-              f"{fmt(cell.get('first_value'), metric_unit)} 变为第 {cell.get('windows')} 个窗口的 "
-              f"{fmt(cell.get('last_value'), metric_unit)}：漂移 {value}（{span_zh}；n = {cell.get('n_first')} + "
-              f"{cell.get('n_last')} 个请求）；{bar_zh}。")
+        early, late = cell.get("early_windows") or [], cell.get("late_windows") or []
+        span_w = lambda w: f"{w[0]}–{w[-1]}" if w else "none"  # noqa: E731
+        used = cell.get("statistic_used") or spec.statistic
+        en = (f"{where(cell, spec, 'en')}: {spec.candidate} TTFT {used} went from "
+              f"{fmt(cell.get('first_value'), metric_unit)} in the early steady windows ({span_w(early)}) to "
+              f"{fmt(cell.get('last_value'), metric_unit)} in the late ones ({span_w(late)}), "
+              f"{cell.get('warmup_windows')} warm-up window(s) left out: drift {value} ({span_en}; n = "
+              f"{cell.get('n_first')} + {cell.get('n_last')} requests); {bar_en}.")
+        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 的 TTFT {used} 从前段稳定窗口（{span_w(early)}）的 "
+              f"{fmt(cell.get('first_value'), metric_unit)} 变为后段稳定窗口（{span_w(late)}）的 "
+              f"{fmt(cell.get('last_value'), metric_unit)}，不计 {cell.get('warmup_windows')} 个预热窗口："
+              f"漂移 {value}（{span_zh}；n = {cell.get('n_first')} + {cell.get('n_last')} 个请求）；{bar_zh}。")
+    elif spec.metric == "error_rate" and cell.get("method") == "exact count":
+        en = (f"{where(cell, spec, 'en')}: {spec.candidate} had {cell.get('failures')} failed request(s) of "
+              f"{cell.get('n_candidate')} (an observed count, no interval); {bar_en}.")
+        zh = (f"{where(cell, spec, 'zh')}，{spec.candidate} 在 {cell.get('n_candidate')} 个请求中有 "
+              f"{cell.get('failures')} 个失败（观测计数，无区间）；{bar_zh}。")
     elif spec.baseline and spec.comparison != "absolute":
         what_en, what_zh = COMPARISON_EN[spec.comparison], COMPARISON_ZH[spec.comparison]
         count = "repetitions" if spec.metric == "throughput" else "requests"
@@ -152,7 +163,7 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
               f"n = {cell.get('n_candidate')} {count}); {bar_en}.")
         zh = (f"{where(cell, spec, 'zh')}，{_zh((spec.candidate or '所有配置') + ' 的', subject(spec, 'zh'))}{against_zh} = {value}"
               f"（{span_zh}；n = {cell.get('n_candidate')} {count_zh}）；{bar_zh}。")
-    if spec.metric in INVENTORY_METRICS and verdict in ("pass", "fail"):
+    if (spec.metric in INVENTORY_METRICS or cell.get("method") == "exact count") and verdict in ("pass", "fail"):
         rule_en, rule_zh = rule(verdict, spec.op, spec.threshold, cell.get("ci"), confidence, exact=True)
     else:
         rule_en, rule_zh = SHORT_EN[verdict], SHORT_ZH[verdict]

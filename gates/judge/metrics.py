@@ -13,6 +13,9 @@ CELL = ["arm", "phase", "concurrency", "repetition"]
 # metrics measured per request (a cell's statistic is taken over its requests) or per repetition
 REQUEST_METRICS = {"ttft", "hit_ratio", "error_rate"}
 REPETITION_METRICS = {"throughput"}
+# statistics of time: positive, multiplicative, judged on the log scale over repetitions (≥ 2 needed)
+TIMING_METRICS = {"ttft", "throughput"}
+PROPORTIONS = {"hit_ratio", "error_rate", "output_match"}
 INVENTORY_ONLY = INVENTORY_METRICS
 METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction",
                 "read_bw": "GB/s", "output_match": "fraction", "gpu_count": "GPUs", "gpu_model_match": "fraction",
@@ -23,7 +26,8 @@ METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "h
 def derive(requests: pd.DataFrame) -> pd.DataFrame:
     """The judge's working frame: only the columns it computes with, plus ok, failed, ttft (ok requests
     with a first token) and hit (cached ÷ prompt tokens). Same index as the request rows."""
-    ok = (requests["status"] == "ok").to_numpy()
+    # a request that says ok but never produced a first token did not answer: it is an error record
+    ok = ((requests["status"] == "ok") & requests["t_first_token"].notna()).to_numpy()
     t_send = requests["t_send"].to_numpy()
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64)
     cached = requests["cached_tokens"].to_numpy(dtype=np.float64)
@@ -77,33 +81,83 @@ def ttft_distribution(values: np.ndarray) -> list[float]:
 
 # ---- inventories (G1), docs/contracts.md §3 ----
 
-def _version_number(text: str | None) -> float:
-    """'7.2.1' → 7.2 (major.minor as a number; minors above 9 are not expected in ROCm's numbering)."""
-    match = re.match(r"\s*(\d+)(?:\.(\d+))?", str(text or ""))
-    if not match:
-        return math.nan
-    return float(f"{match[1]}.{match[2] or 0}")
+def version_tuple(text: str | None) -> tuple[int, ...]:
+    """'7.10.1-abc' → (7, 10, 1): versions compare part by part, never as decimals (7.10 is newer than 7.2)."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(text or ""))
+    return tuple(int(p) for p in match[1].split(".")) if match else ()
+
+
+def version_number(text: str | None) -> float:
+    """major.minor as a number, for display only ('7.2.1' → 7.2); decisions use version_tuple."""
+    parts = version_tuple(text)
+    if not parts:
+        return 0.0
+    return float(f"{parts[0]}.{parts[1] if len(parts) > 1 else 0}")
+
+
+def version_threshold(threshold: float, expected_text: str | None = None) -> tuple[int, ...]:
+    """The bar of a version criterion as a tuple: the plan's `expect.rocm_min` text when it names the same
+    number (it keeps '7.10', which a YAML number cannot), else the threshold's shortest decimal form."""
+    if expected_text and version_number(str(expected_text)) == float(f"{threshold:g}"):
+        return version_tuple(str(expected_text))
+    return version_tuple(repr(float(threshold)))
+
+
+def decide_version(op: str, found: tuple[int, ...], wanted: tuple[int, ...]) -> str:
+    if not found:
+        return "fail"
+    width = max(len(found), len(wanted))
+    a, b = found + (0,) * (width - len(found)), wanted + (0,) * (width - len(wanted))
+    ok = {">=": a >= b, ">": a > b, "<=": a <= b, "<": a < b, "==": a == b}[op]
+    return "pass" if ok else "fail"
+
+
+def rocm_text(inventory: dict) -> str | None:
+    value = inventory.get("rocm")
+    return value if isinstance(value, str) else None
+
+
+def nic_list(inventory: dict) -> list[dict]:
+    """The inventory's NICs as a list, whether recorded as a list or keyed by name."""
+    nics = inventory.get("nics") or []
+    if isinstance(nics, dict):
+        return [{"name": name, **(nic if isinstance(nic, dict) else {})} for name, nic in sorted(nics.items())]
+    return [nic for nic in nics if isinstance(nic, dict)]
+
+
+def rdma_active(nic: dict) -> bool:
+    state = str(nic.get("rdma_state") or "").upper().removeprefix("PORT_")
+    return state == "ACTIVE"
+
+
+def gpu_devices(inventory: dict) -> list[dict] | None:
+    devices = (inventory.get("gpus") or {}).get("devices")
+    return devices if isinstance(devices, list) else None
 
 
 def inventory_metric(inventory: dict, metric: str, *, candidate: str = "", expect: dict | None = None) -> float:
     """One node's value of a G1 metric; what was not recorded counts as 0 (it cannot pass a '> 0' bar)."""
     expect = expect or {}
     gpus = inventory.get("gpus") or {}
+    devices = gpu_devices(inventory)
     if metric == "gpu_count":
-        return float(gpus.get("count") or 0)
+        return float(len(devices) if devices is not None else gpus.get("count") or 0)
     if metric == "gpu_model_match":
+        # every GPU, not the most common model: the share of the node's GPUs that are the planned model
         wanted = str(expect.get("gpu_model", "")).lower()
-        return 1.0 if wanted and wanted in str(gpus.get("model", "")).lower() else 0.0
+        if not wanted or not devices:
+            return 0.0
+        return sum(1 for d in devices if isinstance(d, dict) and wanted in str(d.get("model") or "").lower()) / len(devices)
     if metric == "rocm_version":
-        value = _version_number(inventory.get("rocm"))
-        return 0.0 if math.isnan(value) else value
+        return version_number(inventory.get("rocm"))
     if metric == "versions_recorded":
         lmcache = inventory.get("lmcache") or {}
         lmcache_version = lmcache.get("version") or lmcache.get("commit") if isinstance(lmcache, dict) else lmcache
         return 1.0 if inventory.get("vllm") and lmcache_version and inventory.get("rocm") else 0.0
     if metric == "link_speed_gbps":
-        speeds = [float(nic.get("speed_gbps") or 0) for nic in inventory.get("nics") or []
-                  if nic.get("rdma_device") and nic.get("state") == "up"]
+        # up means the Ethernet link is up and the RDMA port ACTIVE (a PORT_DOWN port carries no RoCE traffic)
+        speeds = [float(nic.get("speed_gbps") or 0) for nic in nic_list(inventory)
+                  if nic.get("rdma_device") and nic.get("state") == "up" and rdma_active(nic)]
         return min(speeds) if speeds else 0.0
     if metric == "fx_mounted_writable":
         fx = inventory.get("fx") or {}

@@ -58,6 +58,15 @@ CANONICAL_ORDER = ["arm", "phase", "concurrency", "repetition", "t_send", "t_end
                    "output_tokens", "prompt_tokens"]
 
 
+def plain(value: Any) -> Any:
+    """numpy scalars as Python numbers, so messages say 1114.11, not np.float64(1114.11)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return int(value) if not math.isnan(value) else value
+    return value
+
+
 class RecordError(ValueError):
     """Input the judge cannot use. Says which file, which line and which field, and what was wrong."""
 
@@ -186,7 +195,7 @@ def normalise_requests(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         mask = np.asarray(mask, dtype=bool)
         if mask.any():
             row = frame.iloc[int(np.argmax(mask))]
-            raise RecordError(str(row["_source"]), f"{row[name]!r} {message}", line=int(row["_line"]), field=name)
+            raise RecordError(str(row["_source"]), f"{plain(row[name])!r} {message}", line=int(row["_line"]), field=name)
 
     fail(frame["schema"] != REQUEST_SCHEMA, "schema", f"is not {REQUEST_SCHEMA!r}")
     for name in ("concurrency", "repetition", "prompt_tokens", "output_tokens"):
@@ -210,6 +219,8 @@ def normalise_requests(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     fail(frame["arm"].astype(str).str.len() == 0, "arm", "is empty")
     fail(frame["t_end"] < frame["t_send"], "t_end", "is earlier than t_send")
     fail(frame["t_first_token"] < frame["t_send"], "t_first_token", "is earlier than t_send")
+    fail(frame["t_first_token"] > frame["t_end"], "t_first_token",
+         "is later than t_end (a first token after the request ended): the timestamps are out of order")
     if frame["simulated"].dtype != bool:
         fail(frame["simulated"].map(lambda v: not isinstance(v, (bool, np.bool_))), "simulated", "is not true or false")
         frame["simulated"] = frame["simulated"].astype(bool)

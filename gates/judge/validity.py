@@ -6,11 +6,17 @@ checks but RecordErrors: there is nothing to judge.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from gates.judge.metrics import INVENTORY_ONLY, REPETITION_METRICS, REQUEST_METRICS
-from gates.judge.records import Inputs, RecordError
+from gates.judge.metrics import (
+    INVENTORY_ONLY,
+    REPETITION_METRICS,
+    REQUEST_METRICS,
+    TIMING_METRICS,
+    gpu_devices,
+    nic_list,
+)
+from gates.judge.records import Inputs, RecordError, plain
 from gates.plan import CriterionSpec, GatePlan
 
 RECOMPUTE_ARM = "recompute"
@@ -77,9 +83,14 @@ def _check(name: str, problems: list[str], ok_detail: str) -> dict:
     return {"name": name, "ok": not problems, "detail": "; ".join(problems) if problems else ok_detail}
 
 
-def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict) -> list[dict]:
+def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *, warmup_windows: int = 1,
+          confidence_of=None) -> list[dict]:
     checks = [_simulated(inputs), _duplicates(inputs.requests), _versions(inputs)]
-    checks += _coverage(gate, frame, judging)
+    checks += _coverage(gate, frame, judging, warmup_windows)
+    if any(spec.metric == "error_rate" for spec in gate.criteria):
+        checks.append(_rate_requests(gate, frame, confidence_of or (lambda spec: spec.confidence or 0.95)))
+    if any(spec.metric in ("gpu_count", "gpu_model_match", "link_speed_gbps") for spec in gate.criteria):
+        checks.append(_inventory_complete(gate, inputs))
     checks.append(_hit_behaviour(gate, inputs, frame))
     checks.append(_client(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
@@ -99,30 +110,74 @@ def _simulated(inputs: Inputs) -> dict:
     return _check("no-simulated-mixed-with-real", problems, f"all inputs are {kind}")
 
 
-DUPLICATE_KEYS = ["run_id", "arm", "instance", "phase", "concurrency", "repetition", "session", "t_send", "t_end"]
+# A request is known by what it was and when it happened, not by the file or run_id it arrived under:
+# the same records given twice (a vllm bench file under two names, a records file copied with a new run_id)
+# would double n and narrow every interval. A copy relabelled as another repetition is caught too.
+DUPLICATE_KEYS = ["arm", "phase", "session", "prompt_tokens", "output_tokens", "t_send", "t_first_token", "t_end"]
 
 
 def _duplicates(requests: pd.DataFrame) -> dict:
-    """The same request twice (a file given under two names) would double n and narrow every interval.
-    Rows arrive in canonical order, so copies are neighbours: only rows tied on the timing keys are compared."""
     if len(requests) < 2:
         return _check("no-duplicate-requests", [], "no request appears twice")
-    tied = np.ones(len(requests) - 1, dtype=bool)
-    for name in ("arm", "phase", "concurrency", "repetition", "t_send", "t_end"):
-        column = requests[name]
-        values = column.cat.codes.to_numpy() if isinstance(column.dtype, pd.CategoricalDtype) else column.to_numpy()
-        tied &= values[1:] == values[:-1]
+    keys = requests[DUPLICATE_KEYS].copy()
+    keys["t_first_token"] = keys["t_first_token"].fillna(-1.0)
+    copies = requests[keys.duplicated(keep="first").to_numpy()]
     problems = []
-    if tied.any():
-        rows = np.unique(np.concatenate([np.nonzero(tied)[0], np.nonzero(tied)[0] + 1]))
-        candidates = requests.iloc[rows]
-        copies = candidates[candidates.duplicated(subset=DUPLICATE_KEYS)]
-        if len(copies):
-            first = copies.iloc[0]
-            problems.append(f"{len(copies)} request record(s) appear more than once (e.g. session {first['session']!r} "
-                            f"of {first['arm']}/{first['phase']}@{first['concurrency']} rep {first['repetition']}, "
-                            f"{first['_source']} line {first['_line']})")
-    return _check("no-duplicate-requests", problems, "no request appears twice")
+    if len(copies):
+        first = copies.iloc[0]
+        original = requests[(keys == keys.loc[first.name]).all(axis=1).to_numpy()].iloc[0]
+        problems.append(f"{len(copies)} request record(s) repeat another record's content (session, tokens and "
+                        f"timestamps), e.g. session {plain(first['session'])!r} at {first['_source']} line "
+                        f"{plain(first['_line'])}, the same as {original['_source']} line {plain(original['_line'])}: "
+                        "give each measurement once")
+    return _check("no-duplicate-requests", problems, "no request appears twice (compared by content)")
+
+
+def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
+    """An exact bound shows a rate bar only with enough requests: say how many, rather than pass on nothing."""
+    from gates.judge import intervals  # scipy is imported only where bounds are computed
+
+    problems, seen = [], []
+    for spec in gate.criteria:
+        if spec.metric != "error_rate" or spec.statistic == "count" or spec.op not in ("<=", "<") \
+                or spec.threshold <= 0:
+            continue
+        needed = intervals.error_free_needed(spec.threshold, confidence_of(spec))
+        rows = select(frame, spec.candidate, spec.phase)
+        for level in levels(spec, frame):
+            n = int((rows["concurrency"] == level).sum())
+            at = f"{spec.candidate}/{spec.phase}@{level}"
+            if needed is not None and n < needed:
+                problems.append(f"{spec.key}: too few requests to show ≤ {plain(spec.threshold * 100)} % at {at}; "
+                                f"needs ≥ {needed:,} error-free requests (has {n:,})")
+            else:
+                seen.append(f"{spec.key} {at}: {n:,} requests")
+    return _check("enough-requests-for-rates", problems, "; ".join(seen) or "no rate bar to show")
+
+
+def _inventory_complete(gate: GatePlan, inputs: Inputs) -> dict:
+    """What G1 checks must be recorded: the per-GPU list (every GPU's model) and each RDMA port's state.
+    Missing is not passing."""
+    metrics = {spec.metric for spec in gate.criteria}
+    problems = []
+    for inventory in inputs.inventories:
+        node = inventory["node"]
+        if metrics & {"gpu_count", "gpu_model_match"}:
+            devices = gpu_devices(inventory)
+            if devices is None:
+                problems.append(f"node {node}: field 'gpus.devices' (the per-GPU list) is missing; the inventory "
+                                "must record every GPU's index and model")
+            else:
+                for position, device in enumerate(devices):
+                    if not isinstance(device, dict) or device.get("index") is None or not device.get("model"):
+                        problems.append(f"node {node}: field 'gpus.devices[{position}]' lacks its index or model")
+                        break
+        if "link_speed_gbps" in metrics:
+            for nic in nic_list(inventory):
+                if nic.get("rdma_device") and not nic.get("rdma_state"):
+                    problems.append(f"node {node}: field 'nics.{nic.get('name')}.rdma_state' is missing or unknown; "
+                                    "the RDMA port state (ACTIVE, DOWN, …) must be recorded")
+    return _check("inventory-complete", problems, "every node records its GPUs one by one and its RDMA port states")
 
 
 def _versions(inputs: Inputs) -> dict:
@@ -146,7 +201,13 @@ def _versions(inputs: Inputs) -> dict:
     return _check("versions-recorded", problems, found[0] if found else "")
 
 
-def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
+def needs_repetitions(spec: CriterionSpec) -> bool:
+    """Criteria whose interval comes from the spread across repetitions (≥ 2 needed): timing statistics
+    (TTFT, throughput) and every CV."""
+    return spec.metric in TIMING_METRICS or spec.statistic == "cv"
+
+
+def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows: int = 1) -> list[dict]:
     missing, thin, short, few_reps = [], [], [], []
     min_requests = int(judging["min_requests_per_cell"])
     min_seconds = float(judging["min_cell_seconds"])
@@ -166,10 +227,16 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
                 if not cell["ok"].any():
                     missing.append(f"{spec.key}: arm {arm!r} has no successful request in phase {spec.phase!r}{at}")
                     continue
-                reps = sorted(cell["repetition"].unique())
-                if spec.statistic == "cv" or spec.comparison == "drift":
-                    if arm == spec.candidate and len(reps) < 2:
-                        few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} repetition; {spec.statistic if spec.statistic == 'cv' else 'drift'} needs at least 2")
+                reps = sorted(cell.loc[cell["ok"], "repetition"].unique())
+                if spec.comparison == "drift":
+                    steady = len(reps) - warmup_windows
+                    if steady < 4:
+                        few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} window(s), {max(steady, 0)} after "
+                                        f"{warmup_windows} warm-up; drift compares two early with two late steady "
+                                        f"windows, so it needs at least {warmup_windows + 4}")
+                elif needs_repetitions(spec) and len(reps) < 2:
+                    few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} repetition; its interval comes from the "
+                                    "spread across repetitions, so it needs at least 2")
                 if spec.phase == "any" or spec.metric == "output_match":
                     continue
                 for (phase, conc, rep), sub in cell.groupby(["phase", "concurrency", "repetition"], sort=True, observed=True):
@@ -187,7 +254,8 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict) -> list[dict]:
         _check("arms-and-levels-present", missing, "every arm, phase and concurrency level the criteria compare is present"),
         _check("min-requests-per-cell", thin, f"every cell has at least {min_requests} successful requests"),
         _check("min-cell-seconds", short, f"every cell lasted at least {min_seconds:g} s"),
-        _check("repetitions", few_reps, "enough repetitions for every spread and drift criterion"),
+        _check("repetitions", few_reps, "at least 2 repetitions for every TTFT, throughput and CV criterion; "
+               "enough soak windows for drift"),
     ]
 
 

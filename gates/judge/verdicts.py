@@ -9,24 +9,45 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gates.judge import bootstrap, explain, validity
+from gates.judge import bootstrap, explain, intervals, validity
 from gates.judge.metrics import (
     CELL,
     INVENTORY_ONLY,
     METRIC_UNITS,
+    PROPORTIONS,
     REPETITION_METRICS,
+    TIMING_METRICS,
     cell_table,
+    decide_version,
     derive,
     inventory_metric,
     request_values,
+    rocm_text,
     throughput,
     ttft_distribution,
+    version_number,
+    version_threshold,
+    version_tuple,
 )
 from gates.judge.records import Inputs, load_inputs
 from gates.plan import CriterionSpec, Plan
 
 VERDICT_SCHEMA = "fxpilot.verdict/1"
-JUDGE_VERSION = "1"
+# 2: t-intervals over repetitions, exact rate bounds, χ² CV interval, soak drift without warm-up, alpha spending
+# over extensions, content duplicates, per-GPU models and RDMA port state (docs/judge.md, "Versions")
+JUDGE_VERSION = "2"
+EXTENSION_ALPHA_SHARE = 0.2   # share of α kept for the extensions of a marginal run
+DRIFT_TAIL_REQUESTS = 10      # a window's tail statistic keeps at least this many requests beyond it
+METHODS = {
+    "timing": "t-interval over per-repetition statistics on the log scale (repetitions are the independent units)",
+    "comparison": "Welch t-interval of the log ratio of two arms' per-repetition statistics",
+    "cv": "χ² interval of the coefficient of variation over repetitions",
+    "rate": "Clopper–Pearson exact bounds; a zero bar or statistic 'count' is an observed count",
+    "drift": "Welch t-interval, late against early steady soak windows (warm-up windows left out), log scale",
+    "proportion": "t-interval over per-repetition means (over requests with one repetition)",
+    "read_bw": "distribution-free order-statistic interval of the quantile over retrievals",
+    "inventory": "recorded facts per node, no interval; versions compared as version tuples",
+}
 SEVERITY = {"pass": 0, "marginal": 1, "fail": 2, "invalid": 3}
 SIGNIFICANT = 6
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -67,57 +88,40 @@ def _margin(op: str, threshold: float, value: float | None) -> float:
     return -abs(value - threshold)
 
 
-def _compare(comparison: str, candidate: np.ndarray | float, baseline: np.ndarray | float):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if comparison == "speedup":
-            return np.divide(baseline, candidate)
-        if comparison == "reduction":
-            return 1.0 - np.divide(candidate, baseline)
-        if comparison in ("gain", "drift"):
-            return np.divide(candidate, baseline) - 1.0
-    return candidate
-
-
 def _same_outputs(candidate: frozenset | None, baseline: frozenset | None) -> bool:
     """Both arms answered the session's turns with the same output hashes (a missing hash never matches)."""
     return candidate is not None and candidate == baseline and all(not key.endswith("\0") for key in candidate)
 
 
 class _Judge:
-    def __init__(self, plan: Plan, inputs: Inputs, frame: pd.DataFrame, expect: dict):
-        self.plan, self.inputs, self.frame, self.expect = plan, inputs, frame, expect
-        self.resamples = int(plan.judging.get("bootstrap_resamples", 1000))
+    def __init__(self, plan: Plan, inputs: Inputs, frame: pd.DataFrame, expect: dict, look: int = 0):
+        self.plan, self.inputs, self.frame, self.expect, self.look = plan, inputs, frame, expect, look
         self.seed = int(plan.judging.get("seed", 0))
 
-    def rng(self, spec: CriterionSpec, level: int | None, role: str) -> np.random.Generator:
-        return bootstrap.rng_for(self.seed, spec.key, -1 if level is None else level, role)
+    def confidence(self, spec: CriterionSpec) -> float:
+        """The level of this look: a plan that may extend a marginal run keeps part of its error rate for the
+        extensions (docs/judge.md, "Extension")."""
+        base = spec.confidence if spec.confidence is not None else self.plan.confidence
+        return look_confidence(base, self.look, int(self.plan.judging.get("max_extra_repetitions", 0)),
+                               float(self.plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE)))
 
-    # -- one side of a comparison: (point, replicates, n) --
-    def side(self, spec: CriterionSpec, rows: pd.DataFrame, level: int | None, role: str) -> tuple[float, np.ndarray, int]:
-        rng = self.rng(spec, level, role)
-        if spec.metric in REPETITION_METRICS:
-            per_rep = np.array([throughput(sub) for _, sub in rows.groupby("repetition", sort=True)], dtype=np.float64)
-            statistic = "mean" if spec.statistic == "value" else spec.statistic
-            point = bootstrap.cv(per_rep) if statistic == "cv" else bootstrap.point(per_rep, statistic)
-            return point, bootstrap.resample_repetitions(per_rep, statistic, self.resamples, rng), len(per_rep)
-        if spec.statistic == "cv":
-            # Spread across repetitions: the repetitions are the sample. Requests of one closed-loop repetition
-            # are not independent draws (their TTFTs are the places in one queue), so they are not resampled.
-            per_rep_stat = "p50" if spec.metric == "ttft" else "mean"
-            samples = [request_values(sub, spec.metric) for _, sub in rows.groupby("repetition", sort=True)]
-            points = np.array([bootstrap.point(s, per_rep_stat) for s in samples])
-            if len(samples) < 2:
-                return math.nan, np.full(self.resamples, np.nan), sum(len(s) for s in samples)
-            return bootstrap.cv(points), bootstrap.resample_repetitions(points, "cv", self.resamples, rng), \
-                sum(len(s) for s in samples)
-        values = request_values(rows, spec.metric)
-        groups = [request_values(sub, spec.metric) for _, sub in rows.groupby("repetition", sort=True)]
-        groups = [g for g in groups if len(g)]
-        if len(groups) >= 2:
-            replicates = bootstrap.resample_clusters(groups, spec.statistic, self.resamples, rng)
-        else:
-            replicates = bootstrap.resample(values, spec.statistic, self.resamples, rng)
-        return bootstrap.point(values, spec.statistic), replicates, len(values)
+    # -- per-repetition statistics: the repetitions are the independent units --
+    def per_repetition(self, spec: CriterionSpec, rows: pd.DataFrame, statistic: str | None = None
+                       ) -> tuple[np.ndarray, int]:
+        """The criterion's statistic of each repetition (sorted by repetition) and the request count."""
+        statistic = statistic or spec.statistic
+        values = []
+        for _, sub in rows.groupby("repetition", sort=True):
+            if spec.metric in REPETITION_METRICS:
+                values.append(throughput(sub))
+                continue
+            sample = request_values(sub, spec.metric)
+            if len(sample) == 0:
+                continue
+            per_rep = "p50" if statistic == "cv" and spec.metric == "ttft" else (
+                "mean" if statistic in ("cv", "value", "count") else statistic)
+            values.append(bootstrap.point(sample, per_rep))
+        return np.array(values, dtype=np.float64), int(len(rows))
 
     def cells(self, spec: CriterionSpec) -> list[dict]:
         if spec.metric in INVENTORY_ONLY:
@@ -133,37 +137,99 @@ class _Judge:
             cand = candidate_rows[candidate_rows["concurrency"] == level]
             if spec.comparison == "drift":
                 out.append(self.drift_cell(spec, cand, level))
-                continue
-            c_point, c_reps, c_n = self.side(spec, cand, level, "candidate")
-            cell = {"concurrency": level, "candidate_value": num(c_point), "n_candidate": c_n}
-            if spec.baseline and spec.comparison != "absolute":
-                base = baseline_rows[baseline_rows["concurrency"] == level]
-                b_point, b_reps, b_n = self.side(spec, base, level, "baseline")
-                value, replicates = _compare(spec.comparison, c_point, b_point), _compare(spec.comparison, c_reps, b_reps)
-                cell.update(baseline_value=num(b_point), n_baseline=b_n)
+            elif spec.baseline and spec.comparison != "absolute":
+                out.append(self.comparison_cell(spec, cand, baseline_rows[baseline_rows["concurrency"] == level], level))
             else:
-                value, replicates = c_point, c_reps
-            out.append(self.finish(spec, cell, value, replicates))
+                out.append(self.absolute_cell(spec, cand, level))
         return out
 
-    def finish(self, spec: CriterionSpec, cell: dict, value: float, replicates: np.ndarray) -> dict:
-        low, high = bootstrap.interval(np.asarray(replicates, dtype=np.float64), self.confidence(spec))
+    def absolute_cell(self, spec: CriterionSpec, rows: pd.DataFrame, level: int) -> dict:
+        confidence = self.confidence(spec)
+        cell: dict[str, Any] = {"concurrency": level}
+        if spec.metric == "error_rate":
+            failures, n = int(rows["failed"].sum()), int(len(rows))
+            cell.update(n_candidate=n, failures=failures, method="exact count" if _counted(spec) else "Clopper–Pearson")
+            if _counted(spec):  # an observed count: a fact, no interval
+                value = float(failures) if spec.statistic == "count" else (failures / n if n else math.nan)
+                return self.finish(spec, cell, value, value, value)
+            rate, low, high = intervals.clopper_pearson(failures, n, confidence)
+            needed = intervals.error_free_needed(spec.threshold, confidence) if spec.op in ("<=", "<") else None
+            if needed is not None:
+                cell["error_free_needed"] = needed
+            return self.finish(spec, cell, float(rate), float(low), float(high))
+        values, n = self.per_repetition(spec, rows)
+        cell.update(n_candidate=n, repetitions=len(values), per_repetition=[num(v) for v in values])
+        if spec.statistic == "cv":
+            cell["method"] = "χ² interval of the CV over repetitions"
+            value, low, high = intervals.cv_chi2(values, confidence)
+        elif spec.metric in TIMING_METRICS:
+            cell["method"] = "t-interval over repetitions, log scale"
+            value, low, high = intervals.log_t(values, confidence)
+        elif len(values) >= 2:
+            cell["method"] = "t-interval over repetitions"
+            value, low, high = intervals.linear_t(values, confidence)
+        else:  # one repetition of a per-request proportion (hit ratio): its requests are the sample
+            cell["method"] = "t-interval over requests (one repetition)"
+            value, low, high = intervals.linear_t(request_values(rows, spec.metric), confidence)
+        if spec.metric in PROPORTIONS:
+            low, high = max(float(low), 0.0), min(float(high), 1.0)
+        return self.finish(spec, cell, float(value), float(low), float(high))
+
+    def comparison_cell(self, spec: CriterionSpec, cand: pd.DataFrame, base: pd.DataFrame, level: int) -> dict:
+        c_values, c_n = self.per_repetition(spec, cand)
+        b_values, b_n = self.per_repetition(spec, base)
+        c_point = intervals.log_t(c_values, 0.95)[0] if len(c_values) else math.nan
+        b_point = intervals.log_t(b_values, 0.95)[0] if len(b_values) else math.nan
+        cell = {"concurrency": level, "candidate_value": num(c_point), "baseline_value": num(b_point),
+                "n_candidate": c_n, "n_baseline": b_n, "repetitions": [len(c_values), len(b_values)],
+                "method": "Welch t-interval over repetitions, log scale"}
+        if len(c_values) == 0 or len(b_values) == 0 or np.any(c_values <= 0) or np.any(b_values <= 0):
+            return self.finish(spec, cell, math.nan, math.nan, math.nan)
+        ratio, low, high = (float(v) for v in intervals.log_ratio(c_values, b_values, self.confidence(spec)))
+        value, low, high = _from_ratio(spec.comparison, ratio, low, high)
+        return self.finish(spec, cell, value, low, high)
+
+    def finish(self, spec: CriterionSpec, cell: dict, value: float, low: float, high: float) -> dict:
         cell.update(value=num(value), ci=[num(low), num(high)])
         cell["verdict"] = decide(spec.op, spec.threshold, cell["ci"][0], cell["ci"][1])
         return cell
 
-    def confidence(self, spec: CriterionSpec) -> float:
-        return spec.confidence if spec.confidence is not None else self.plan.confidence
-
     def drift_cell(self, spec: CriterionSpec, rows: pd.DataFrame, level: int) -> dict:
-        windows = sorted(rows["repetition"].unique())
-        first_rows = rows[rows["repetition"] == windows[0]] if windows else rows
-        last_rows = rows[rows["repetition"] == windows[-1]] if windows else rows
-        f_point, f_reps, f_n = self.side(spec, first_rows, level, "first")
-        l_point, l_reps, l_n = self.side(spec, last_rows, level, "last")
-        cell = {"concurrency": level, "first_value": num(f_point), "last_value": num(l_point), "windows": len(windows),
-                "n_first": f_n, "n_last": l_n, "n_candidate": f_n + l_n}
-        return self.finish(spec, cell, _compare("drift", l_point, f_point), _compare("drift", l_reps, f_reps))
+        """Late steady windows against early steady windows (warm-up windows left out), each window's tail
+        statistic taken at a quantile its request count can estimate."""
+        warmup = soak_warmup(self.plan)
+        windows = sorted(int(w) for w in rows["repetition"].unique())
+        steady = windows[warmup:]
+        half = len(steady) // 2
+        early, late = steady[:half], steady[half:]
+        counts = [int(((rows["repetition"] == w) & rows["ok"]).sum()) for w in steady]
+        wanted = bootstrap.QUANTILES.get(spec.statistic)
+        used = spec.statistic
+        if wanted is not None and 0 < wanted < 1 and counts:
+            q = max(0.5, min(wanted, 1.0 - DRIFT_TAIL_REQUESTS / max(min(counts), 1)))
+            used = spec.statistic if q == wanted else f"q{q:.2f}"
+        per_window = np.array([self._window_stat(rows[rows["repetition"] == w], spec, used) for w in steady])
+        cell = {"concurrency": level, "windows": len(windows), "warmup_windows": min(warmup, len(windows)),
+                "early_windows": early, "late_windows": late, "statistic_used": used,
+                "per_window": [num(v) for v in per_window], "n_candidate": int(sum(counts)),
+                "method": "Welch t-interval, late vs early steady windows, log scale"}
+        if len(early) < 2 or len(late) < 2 or np.any(per_window <= 0):
+            cell.update(first_value=None, last_value=None)
+            return self.finish(spec, cell, math.nan, math.nan, math.nan)
+        e, lt = per_window[:half], per_window[half:]
+        value, low, high = (float(v) for v in intervals.drift_t(e, lt, self.confidence(spec)))
+        cell.update(first_value=num(intervals.log_t(e, 0.95)[0]), last_value=num(intervals.log_t(lt, 0.95)[0]),
+                    n_first=int(sum(counts[:half])), n_last=int(sum(counts[half:])))
+        return self.finish(spec, cell, value, low, high)
+
+    @staticmethod
+    def _window_stat(rows: pd.DataFrame, spec: CriterionSpec, used: str) -> float:
+        sample = request_values(rows, spec.metric)
+        if len(sample) == 0:
+            return math.nan
+        if used.startswith("q") and used != "p99":
+            return float(np.quantile(sample, float(used[1:])))
+        return bootstrap.point(sample, "mean" if used == "value" else used)
 
     def read_bw_cell(self, spec: CriterionSpec) -> dict:
         rows = self.inputs.retrieves
@@ -171,10 +237,18 @@ class _Judge:
             rows = rows[rows["arm"] == spec.candidate]
         values = np.sort(rows["gbps"].to_numpy(dtype=np.float64), kind="stable")
         statistic = "mean" if spec.statistic == "value" else spec.statistic
-        replicates = bootstrap.resample(values, statistic, self.resamples, self.rng(spec, None, "candidate"))
-        cell = {"concurrency": None, "candidate_value": num(bootstrap.point(values, statistic)), "n_candidate": len(values),
-                "gpus": int(rows["gpu"].nunique())}
-        return self.finish(spec, cell, bootstrap.point(values, statistic), replicates)
+        confidence = self.confidence(spec)
+        point = bootstrap.point(values, statistic)
+        q = bootstrap.QUANTILES.get(statistic)
+        if q is not None and 0 < q < 1:
+            low, high = intervals.quantile_order(values, q, confidence)
+            method = "order-statistic interval over retrievals"
+        else:
+            _, low, high = intervals.linear_t(values, confidence)
+            method = "t-interval over retrievals"
+        cell = {"concurrency": None, "candidate_value": num(point), "n_candidate": len(values),
+                "gpus": int(rows["gpu"].nunique()), "method": method}
+        return self.finish(spec, cell, point, float(low), float(high))
 
     def output_match_cell(self, spec: CriterionSpec) -> dict:
         def outputs(arm: str) -> dict[str, frozenset]:
@@ -189,28 +263,76 @@ class _Judge:
 
         cand, base = outputs(spec.candidate), outputs(spec.baseline)
         sessions = sorted(set(cand) | set(base))
-        matched = [s for s in sessions if _same_outputs(cand.get(s), base.get(s))]
-        matches = np.sort(np.array([1.0 if _same_outputs(cand.get(s), base.get(s)) else 0.0 for s in sessions]))
+        matched = {s for s in sessions if _same_outputs(cand.get(s), base.get(s))}
+        matches = np.array([1.0 if s in matched else 0.0 for s in sessions])
         statistic = "mean" if spec.statistic == "value" else spec.statistic
-        replicates = bootstrap.resample(matches, statistic, self.resamples, self.rng(spec, None, "sessions"))
-        point = bootstrap.point(matches, statistic)
-        cell = {"concurrency": None, "candidate_value": num(point), "n_candidate": len(sessions),
-                "mismatched_sessions": [s for s in sessions if s not in set(matched)][:20]}
-        return self.finish(spec, cell, point, replicates)
+        cell = {"concurrency": None, "candidate_value": None, "n_candidate": len(sessions),
+                "mismatched_sessions": [s for s in sessions if s not in matched][:20]}
+        if statistic in ("min", "max"):  # every session matched (or one did): a fact, no interval
+            point = bootstrap.point(matches, statistic)
+            cell.update(candidate_value=num(point), method="exact (every session compared)")
+            return self.finish(spec, cell, point, point, point)
+        rate, low, high = intervals.clopper_pearson(int(matches.sum()), len(matches), self.confidence(spec))
+        cell.update(candidate_value=num(float(rate)), method="Clopper–Pearson over sessions")
+        return self.finish(spec, cell, float(rate), float(low), float(high))
 
     def inventory_cells(self, spec: CriterionSpec) -> list[dict]:
         out = []
         for inventory in self.inputs.inventories:
+            if spec.metric == "rocm_version":
+                text = rocm_text(inventory)
+                wanted = version_threshold(spec.threshold, self.expect.get("rocm_min"))
+                found = version_tuple(text)
+                verdict = decide_version(spec.op, found, wanted)
+                value = num(version_number(text))
+                out.append({"node": inventory["node"], "value": value, "ci": [value, value], "verdict": verdict,
+                            "version": text, "compared_as": ".".join(map(str, wanted))})
+                continue
             value = inventory_metric(inventory, spec.metric, candidate=spec.candidate, expect=self.expect)
             verdict = decide(spec.op, spec.threshold, num(value), num(value))
             out.append({"node": inventory["node"], "value": num(value), "ci": [num(value), num(value)], "verdict": verdict})
         return out
 
 
+def _counted(spec: CriterionSpec) -> bool:
+    """An error-rate criterion judged as an observed count: `statistic: count`, or a rate bar of zero (no finite
+    number of requests shows a rate ≤ 0, so 'zero failed requests' is read as the fact it states)."""
+    return spec.statistic == "count" or (spec.threshold <= 0 and spec.op in ("<=", "=="))
+
+
+def _from_ratio(comparison: str, ratio: float, low: float, high: float) -> tuple[float, float, float]:
+    """candidate ÷ baseline and its interval → the comparison's value and interval (monotone maps)."""
+    if comparison == "speedup":
+        return 1.0 / ratio, 1.0 / high, 1.0 / low
+    if comparison == "reduction":
+        return 1.0 - ratio, 1.0 - high, 1.0 - low
+    return ratio - 1.0, low - 1.0, high - 1.0
+
+
+def look_confidence(confidence: float, look: int, max_extra: int, share: float) -> float:
+    """Alpha spending over the looks at a gate: the first judgement spends (1 − share) of α, each of the
+    `max_extra` extensions share ÷ max_extra. By Bonferroni the chance that any look passes a gate whose truth
+    sits at its bar stays ≤ α/2 (one side of the two-sided level)."""
+    alpha = 1.0 - confidence
+    if max_extra <= 0 or share <= 0:
+        return confidence
+    if look <= 0:
+        return 1.0 - alpha * (1.0 - share)
+    return 1.0 - alpha * share / max_extra
+
+
+def soak_warmup(plan: Plan) -> int:
+    return int((plan.workloads.get("soak") or {}).get("warmup_windows", 1))
+
 def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -> dict:
     confidence = judge.confidence(spec)
     cells = judge.cells(spec)
-    if spec.metric in INVENTORY_ONLY:
+    if spec.metric == "rocm_version":
+        worst_cell = max(cells, key=lambda c: (SEVERITY[c["verdict"]], -(c["value"] or 0))) if cells else {}
+        worst = {"value": worst_cell.get("value"), "ci": [worst_cell.get("value")] * 2,
+                 "verdict": worst_cell.get("verdict", "fail"), "n_candidate": len(cells)}
+        n = len(cells)
+    elif spec.metric in INVENTORY_ONLY:
         values = np.array([c["value"] for c in cells], dtype=np.float64)
         statistic = "min" if spec.statistic == "value" else spec.statistic
         value = num(bootstrap.point(values, statistic))
@@ -283,17 +405,27 @@ def _public(obj: dict) -> dict:
 
 
 def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list | tuple, *,
-             expect: dict | None = None) -> dict:
-    """Judge one gate of a plan on raw inputs. Raises RecordError on input it cannot use."""
+             expect: dict | None = None, look: int | None = None, planned: int | None = None) -> dict:
+    """Judge one gate of a plan on raw inputs. Raises RecordError on input it cannot use.
+
+    `look`: how many times the run has been extended (0 = its first judgement); by default the repetitions
+    beyond `planned` (the run's own repetitions when it set them, else the plan's)."""
     gate = plan.gate(gate_number)
     inputs = files_or_frames if isinstance(files_or_frames, Inputs) else load_inputs(files_or_frames)
     frame = derive(inputs.requests)
     validity.require_inputs(gate, inputs, frame)
     judging = {"min_requests_per_cell": 8, "min_cell_seconds": 0.0, **plan.judging}
-    checks = validity.check(gate, inputs, frame, judging)
+    planned = int(planned) if planned else planned_repetitions(plan, gate.number)
+    seen = repetitions_seen(gate, frame)
+    max_extra = int(plan.judging.get("max_extra_repetitions", 0))
+    if look is None:
+        look = min(max(seen - planned, 0), max_extra) if max_extra else 0
+    look = max(int(look), 0)
+    judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, look=look)
+    checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
+                            confidence_of=judge.confidence)
     failed = [c for c in checks if not c["ok"]]
     reasons = [f"{c['name']}: {c['detail']}" for c in failed]
-    judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})})
     criteria = [_criterion(judge, spec, reasons) for spec in gate.criteria]
     if failed:
         verdict = "invalid"
@@ -308,8 +440,12 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     return {
         "schema": VERDICT_SCHEMA, "gate": gate.number, "verdict": verdict, "plan_sha256": plan.sha256,
         "simulated": simulated, "judge_version": JUDGE_VERSION,
-        "bootstrap": {"resamples": judge.resamples, "seed": judge.seed, "confidence": num(plan.confidence),
-                      "method": "percentile; requests resampled within each arm's cell, throughput by repetition"},
+        "bootstrap": {"seed": judge.seed, "confidence": num(plan.confidence),
+                      "method": "; ".join(f"{k}: {v}" for k, v in METHODS.items())},
+        "extension": {"extensions": look, "planned_repetitions": planned, "repetitions": seen,
+                      "max_extra_repetitions": max_extra,
+                      "confidence": num(look_confidence(plan.confidence, look, max_extra, float(
+                          plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE))))},
         "validity": {"valid": not failed, "checks": checks},
         "criteria": criteria,
         "metrics": _metrics(table),
@@ -318,7 +454,9 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         "distributions": _distributions(frame),
         "inventory": [_public(i) for i in inputs.inventories],
         "inputs": dict(inputs.digests),
-        "counts": {"requests": int(len(inputs.requests)), "retrievals": int(len(inputs.retrieves)),
+        "counts": {"requests": int(len(inputs.requests)),
+                   "ok_without_first_token": int(((inputs.requests["status"] == "ok")
+                                                  & inputs.requests["t_first_token"].isna()).sum()), "retrievals": int(len(inputs.retrieves)),
                    "phase_summaries": len(inputs.summaries), "inventories": len(inputs.inventories)},
         "explanation": english, "explanation_zh": chinese,
     }
@@ -333,6 +471,16 @@ def planned_repetitions(plan: Plan, gate_number: int) -> int:
     """Repetitions the plan's workload asks for in a gate's main phase."""
     workload = "replay" if gate_number == 4 else "cold_recovery"
     return int((plan.workloads.get(workload) or {}).get("repetitions", 1))
+
+
+def repetitions_seen(gate, frame: pd.DataFrame) -> int:
+    """The most repetitions of any cell in the gate's main phase (measure; replay for G4): more than the plan asks
+    for means the run was extended, and each extension is one more look at the data."""
+    phase = "replay" if gate.number == 4 else "measure"
+    rows = frame[frame["phase"] == phase]
+    if len(rows) == 0:
+        return 0
+    return int(rows.groupby(["arm", "concurrency"], observed=True)["repetition"].nunique().max())
 
 
 def can_extend(verdict: dict, plan: Plan, repetitions_done: int) -> bool:

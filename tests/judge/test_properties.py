@@ -66,13 +66,15 @@ def test_a_stricter_threshold_never_improves_a_verdict(index, low, step):
 
 
 @settings(max_examples=30, deadline=None)
-@given(values=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=40), seed=st.integers(0, 2**32 - 1))
-def test_the_bootstrap_does_not_depend_on_sample_order(values, seed):
-    from gates.judge import bootstrap
+@given(values=st.lists(st.floats(0.01, 1000.0), min_size=2, max_size=12), level=st.floats(0.5, 0.99))
+def test_the_intervals_do_not_depend_on_the_order_of_repetitions(values, level):
+    from gates.judge import intervals
 
-    a = bootstrap.resample(np.sort(values), "p90", 200, bootstrap.rng_for(seed, "k"))
-    b = bootstrap.resample(np.sort(list(reversed(values))), "p90", 200, bootstrap.rng_for(seed, "k"))
-    assert np.array_equal(a, b)
+    for method in (intervals.log_t, intervals.linear_t, intervals.cv_chi2):
+        a = method(np.array(values), level)
+        b = method(np.array(list(reversed(values))), level)
+        assert np.allclose(np.array(a, dtype=float), np.array(b, dtype=float), equal_nan=True)
+        assert not a[1] > a[0] * (1 + 1e-9) + 1e-12 or np.isnan(a[1])  # the point is inside its interval
 
 
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=True)

@@ -54,8 +54,8 @@ def test_a_small_noisy_sample_is_marginal_and_may_be_extended():
     assert verdict["verdict"] == "marginal"
     marginal = next(c for c in verdict["criteria"] if c["verdict"] == "marginal")
     assert marginal["ci"][0] < marginal["threshold"] <= marginal["ci"][1]
-    assert can_extend(verdict, PLAN, 3) and can_extend(verdict, PLAN, 4)
-    assert not can_extend(verdict, PLAN, 5)  # 3 planned + 2 extra
+    assert can_extend(verdict, PLAN, 24) and can_extend(verdict, PLAN, 25)
+    assert not can_extend(verdict, PLAN, 26)  # 24 planned + 2 extra
     assert not can_extend(evaluate(PLAN, 3, synthetic.gate_inputs(3)), PLAN, 3)
 
 
@@ -156,7 +156,7 @@ def test_the_same_records_given_twice_are_invalid():
     files = synthetic.gate_inputs(3)
     verdict = evaluate(PLAN, 3, files + [("copy-of-records.jsonl", files[0][1])])
     check = next(c for c in verdict["validity"]["checks"] if c["name"] == "no-duplicate-requests")
-    assert verdict["verdict"] == "invalid" and "768 request record(s) appear more than once" in check["detail"]
+    assert verdict["verdict"] == "invalid" and "768 request record(s) repeat another record's content" in check["detail"]
 
 
 def test_arms_measured_on_different_versions_are_invalid():

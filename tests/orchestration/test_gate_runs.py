@@ -68,7 +68,9 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect",
                                        "teardown", "evaluate", "report"]
     assert all(s.attempts == 1 for s in steps)
-    assert all(s.status == Status.SUCCESSFUL for s in steps[:-1])
+    # two fast repetitions on the simulator spread widely: the CV bar may fail (an evaluate step that fails)
+    assert all(s.status == Status.SUCCESSFUL for s in steps[:-1] if s.name != "evaluate")
+    assert steps[-2].status == (Status.FAILED if evaluation.verdict == "fail" else Status.SUCCESSFUL)
     measure = steps[5]
     assert measure.requests_done == measure.requests_total == 32
     progress = job_progress(job)
@@ -77,7 +79,7 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
 
 def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(cluster, sim_site):
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
-    params = {**FAST_RUN, "repetitions": 1}
+    params = {**FAST_RUN, "repetitions": 2}  # the judge's intervals come from the spread across repetitions
     open_gate(sim_site.pilot, 3, sim_site.people)
     job = start_gate_run(sim_site.pilot.gate(3), sim_site.people.alice, site=sim_site.site, params=params)
     job = wait_for(job, 300)

@@ -1,11 +1,13 @@
-"""`manage.py judge --plan default --gate G3 FILE…`: the judge on files, without the database."""
+"""`manage.py judge --plan default --gate G3 FILE…`: the judge on files, without the database.
+`manage.py judge --plan default --power [--spread 0.06]`: the sample-size planner for a plan."""
 from __future__ import annotations
 
+import json
 import textwrap
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gates.judge import RecordError, canonical_json, evaluate
+from gates.judge import RecordError, canonical_json, evaluate, planner
 from gates.plan import PlanError, load_plan
 
 
@@ -17,9 +19,14 @@ class Command(BaseCommand):
     requires_migrations_checks = False
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("files", nargs="+", metavar="FILE")
+        parser.add_argument("files", nargs="*", metavar="FILE")
         parser.add_argument("--plan", default="default", help="a plan name (gates/plans/NAME.yaml) or a path")
-        parser.add_argument("--gate", required=True, help="G1, G2, G3 or G4")
+        parser.add_argument("--gate", help="G1, G2, G3 or G4")
+        parser.add_argument("--power", action="store_true",
+                            help="print the sample-size planner's figures for the plan instead of judging files")
+        parser.add_argument("--spread", type=float, default=None,
+                            help="with --power: the CV across repetitions to plan for (e.g. measured at G1); "
+                                 "default the plan's planning.spread")
         parser.add_argument("--format", choices=["json", "table"], default="json")
         parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
                             help="override one of the plan's expectations, e.g. gpu_model=MI300X")
@@ -31,6 +38,22 @@ class Command(BaseCommand):
             if not sep or not key:
                 raise CommandError(f"--expect {item!r}: write KEY=VALUE")
             expect[key] = value
+        if options["power"]:
+            try:
+                plan = load_plan(options["plan"])
+            except PlanError as error:
+                raise CommandError(str(error)) from None
+            spread = options["spread"]
+            if spread is not None and not 0 < spread < 1:
+                raise CommandError(f"--spread {spread:g}: give a coefficient of variation between 0 and 1, e.g. 0.06")
+            figures = planner.summary(plan, spread=spread)
+            if options["format"] == "json":
+                self.stdout.write(json.dumps(figures, sort_keys=True, ensure_ascii=False))
+            else:
+                self.stdout.write(render_power(figures))
+            return
+        if not options["gate"] or not options["files"]:
+            raise CommandError("give --gate G1…G4 and the files to judge (or --power for the planner)")
         try:
             plan = load_plan(options["plan"])
             verdict = evaluate(plan, options["gate"], options["files"], expect=expect)
@@ -71,3 +94,27 @@ def render_table(verdict: dict) -> str:
 
 def _n(value) -> str:
     return "n/a" if value is None else f"{value:.4g}"
+
+
+def render_power(figures: dict) -> str:
+    """The planner's figures for people: per criterion what it needs, per gate the repetitions and GPU time."""
+    lines = [f"Sample-size planner — spread {figures['spread']:.0%} across repetitions ({figures['spread_source']}), "
+             f"power {figures['power']:.0%} on the published figures", ""]
+    header = f"{'gate':<5} {'criterion':<26} {'kind':<11} {'needs':>6} {'power as planned':>17}  note"
+    lines += [header, "-" * len(header)]
+    for c in figures["criteria"]:
+        needs = "" if c["repetitions_needed"] is None else str(c["repetitions_needed"])
+        power = "" if c["power_at_plan"] is None else f"{c['power_at_plan']:.0%}"
+        flag = "" if c["decidable"] else "  ← cannot reach a decision as planned"
+        lines.append(f"G{c['gate']:<4} {c['key']:<26} {c['kind']:<11} {needs:>6} {power:>17}  {c['note']}{flag}")
+    lines += ["", f"{'gate':<5} {'planned':>8} {'needed':>7} {'GPU-h/rep':>10} {'GPU-h planned':>14} {'GPU-h needed':>13}"]
+    for g in figures["gates"]:
+        def cell(v):
+            return "—" if v is None else f"{v:g}"
+        lines.append(f"G{g['gate']:<4} {g['planned_repetitions']:>8} {cell(g['repetitions_needed']):>7} "
+                     f"{cell(g['gpu_hours_per_repetition']):>10} {cell(g['gpu_hours_planned']):>14} "
+                     f"{cell(g['gpu_hours_needed']):>13}")
+    lines.append("")
+    lines.append("FLAGGED: " + ", ".join(figures["flagged"]) if figures["flagged"]
+                 else "Every criterion can reach a decision as planned.")
+    return "\n".join(lines)

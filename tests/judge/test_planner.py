@@ -1,0 +1,68 @@
+"""The sample-size planner: what each criterion needs, the default plan follows it, a plan that cannot decide
+is flagged, and `manage.py judge --power` prints it."""
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from gates.judge import planner
+from gates.plan import PLANS_DIR, load_plan, validate_plan
+
+PLAN = load_plan("default")
+SUMMARY = planner.summary(PLAN)
+BY_KEY = {c["key"]: c for c in SUMMARY["criteria"]}
+
+
+def plan_with_repetitions(reps: int):
+    document = yaml.safe_load((PLANS_DIR / "default.yaml").read_text(encoding="utf-8"))
+    document["workloads"]["cold_recovery"]["repetitions"] = reps
+    return validate_plan(document, source="test plan")
+
+
+def test_the_default_plan_reaches_eighty_percent_power_on_the_published_figures():
+    assert SUMMARY["flagged"] == [] and SUMMARY["spread"] == 0.06
+    for key in ("g3-speedup-recompute", "g3-ttft-vs-local", "g3-throughput-vs-local", "g1-baseline-stable",
+                "g4-replay-speedup", "g4-soak-drift"):
+        assert BY_KEY[key]["power_at_plan"] >= 0.78, BY_KEY[key]  # 0.8 less the planner's Monte Carlo error
+    g3 = next(g for g in SUMMARY["gates"] if g["gate"] == 3)
+    assert g3["planned_repetitions"] >= g3["repetitions_needed"] and g3["gpu_hours_planned"] > 0
+
+
+def test_every_default_rate_bar_can_be_shown_with_the_requests_the_plan_sends():
+    rates = [c for c in SUMMARY["criteria"] if c["kind"] == "rate"]
+    assert rates and all(c["requests_planned"] >= c["requests_needed"] for c in rates)
+    assert BY_KEY["g3-failures"]["kind"] == "count"
+
+
+def test_the_published_g3_figures_come_from_table_1():
+    assert BY_KEY["g3-speedup-recompute"]["published"] == {"16": pytest.approx(149.48 / 11.85)}
+    assert BY_KEY["g3-ttft-vs-local"]["published"]["8"] == pytest.approx(1 - 7.53 / 10.17)
+
+
+def test_three_repetitions_are_flagged_and_one_flags_every_spread_criterion():
+    three = planner.summary(plan_with_repetitions(3))
+    assert {"g3-ttft-vs-local", "g3-throughput-vs-local", "g1-baseline-stable"} <= set(three["flagged"])
+    one = planner.summary(plan_with_repetitions(1))
+    assert {"g1-baseline-ttft", "g1-baseline-stable", "g3-speedup-recompute"} <= set(one["flagged"])
+
+
+def test_a_measured_spread_changes_what_is_needed():
+    tight = planner.summary(PLAN, spread=0.01)
+    assert tight["spread_source"] == "given"
+    assert next(g for g in tight["gates"] if g["gate"] == 3)["repetitions_needed"] <= 4
+
+
+def test_the_command_prints_the_planner():
+    out = StringIO()
+    call_command("judge", "--plan", "default", "--power", "--format", "table", stdout=out)
+    assert "g3-ttft-vs-local" in out.getvalue() and "GPU-h" in out.getvalue()
+    out = StringIO()
+    call_command("judge", "--plan", "default", "--power", "--spread", "0.03", stdout=out)
+    assert json.loads(out.getvalue())["spread"] == 0.03
+    with pytest.raises(CommandError, match="between 0 and 1"):
+        call_command("judge", "--plan", "default", "--power", "--spread", "6")

@@ -37,15 +37,24 @@ def evaluate_job(job: Job) -> Evaluation:
     plan = version.verified_plan()
     # What teardown kept after an error or a cancel (Artifact.outcome) is evidence of what happened, never judged.
     artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS, outcome="").order_by("name"))
-    result = judge.evaluate(plan, job.gate.number, _files(artifacts))
+    result = judge.evaluate(plan, job.gate.number, _files(artifacts), planned=_planned(job))
     return Evaluation.objects.create(
         gate=job.gate, job=job, plan_version=version, verdict=result["verdict"], result=result,
         inputs={artifact.name: artifact.sha256 for artifact in artifacts}, simulated=result["simulated"],
     )
 
 
+def _planned(job: Job) -> int | None:
+    """The repetitions the run was started with (its parameters may set fewer or more than the plan):
+    repetitions beyond them are extensions, each judged at its spent level (docs/judge.md)."""
+    value = (job.params or {}).get("repetitions")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def replay_evaluation(evaluation: Evaluation) -> dict:
-    """Judge the stored inputs again with the stored plan version; the result equals evaluation.result."""
+    """Judge the stored inputs again with the stored plan version; the result equals evaluation.result when
+    the same judge version judges. A newer judge gives its own verdict and says so under `rejudged`; the
+    stored evaluation is never changed."""
     if evaluation.job_id is None:
         raise ReplayMismatch(f"evaluation {evaluation.pk} has no job, so its artifacts cannot be found")
     names = sorted(evaluation.inputs)
@@ -57,8 +66,37 @@ def replay_evaluation(evaluation: Evaluation) -> dict:
         if artifact.sha256 != evaluation.inputs[name]:
             raise ReplayMismatch(f"input {name} is now {artifact.sha256}, the evaluation used {evaluation.inputs[name]}")
     plan = evaluation.plan_version.verified_plan()
-    return judge.evaluate(plan, evaluation.gate.number, _files([artifacts[name] for name in names]))
+    result = judge.evaluate(plan, evaluation.gate.number, _files([artifacts[name] for name in names]),
+                            planned=_planned(evaluation.job))
+    stored = (evaluation.result or {}).get("judge_version")
+    if stored != result["judge_version"]:
+        result["rejudged"] = {
+            "stored_judge_version": stored, "judge_version": result["judge_version"],
+            "stored_verdict": evaluation.verdict,
+            "note": f"judged again by judge version {result['judge_version']}; evaluation {evaluation.pk} keeps "
+                    f"its verdict '{evaluation.verdict}' of judge version {stored}",
+        }
+    return result
 
 
 def replays_identically(evaluation: Evaluation) -> bool:
+    """The stored verdict, judged again by the same judge version, is byte for byte the same."""
     return judge.canonical_json(replay_evaluation(evaluation)) == judge.canonical_json(evaluation.result)
+
+
+def extension_history(evaluation: Evaluation | None) -> dict | None:
+    """Whether the run behind an evaluation was extended, how often and why: every earlier marginal
+    judgement of the same run was followed by more repetitions (docs/judge.md, "Extension")."""
+    if evaluation is None or evaluation.job_id is None:
+        return None
+    earlier = list(Evaluation.objects.filter(job_id=evaluation.job_id, pk__lt=evaluation.pk).order_by("pk"))
+    marginal = [e for e in earlier if e.verdict == "marginal"]
+    extension = (evaluation.result or {}).get("extension") or {}
+    times = max(len(marginal), int(extension.get("extensions") or 0))
+    if not times:
+        return None
+    why = [{"evaluation": e.pk, "criteria": [c["key"] for c in (e.result or {}).get("criteria", [])
+                                             if c.get("verdict") == "marginal"]} for e in marginal]
+    return {"times": times, "why": why, "keys": sorted({k for w in why for k in w["criteria"]}),
+            "repetitions": extension.get("repetitions"), "planned": extension.get("planned_repetitions"),
+            "confidence": extension.get("confidence")}

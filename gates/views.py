@@ -27,6 +27,7 @@ from django.views.decorators.http import require_POST
 
 from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
+from gates.evaluation import extension_history
 from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
 from gates.models import (
     LANGUAGE_SESSION_KEY,
@@ -294,8 +295,54 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "can_amend": can_amend,
             "plan_sha256": version.sha256
             or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else ""),
+            "planner": planner_figures(pilot, version),
         },
     )
+
+
+def measured_spread(pilot) -> float | None:
+    """The CV across repetitions G1 measured (the worst of TTFT p50 and throughput), once G1 was judged."""
+    evaluation = (
+        Evaluation.objects.filter(gate__pilot=pilot, gate__number=1)
+        .exclude(verdict=Gate.Verdict.INVALID)
+        .order_by("-pk")
+        .first()
+    )
+    if evaluation is None:
+        return None
+    values = [
+        row.get(key)
+        for row in (evaluation.result or {}).get("spread", [])
+        if row.get("phase") == "measure"
+        for key in ("ttft_p50_cv", "throughput_cv")
+    ]
+    values = [float(v) for v in values if isinstance(v, (int, float)) and 0 < v < 1]
+    return round(max(values), 4) if values else None
+
+
+def planner_figures(pilot, version) -> dict | None:
+    """The sample-size planner's figures for a plan version (docs/judge.md), cached by plan and spread."""
+    from gates.judge import planner
+
+    try:
+        plan = version.to_plan()
+    except ValueError:
+        return None
+    spread = measured_spread(pilot)
+    key = f"planner:{plan.sha256}:{spread}"
+    figures = cache.get(key)
+    if figures is None:
+        figures = planner.summary(plan, spread=spread)
+        cache.set(key, figures, 24 * 3600)
+    figures = dict(figures)
+    figures["spread_percent"] = f"{figures['spread'] * 100:.3g}"
+    figures["power_percent"] = f"{figures['power'] * 100:.0f}"
+    figures["planned"] = [
+        {**c, "power_percent": None if c["power_at_plan"] is None else f"{c['power_at_plan'] * 100:.0f}"}
+        for c in figures["criteria"]
+        if c["kind"] in ("comparison", "cv", "drift", "rate", "timing")
+    ]
+    return figures
 
 
 @login_required
@@ -445,6 +492,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "signoff_form": GateSignOffForm(),
             "sign_party_label": Party(may_sign[0]).label if may_sign else "",
             "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
+            "extended": extension_history(evaluation),
             "can_start": can_start,
             "reports": list(gate.reports.all()),
         },

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
+from gates.evaluation import extension_history
 from gates.lifecycle import evidence_sha256
 from gates.models import Evaluation, Gate, Pilot, SignOff
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
@@ -151,7 +152,7 @@ def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dic
         "evaluation": {"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
                        "plan_version": evaluation.plan_version.number, "job": str(evaluation.job.code) if evaluation.job_id else "",
                        "evidence_sha256": evidence_sha256(evaluation)},
-        "verdict": verdict, "signoffs": signoffs, "inventory": inventory,
+        "verdict": verdict, "signoffs": signoffs, "inventory": inventory, "extended": extension_history(evaluation),
         "attachments": attachments, "missing_inputs": missing, "signing": signing_context(),
     }
 
@@ -277,7 +278,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
             item.update(
                 evaluation={"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
                             "evidence_sha256": evidence_sha256(evaluation)},
-                verdict=dict(evaluation.result or {}),
+                verdict=dict(evaluation.result or {}), extended=extension_history(evaluation),
                 signoffs=[signoff_context(s) for s in gate.signoffs.filter(evaluation=evaluation).select_related("person", "gate")],
             )
         gates.append(item)

@@ -72,3 +72,47 @@ def test_bad_input_stores_no_evaluation(signed_pilot):
     with pytest.raises(RecordError, match="records.jsonl, line 1"):
         evaluate_job(job)
     assert not Evaluation.objects.filter(job=job).exists()
+
+
+def test_a_verdict_stored_by_an_earlier_judge_keeps_its_version_and_rejudging_says_so(signed_pilot):
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
+    evaluation = evaluate_job(job)
+    old = {**evaluation.result, "judge_version": "1", "verdict": "pass"}
+    Evaluation.objects.filter(pk=evaluation.pk).update(result=old)
+    stored = Evaluation.objects.get(pk=evaluation.pk)
+    again = replay_evaluation(stored)
+    assert again["judge_version"] == "2" and again["rejudged"]["stored_judge_version"] == "1"
+    assert "keeps its verdict 'pass' of judge version 1" in again["rejudged"]["note"]
+    assert not replays_identically(stored)
+    assert Evaluation.objects.get(pk=evaluation.pk).result["judge_version"] == "1"  # nothing stored changes
+
+
+def test_repetitions_beyond_the_runs_own_are_extensions_judged_at_their_spent_level(signed_pilot):
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
+    job.params = {**(job.params or {}), "repetitions": 2}
+    job.save(update_fields=["params"])
+    evaluation = evaluate_job(job)  # the synthetic records have 3 repetitions: one extension
+    assert evaluation.result["extension"]["extensions"] == 1
+    assert evaluation.result["criteria"][0]["confidence"] == 0.995
+    assert replays_identically(evaluation)
+
+
+def test_an_extended_run_says_how_often_and_why_on_the_gate_page_and_in_the_report_context(signed_pilot, client):
+    from django.urls import reverse
+
+    from gates.evaluation import extension_history
+    from gates.reports.context import gate_report_context
+
+    job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
+    marginal = {"verdict": "marginal", "gate": 3, "criteria": [{"key": "g3-ttft-vs-local", "verdict": "marginal"}]}
+    Evaluation.objects.create(gate=job.gate, job=job, plan_version=signed_pilot.pilot.signed_plan,
+                              verdict="marginal", result=marginal, inputs={})
+    job.params = {**(job.params or {}), "repetitions": 2}
+    job.save(update_fields=["params"])
+    final = evaluate_job(job)
+    history = extension_history(final)
+    assert history["times"] == 1 and history["keys"] == ["g3-ttft-vs-local"] and history["confidence"] == 0.995
+    assert gate_report_context(job.gate, final)["extended"] == history
+    client.force_login(signed_pilot.alice)
+    page = client.get(reverse("gate", args=[signed_pilot.pilot.code, 3])).content.decode()
+    assert 'id="gate-extended"' in page and "extended 1 time(s)" in page and "g3-ttft-vs-local" in page

@@ -159,3 +159,17 @@ def test_a_report_whose_path_leaves_the_data_folder_is_not_served(client, world)
     Report.objects.filter(pk=world.report.pk).update(path="../../etc/passwd")
     client.force_login(world.alice)
     assert client.get(reverse("report_download", args=[world.report.code])).status_code == 404
+
+
+def test_the_plan_page_shows_the_planners_figures_and_flags_a_plan_that_cannot_decide(client, demo):
+    client.force_login(demo.alice)
+    page = client.get(reverse("plan", args=[demo.pilot.code])).content.decode()
+    assert 'id="planner-h"' in page and 'id="planner-ok"' in page and 'id="plan-g3-ttft-vs-local"' in page
+    version = demo.pilot.latest_plan
+    document = dict(version.document)
+    document["workloads"] = {**document["workloads"], "cold_recovery": {
+        **document["workloads"]["cold_recovery"], "repetitions": 1}}
+    version.document = document
+    version.save(update_fields=["document"])
+    page = client.get(reverse("plan", args=[demo.pilot.code])).content.decode()
+    assert 'id="planner-flag"' in page and "g3-ttft-vs-local" in page.split('id="planner-flag"')[1].split("</p>")[0]

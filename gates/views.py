@@ -29,6 +29,7 @@ from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.evaluation import extension_history
 from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
+from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
     AuditEvent,
@@ -322,8 +323,6 @@ def measured_spread(pilot) -> float | None:
 
 def planner_figures(pilot, version) -> dict | None:
     """The sample-size planner's figures for a plan version (docs/judge.md), cached by plan and spread."""
-    from gates.judge import planner
-
     try:
         plan = version.to_plan()
     except ValueError:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gates.judge import intervals
+from gates.judge.verdicts import EXTENSION_ALPHA_SHARE, look_confidence, planned_repetitions, soak_warmup
 from gates.plan import CriterionSpec, Plan
 
 DEFAULT_SPREAD = 0.06     # CV of a closed-loop repetition's statistic, before G1 measures it
@@ -133,8 +134,6 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
     planning = plan.planning or {}
     spread = float(spread if spread is not None else planning.get("spread", DEFAULT_SPREAD))
     target = float(planning.get("power", DEFAULT_POWER))
-    from gates.judge.verdicts import planned_repetitions, soak_warmup
-
     out = []
     for gate in plan.gates:
         reps = planned_repetitions(plan, gate.number)
@@ -142,7 +141,6 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
             rng = np.random.default_rng([seed, gate.number, len(out)])
             confidence = spec.confidence or plan.confidence
             # the first look spends part of α when the plan may extend (verdicts.look_confidence)
-            from gates.judge.verdicts import EXTENSION_ALPHA_SHARE, look_confidence
             first = look_confidence(confidence, 0, int(plan.judging.get("max_extra_repetitions", 0)),
                                     float(plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE)))
             item = CriterionPlan(key=spec.key, gate=gate.number, kind="fact")
@@ -234,8 +232,6 @@ def gpu_hours_per_repetition(plan: Plan, gate: int) -> float | None:
 def summary(plan: Plan, *, spread: float | None = None) -> dict:
     """The planner's figures for a whole plan: per criterion, and per gate the repetitions that reach the power
     and their GPU time; `flagged` lists what cannot reach a decision as planned."""
-    from gates.judge.verdicts import planned_repetitions
-
     planning = plan.planning or {}
     used_spread = float(spread if spread is not None else planning.get("spread", DEFAULT_SPREAD))
     criteria = plan_criteria(plan, spread=used_spread)

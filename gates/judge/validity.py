@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gates.judge import intervals
 from gates.judge.metrics import (
     INVENTORY_ONLY,
     REPETITION_METRICS,
@@ -135,8 +136,6 @@ def _duplicates(requests: pd.DataFrame) -> dict:
 
 def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
     """An exact bound shows a rate bar only with enough requests: say how many, rather than pass on nothing."""
-    from gates.judge import intervals  # scipy is imported only where bounds are computed
-
     problems, seen = [], []
     for spec in gate.criteria:
         if spec.metric != "error_rate" or spec.statistic == "count" or spec.op not in ("<=", "<") \

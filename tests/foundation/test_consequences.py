@@ -22,9 +22,9 @@ def test_a_marginal_g1_with_room_left_extends_the_run_and_a_pass_is_recorded(sig
     assert decided.repetitions == (1 if action == EXTEND else 0)
 
 
-@pytest.mark.parametrize("ran", [Ran(repetitions=5), Ran(repetitions=3, may_extend=False)])
+@pytest.mark.parametrize("ran", [Ran(repetitions=26), Ran(repetitions=3, may_extend=False)])
 def test_a_marginal_verdict_at_the_cap_or_on_a_run_that_may_not_extend_is_recorded(signed_pilot, ran):
-    gate = signed_pilot.pilot.gate(1)  # the default plan: 3 repetitions + at most 2 more
+    gate = signed_pilot.pilot.gate(1)  # the default plan: 24 repetitions + at most 2 more
     assert consequences.consequence(gate, _evaluation(gate, "marginal"), ran).action == RECORD
 
 

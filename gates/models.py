@@ -106,6 +106,8 @@ class Pilot(models.Model):
     # The customer's traffic, for the projection and the sizing note of the procurement report.
     customer_concurrency = models.PositiveIntegerField(default=16)
     sessions_kept = models.PositiveIntegerField(default=10000)
+    # Capacity sizing settings (gates.sizing.DEFAULTS): KV dtype, overhead, redundancy, headroom, FX unit capacity.
+    sizing = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(default=timezone.now)
 
     objects = PilotQuerySet.as_manager()
@@ -496,13 +498,53 @@ class Report(models.Model):
     size = models.BigIntegerField()
     simulated = models.BooleanField(default=False)
     signatures = models.PositiveSmallIntegerField(default=1)
+    # A countersigned report is a new version rendered at signing; it supersedes the one the approver saw.
+    version = models.PositiveSmallIntegerField(default=1)
+    supersedes = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by")
+    countersigned_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                         related_name="+")
+    countersigned_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} {self.gate or ''} ({self.language})"
+        return f"{self.get_kind_display()} {self.gate or ''} v{self.version} ({self.language})"
+
+    @property
+    def is_superseded(self) -> bool:
+        return Report.objects.filter(supersedes=self).exists()
+
+    @property
+    def is_final(self) -> bool:
+        """Countersigned by the customer and not superseded by a later version."""
+        return self.countersigned_by_id is not None and not self.is_superseded
+
+
+class CustomerTrace(models.Model):
+    """The customer's session trace for G4's replay, uploaded before the run; validated, hashed, summarised."""
+
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="traces")
+    gate = models.ForeignKey(Gate, on_delete=models.CASCADE, related_name="traces")
+    name = models.CharField(max_length=200, help_text="The uploaded file's name")
+    path = models.CharField(max_length=500, help_text="Relative to FXPILOT_DATA_DIR")
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    sessions = models.PositiveIntegerField()
+    turns = models.PositiveIntegerField()
+    # Final context of each session (tokens): {"mean", "min", "p50", "p90", "max", "histogram": [[upper, count], …]}
+    lengths = models.JSONField(default=dict)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+")
+    party = models.CharField(max_length=16, choices=Party.choices)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.sessions} sessions, sha256 {self.sha256[:12]}…)"
 
 
 LANGUAGE_SESSION_KEY = "fxpilot_language"

@@ -1,8 +1,10 @@
-"""Finding a pilot from what a person types on the command line (its name, the start of its code, or its id)."""
+"""Finding a pilot from what a person types on the command line (its name, its code or the short code the portal
+shows: any unique prefix of 4 or more characters)."""
 from __future__ import annotations
 
 from django.core.management.base import CommandError
 
+from gates.codes import CodeNotFound, find_by_code
 from gates.models import Pilot
 
 REFUSED = 4
@@ -10,13 +12,7 @@ REFUSED = 4
 
 
 def find_pilot(text: str) -> Pilot:
-    text = text.strip()
-    matches = list(Pilot.objects.filter(name=text))
-    if not matches and len(text) >= 4:
-        matches = [p for p in Pilot.objects.all() if str(p.code).startswith(text.lower())]
-    if not matches and text.isdigit():
-        matches = list(Pilot.objects.filter(pk=int(text)))
-    if len(matches) != 1:
-        raise CommandError(f"{'no' if not matches else 'more than one'} pilot matches {text!r} (give its name or code)",
-                           returncode=REFUSED)
-    return matches[0]
+    try:
+        return find_by_code(Pilot.objects.all(), text, "pilot", name_field="name")
+    except CodeNotFound as error:
+        raise CommandError(str(error), returncode=REFUSED) from None

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections import defaultdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -18,15 +17,9 @@ from django.conf import settings
 from gates.evaluation import extension_history
 from gates.lifecycle import evidence_sha256
 from gates.models import Evaluation, Gate, Pilot, SignOff
-from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
+from runners.artifacts import get_bytes
 from runners.models import Artifact, Node
 
-# KV-cache bytes per token = 2 (K and V) × layers × KV heads × head dimension × bytes per value (bf16 = 2).
-KNOWN_MODELS = {
-    "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8": {"layers": 62, "kv_heads": 8, "head_dim": 128, "dtype_bytes": 2},
-    "Qwen/Qwen3-Coder-480B-A35B-Instruct": {"layers": 62, "kv_heads": 8, "head_dim": 128, "dtype_bytes": 2},
-}
-MAX_RECORDS_BYTES = 512 * 1024 * 1024
 PROJECTION_COMPARISONS = ("speedup", "reduction", "gain")
 
 
@@ -131,8 +124,85 @@ def inventories(pilot: Pilot, verdict: dict[str, Any] | None) -> list[dict[str, 
             for node in Node.objects.filter(site__pilot=pilot).order_by("name") if node.inventory]
 
 
+def root_certificate() -> dict[str, Any]:
+    """The vendor root a reader must trust: its subject and SHA-256 fingerprint (of the DER certificate)."""
+    path = Path(settings.FXPILOT_SIGNING_ROOT)
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError):
+        return {"subject": "", "sha256": "", "file": path.name}
+    digest = certificate.fingerprint(hashes.SHA256()).hex().upper()
+    return {"subject": certificate.subject.rfc4514_string(), "file": path.name,
+            "sha256": ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))}
+
+
 def signing_context() -> dict[str, Any]:
-    return {"tsa_url": settings.FXPILOT_TSA_URL or None, "signer": "", "approver_possible": True}
+    return {"tsa_url": settings.FXPILOT_TSA_URL or None, "signer": "", "approver_possible": True,
+            "root": root_certificate(), "countersignature": None, "supersedes": None, "version": 1}
+
+
+def gate_history(gate: Gate, until: Evaluation | None = None) -> list[dict[str, Any]]:
+    """What happened at a gate, oldest first: runs (and why one was run again), evaluations, extensions, rejections."""
+    from gates.models import AuditEvent
+    from runners.models import Job
+
+    limit = until.created if until is not None else None
+    events: list[dict[str, Any]] = []
+    jobs = list(Job.objects.filter(gate=gate, kind=Job.Kind.GATE_RUN).select_related("created_by").order_by("created", "id"))
+    previous = None
+    for job in jobs:
+        if limit is not None and job.created > limit:
+            break
+        why = ""
+        if previous is not None:
+            why = previous["outcome"]
+        outcome = {"failed": "failed", "error": f"error: {job.error}".strip(": ") if job.error else "error",
+                   "canceled": "canceled"}.get(job.status, job.status)
+        events.append({"when": _iso(job.created), "at": job.created, "kind": "rerun" if previous else "run",
+                       "job": str(job.code), "short": str(job.code)[:8], "status": job.status,
+                       "who": _person(job.created_by) or "", "reason": why,
+                       "repetitions": (job.params or {}).get("repetitions")})
+        previous = {"outcome": outcome}
+        for step in job.steps.filter(name="evaluate").order_by("seq"):
+            result = step.result or {}
+            if result.get("extended"):
+                added = job.steps.filter(seq__gt=step.seq).exclude(name="report").count()
+                events.append({"when": _iso(step.finished or job.created), "at": step.finished or job.created,
+                               "kind": "extended", "job": str(job.code), "short": str(job.code)[:8],
+                               "evaluation": result.get("evaluation"), "added_steps": added,
+                               "repetition": result.get("repetitions_done")})
+    for evaluation in gate.evaluations.order_by("created", "id"):
+        if limit is not None and evaluation.created > limit:
+            continue
+        failed = [c.get("key") for c in (evaluation.result or {}).get("criteria", []) if c.get("verdict") not in ("pass", None)]
+        events.append({"when": _iso(evaluation.created), "at": evaluation.created, "kind": "evaluation",
+                       "evaluation": evaluation.pk, "verdict": evaluation.verdict,
+                       "job": str(evaluation.job.code) if evaluation.job_id else "",
+                       "short": str(evaluation.job.code)[:8] if evaluation.job_id else "",
+                       "criteria": [k for k in failed if k], "final": until is not None and evaluation.pk == until.pk})
+    for event in AuditEvent.objects.filter(pilot=gate.pilot, object_type="gate", object_id=str(gate.pk),
+                                           action__in=["gate.extended", "gate.reject"]).order_by("created", "id"):
+        if limit is not None and event.created > limit:
+            continue
+        events.append({"when": _iso(event.created), "at": event.created,
+                       "kind": "review-extended" if event.action == "gate.extended" else "rejected",
+                       "who": event.actor_label, "reason": (event.detail or {}).get("comment", "")})
+    events.sort(key=lambda e: (e["at"], {"run": 0, "rerun": 0, "evaluation": 1, "extended": 2}.get(e["kind"], 3)))
+    for event in events:
+        event.pop("at")
+    return events
+
+
+def history_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts a reader needs at a glance: runs, marginal evaluations, extensions, steps added, rejections."""
+    return {"runs": sum(1 for e in history if e["kind"] in ("run", "rerun")),
+            "marginal": sum(1 for e in history if e["kind"] == "evaluation" and e["verdict"] == "marginal"),
+            "extensions": sum(1 for e in history if e["kind"] in ("extended", "review-extended")),
+            "added_steps": sum(e.get("added_steps") or 0 for e in history if e["kind"] == "extended"),
+            "rejections": sum(1 for e in history if e["kind"] == "rejected")}
 
 
 def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dict[str, Any]:
@@ -147,14 +217,25 @@ def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dic
     simulated = (bool(evaluation.simulated) or bool(verdict.get("simulated")) or any(a["simulated"] for a in attachments)
                  or any(item.get("simulated") for item in inventory))
     signoffs = [signoff_context(s) for s in gate.signoffs.filter(evaluation=evaluation).select_related("person", "gate")]
+    history = gate_history(gate, evaluation)
     return {
         "kind": "gate", "simulated": simulated, "pilot": pilot_context(gate.pilot), "gate": gate_context(gate),
+        "history": history, "history_summary": history_summary(history),
+        "trace": _trace(gate, evaluation),
         "evaluation": {"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
                        "plan_version": evaluation.plan_version.number, "job": str(evaluation.job.code) if evaluation.job_id else "",
                        "evidence_sha256": evidence_sha256(evaluation)},
         "verdict": verdict, "signoffs": signoffs, "inventory": inventory, "extended": extension_history(evaluation),
         "attachments": attachments, "missing_inputs": missing, "signing": signing_context(),
     }
+
+
+def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
+    from gates.traces import TRACE_GATE, trace_of_job
+
+    if gate.number != TRACE_GATE or evaluation is None:
+        return None
+    return trace_of_job(evaluation.job) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
 
 
 # --- the procurement report ------------------------------------------------------------------------
@@ -176,8 +257,12 @@ def interpolate(points: list[tuple[float, float]], at: float) -> tuple[float | N
     return None, "outside"
 
 
-def projections(evaluations: dict[int, Evaluation], concurrency: int) -> list[dict[str, Any]]:
-    """The G3/G4 comparisons (speed-up, reduction, gain) carried to the customer's concurrency."""
+def projections(evaluations: dict[int, Evaluation], concurrency: int, *, customer_trace: bool = False) -> list[dict[str, Any]]:
+    """The G3/G4 comparisons (speed-up, reduction, gain) carried to the customer's concurrency.
+
+    A G4 replay is the customer's traffic only when G4 replayed the customer's own trace; a replay of the
+    generated sample trace is marked "sample-trace".
+    """
     rows = []
     for number in (3, 4):
         evaluation = evaluations.get(number)
@@ -195,73 +280,97 @@ def projections(evaluations: dict[int, Evaluation], concurrency: int) -> list[di
                    "levels": sorted(int(c["concurrency"]) for c in cells)}
             if criterion.get("phase") == "replay" or not cells:
                 # A replay of the customer's own trace already is their traffic: no projection needed.
-                row.update(value=criterion.get("value"), low=(criterion.get("ci") or [None])[0], how="own-traffic"
-                           if criterion.get("phase") == "replay" else "measured-overall")
+                how = ("own-traffic" if customer_trace else "sample-trace") if criterion.get("phase") == "replay" \
+                    else "measured-overall"
+                row.update(value=criterion.get("value"), low=(criterion.get("ci") or [None])[0], how=how,
+                           ci=list(criterion.get("ci") or [None, None]))
             else:
                 value, how = interpolate([(float(c["concurrency"]), float(c["value"])) for c in cells], concurrency)
                 lows = [(float(c["concurrency"]), float(c["ci"][0])) for c in cells if c.get("ci")]
                 low, _ = interpolate(lows, concurrency) if len(lows) == len(cells) else (None, "")
-                row.update(value=value, low=low, how=how)
+                row.update(value=value, low=low, how=how, ci=_neighbour_envelope(cells, concurrency))
             rows.append(row)
     return rows
 
 
-def _records_session_tokens(evaluation: Evaluation | None) -> list[int]:
-    """Final context length (prompt + output tokens of its last turn) of each replayed session."""
-    if evaluation is None or not evaluation.job_id:
-        return []
-    longest: dict[str, int] = defaultdict(int)
-    budget = MAX_RECORDS_BYTES
-    for artifact in Artifact.objects.filter(job_id=evaluation.job_id).order_by("name"):
-        if not artifact.name.endswith(".jsonl") or artifact.size > budget:
-            continue
-        budget -= artifact.size
-        try:
-            lines = read_artifact(artifact).decode("utf-8", errors="replace").splitlines()
-        except ArtifactMismatch:
-            continue
-        for line in lines:
-            if '"replay"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("schema") == "fxpilot.request/1" and record.get("phase") == "replay" and record.get("session"):
-                tokens = int(record.get("prompt_tokens") or 0) + int(record.get("output_tokens") or 0)
-                key = f"{record.get('arm')}/{record['session']}"
-                longest[key] = max(longest[key], tokens)
-    return list(longest.values())
+def _neighbour_envelope(cells: list[dict], concurrency: int) -> list[float | None]:
+    """The interval at `concurrency`: the measured level's, or the envelope of the two neighbours' intervals."""
+    cells = sorted(cells, key=lambda c: c["concurrency"])
+    exact = [c for c in cells if int(c["concurrency"]) == concurrency]
+    if exact:
+        return list(exact[0].get("ci") or [None, None])
+    below = [c for c in cells if c["concurrency"] < concurrency][-1:]
+    above = [c for c in cells if c["concurrency"] > concurrency][:1]
+    bounds = [b for c in below + above for b in (c.get("ci") or []) if b is not None]
+    return [min(bounds), max(bounds)] if below and above and bounds else [None, None]
 
 
 def sizing(pilot: Pilot, g4: Evaluation | None) -> dict[str, Any]:
-    """KV bytes per token × session length × sessions kept → FX capacity, with where each number came from."""
+    """The capacity to buy (gates.sizing) from the session lengths of the trace G4 replayed."""
+    from gates.sizing import SessionLengths, SizingSettingsError, compute
+    from gates.traces import session_lengths_of_job
+
     deployment = pilot.deployment or {}
-    per_token, per_token_source = deployment.get("kv_bytes_per_token"), "pilot setting kv_bytes_per_token"
-    shape = KNOWN_MODELS.get(pilot.llm_model)
-    if not per_token and shape:
-        per_token = 2 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * shape["dtype_bytes"]
-        per_token_source = (f"2 × {shape['layers']} layers × {shape['kv_heads']} KV heads × {shape['head_dim']} "
-                            f"head dimension × {shape['dtype_bytes']} bytes (bf16) for {pilot.llm_model}")
-    lengths = _records_session_tokens(g4)
-    if lengths:
-        ordered = sorted(lengths)
-        mean = statistics.fmean(ordered)
-        p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
-        length_source = f"{len(ordered)} sessions of the G4 replay records (final context of each session)"
-    elif deployment.get("session_tokens"):
-        mean = p90 = float(deployment["session_tokens"])
-        length_source = "pilot setting session_tokens"
-    else:
-        mean = p90 = None
-        length_source = ""
-    result = {"kv_bytes_per_token": per_token, "kv_bytes_source": per_token_source if per_token else "",
-              "session_tokens_mean": mean, "session_tokens_p90": p90, "session_source": length_source,
-              "sessions_kept": pilot.sessions_kept, "capacity_bytes": None, "capacity_bytes_p90": None}
-    if per_token and mean:
-        result["capacity_bytes"] = float(per_token) * mean * pilot.sessions_kept
-        result["capacity_bytes_p90"] = float(per_token) * p90 * pilot.sessions_kept
+    lengths = session_lengths_of_job(g4.job if g4 is not None else None)
+    if not lengths.tokens and deployment.get("session_tokens"):
+        lengths = SessionLengths([int(deployment["session_tokens"])], "setting", "deployment setting session_tokens")
+    try:
+        result = compute(model=deployment.get("model") or pilot.llm_model, settings=pilot.sizing,
+                         vllm_flags=deployment.get("extra_vllm_flags") or [], lengths=lengths,
+                         sessions_kept=pilot.sessions_kept).as_dict()
+    except SizingSettingsError as error:
+        result = compute(model=deployment.get("model") or pilot.llm_model, settings={}, lengths=lengths,
+                         sessions_kept=pilot.sessions_kept).as_dict()
+        result["settings_error"] = str(error)
     return result
+
+
+def recompute_speedup(evaluations: dict[int, Evaluation], concurrency: int) -> dict[str, Any] | None:
+    """TTFT speed-up against full recompute at the customer's concurrency: measured, interpolated, or the nearest level.
+
+    Interpolated values carry the envelope of the two neighbouring levels' intervals (never narrower than either),
+    since the interpolation itself is not measured.
+    """
+    evaluation = evaluations.get(3)
+    criterion = next((c for c in ((evaluation.result or {}).get("criteria", []) if evaluation else [])
+                      if c.get("comparison") == "speedup" and c.get("baseline") == "recompute"), None)
+    if criterion is None:
+        return None
+    cells = sorted((c for c in criterion.get("cells") or [] if c.get("concurrency") and c.get("value") is not None),
+                   key=lambda c: c["concurrency"])
+    if not cells:
+        return None
+    row = {"key": criterion.get("key"), "verdict": criterion.get("verdict"), "threshold": criterion.get("threshold"),
+           "levels": [int(c["concurrency"]) for c in cells], "concurrency": concurrency}
+    exact = next((c for c in cells if int(c["concurrency"]) == concurrency), None)
+    if exact is not None:
+        return dict(row, how="measured", value=exact["value"], ci=list(exact.get("ci") or [None, None]), at=concurrency)
+    below = [c for c in cells if c["concurrency"] < concurrency]
+    above = [c for c in cells if c["concurrency"] > concurrency]
+    if below and above:
+        low, high = below[-1], above[0]
+        value, _ = interpolate([(float(low["concurrency"]), low["value"]), (float(high["concurrency"]), high["value"])],
+                               concurrency)
+        bounds = [b for c in (low, high) for b in (c.get("ci") or []) if b is not None]
+        return dict(row, how="interpolated", value=value, ci=[min(bounds), max(bounds)] if bounds else [None, None],
+                    between=[int(low["concurrency"]), int(high["concurrency"])], at=concurrency)
+    nearest = min(cells, key=lambda c: abs(math.log2(c["concurrency"]) - math.log2(concurrency)))
+    return dict(row, how="nearest", value=nearest["value"], ci=list(nearest.get("ci") or [None, None]),
+                at=int(nearest["concurrency"]))
+
+
+def decision(gates: list[dict[str, Any]], pilot: Pilot) -> dict[str, Any]:
+    """The overall outcome in one word and what it rests on: proven, halted at a gate, or not finished."""
+    verdicts = {item["gate"]["number"]: (item["evaluation"] or {}).get("verdict") for item in gates}
+    states = {item["gate"]["number"]: item["gate"]["state"] for item in gates}
+    failed = next((n for n in sorted(verdicts) if verdicts[n] == "fail" or states[n] == "failed"), None)
+    if failed is not None or pilot.state == Pilot.State.HALTED:
+        return {"outcome": "not-proven", "gate": failed, "reason": pilot.halted_reason}
+    if verdicts and all(v == "pass" for v in verdicts.values()):
+        signed = all(s == "signed_off" for s in states.values())
+        return {"outcome": "proven" if signed else "proven-unsigned", "gate": None, "reason": ""}
+    open_gate = next((n for n in sorted(verdicts) if verdicts[n] != "pass"), None)
+    return {"outcome": "incomplete", "gate": open_gate, "reason": ""}
 
 
 def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
@@ -269,7 +378,8 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     taken: set[str] = set()
     for gate in pilot.gates.order_by("number"):
         evaluation = gate.latest_evaluation
-        item = {"gate": gate_context(gate), "evaluation": None, "verdict": {}, "signoffs": []}
+        item = {"gate": gate_context(gate), "evaluation": None, "verdict": {}, "signoffs": [], "history": [],
+                "history_summary": history_summary([])}
         if evaluation is not None:
             evaluations[gate.number] = evaluation
             found, lost = evaluation_artifacts(evaluation, prefix=f"G{gate.number}/", taken=taken)
@@ -281,16 +391,24 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
                 verdict=dict(evaluation.result or {}), extended=extension_history(evaluation),
                 signoffs=[signoff_context(s) for s in gate.signoffs.filter(evaluation=evaluation).select_related("person", "gate")],
             )
+            item["history"] = gate_history(gate, evaluation)
+            item["history_summary"] = history_summary(item["history"])
         gates.append(item)
     plan_signoffs = [signoff_context(s) for s in
                      SignOff.objects.filter(pilot=pilot, plan_version__isnull=False).select_related("person", "plan_version")]
     inventory = inventories(pilot, evaluations[1].result if 1 in evaluations else None)
     simulated = (any(e.simulated or (e.result or {}).get("simulated") for e in evaluations.values())
                  or any(a["simulated"] for a in attachments) or any(i.get("simulated") for i in inventory))
+    from gates.traces import trace_of_job
+
+    g4 = evaluations.get(4)
     return {
         "kind": "procurement", "simulated": simulated, "pilot": pilot_context(pilot), "gate": None, "gates": gates,
+        "decision": decision(gates, pilot), "recompute": recompute_speedup(evaluations, pilot.customer_concurrency),
+        "trace": (trace_of_job(g4.job) if g4 is not None else None),
         "plan_signoffs": plan_signoffs, "inventory": inventory,
-        "projections": projections(evaluations, pilot.customer_concurrency),
+        "projections": projections(evaluations, pilot.customer_concurrency,
+                                   customer_trace=bool(g4 is not None and (trace_of_job(g4.job) or {}).get("customer"))),
         "sizing": sizing(pilot, evaluations.get(4)), "attachments": attachments, "missing_inputs": missing,
         "signing": signing_context(), "evaluation": None, "verdict": {},
         "plan_sha256": (pilot.signed_plan.sha256 if pilot.signed_plan else ""),

@@ -30,6 +30,7 @@ from gates.models import Gate, Party, Pilot, Role, SignOff
 from gates.reports.charts import gate_charts
 from gates.reports.context import read_attachment
 from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
+from gates.reports.words import procurement_summary
 from runners.artifacts import ArtifactMismatch
 
 VERDICT_LABELS = {
@@ -153,55 +154,8 @@ HOW_LABELS = {
     "measured": gettext_lazy("measured at your concurrency"), "interpolated": gettext_lazy("interpolated (log2 scale)"),
     "outside": gettext_lazy("outside the measured range: not projected"), "none": gettext_lazy("not measured"),
     "own-traffic": gettext_lazy("your own replayed traffic"), "measured-overall": gettext_lazy("measured (all levels)"),
+    "sample-trace": gettext_lazy("generated sample trace — not the customer's traffic"),
 }
-
-
-def _proves(gate: dict[str, Any], is_zh: bool) -> str:
-    return (gate.get("proves_zh") if is_zh else "") or gate.get("proves") or ""
-
-
-def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
-    """The plain-words first page: proven, not proven, what it means at the customer's concurrency."""
-    proven, not_proven = [], []
-    for item in context["gates"]:
-        gate, evaluation = item["gate"], item["evaluation"]
-        name = (gate.get("name_zh") if is_zh else "") or gate["name"]
-        verdict = evaluation["verdict"] if evaluation else ""
-        entry = {"label": gate["label"], "name": name, "proves": _proves(gate, is_zh),
-                 "signed_off": gate["state"] == "signed_off"}
-        if verdict == "pass":
-            proven.append(entry)
-        else:
-            reason = {
-                "": _("not evaluated, so its claim (%(proves)s) is not established."),
-                "marginal": _("the result was too close to the bar to decide (marginal): %(proves)s is not established."),
-                "fail": _("failed: %(proves)s does not hold on this cluster."),
-                "invalid": _("the measurement was not valid, so nothing was decided: %(proves)s is not established."),
-            }.get(verdict, _("not established."))
-            not_proven.append(dict(entry, reason=reason % {"proves": entry["proves"] or gate["label"]}))
-    concurrency = context["pilot"]["customer_concurrency"]
-    traffic = []
-    for row in context["projections"]:
-        if row["value"] is None:
-            continue
-        description = (row.get("description_zh") if is_zh else "") or row["description"]
-        value = fmt_value(row["value"], row["unit"])
-        if row["how"] == "own-traffic":
-            traffic.append(_("On a replay of your own sessions: %(what)s — measured %(value)s.")
-                           % {"what": description, "value": value})
-        else:
-            traffic.append(_("At %(n)s conversations in flight: %(what)s — %(value)s (%(how)s).")
-                           % {"n": concurrency, "what": description, "value": value, "how": HOW_LABELS[row["how"]]})
-    caveats = [_("The gain comes from stored conversations being reused. Short chats at low concurrency are rarely "
-                 "reused and gain little; long contexts, multi-turn chat, agents and coding assistants gain most.")]
-    levels = sorted({level for row in context["projections"] for level in row["levels"]})
-    if levels and not levels[0] <= concurrency <= levels[-1]:
-        caveats.append(_("Your concurrency (%(n)s) lies outside the measured levels (%(levels)s): the gain there was not "
-                         "measured.") % {"n": concurrency, "levels": ", ".join(map(str, levels))})
-    if context["simulated"]:
-        caveats.insert(0, _("Everything in this report comes from simulated nodes: nothing about the real array is proven."))
-    return {"proven": proven, "not_proven": not_proven, "traffic": traffic, "caveats": caveats,
-            "nodes": len(context.get("inventory") or []) or "—"}
 
 
 def _display_time(iso: str) -> str:
@@ -337,13 +291,14 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
                      charts=gate_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
                 for item in context["gates"]]
             extra["sizing_display"] = {
-                "per_token": fmt_bytes(context["sizing"]["kv_bytes_per_token"]),
-                "capacity": fmt_bytes(context["sizing"]["capacity_bytes"]),
-                "capacity_p90": fmt_bytes(context["sizing"]["capacity_bytes_p90"]),
+                "per_token": fmt_bytes(context["sizing"].get("kv_bytes_per_token")),
+                "kv": fmt_bytes(context["sizing"].get("kv_bytes")),
+                "capacity": fmt_bytes(context["sizing"].get("capacity_bytes")),
             }
             extra["projection_rows"] = [dict(row, value_display=fmt_value(row["value"], row["unit"]),
                                              how_label=HOW_LABELS.get(row["how"], row["how"]),
-                                             low_display=fmt_value(row["low"], row["unit"]))
+                                             low_display=fmt_value(row["low"], row["unit"]),
+                                             ci_display=fmt_interval(row.get("ci"), row["unit"]))
                                         for row in context["projections"]]
         is_zh = language.lower().startswith("zh")
         explanation = (context.get("verdict") or {}).get("explanation_zh" if is_zh else "explanation") or ""

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from datetime import UTC
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from gates.lifecycle import audit
 from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role
 from gates.reports import sign
-from gates.reports.context import gate_report_context, procurement_report_context
+from gates.reports.context import gate_report_context, procurement_report_context, root_certificate
 from gates.reports.render import ReportError, render_pdf
 from gates.reports.verify import VerificationResult, verify_pdf
 from runners.artifacts import ArtifactMismatch, evidence_storage, get_bytes, put_bytes
 
-__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "report_bytes", "report_path",
-           "signing_directory", "trust_roots", "verify_report_bytes"]
+__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "finish_pilot",
+           "latest_versions", "procurement_report_of", "report_bytes", "report_path", "signing_directory", "trust_roots",
+           "verify_report_bytes"]
 
 
 def signing_directory() -> Path:
@@ -90,25 +92,50 @@ def _require_verified(data: bytes, what: str) -> None:
 
 
 def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluation | None, language: str,
-          who) -> Report:
+          who, countersigner=None, supersedes: Report | None = None) -> Report:
+    """Render, sign as the vendor and, for a countersigned version, as the customer approver; then store."""
     language = normalise_language(language)
     signer = vendor_signer()
+    approver = _approver_signer(countersigner, pilot) if countersigner is not None else None
     code, created = uuid.uuid4(), timezone.now()
     context.update(code=str(code), created=created.isoformat(timespec="seconds"), language=language)
-    context["signing"]["signer"] = sign.signer_name(signer)
+    context["signing"].update(signer=sign.signer_name(signer), root=root_certificate())
+    if countersigner is not None:
+        with translation.override(language):
+            role = str(Role(Role.CUSTOMER_APPROVER).label)
+        context["signing"].update(
+            version=supersedes.version + 1 if supersedes else 1,
+            supersedes={"code": str(supersedes.code), "version": supersedes.version} if supersedes else None,
+            countersignature={"person": _name(countersigner), "role": role, "organisation": pilot.customer.name,
+                              "at": created.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")})
     pdf = render_pdf(context, language)
     what = f"{gate.label} report" if gate else "procurement report"
     signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
+    if approver is not None:
+        signed = sign.sign_pdf(signed, approver, field_name=sign.next_approver_field(signed),
+                               tsa_url=settings.FXPILOT_TSA_URL or None,
+                               reason=f"Approved by {_name(countersigner)} for {pilot.customer.name}",
+                               location=pilot.customer.name)
     _require_verified(signed, what)
     path, sha256 = _store(pilot, code, signed)
     report = Report.objects.create(
         code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
-        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1, created=created,
+        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=2 if approver else 1,
+        created=created, version=context["signing"]["version"], supersedes=supersedes,
+        countersigned_by=countersigner, countersigned_at=created if countersigner is not None else None,
     )
-    audit(pilot, who or "reports", "report.created", report, kind=report.kind, gate=gate.number if gate else None,
-          language=language, sha256=sha256, simulated=report.simulated)
+    if countersigner is None:
+        audit(pilot, who or "reports", "report.created", report, kind=report.kind, gate=gate.number if gate else None,
+              language=language, sha256=sha256, simulated=report.simulated)
+    else:
+        audit(pilot, countersigner, "report.countersigned", report, source=str(supersedes.code) if supersedes else "",
+              version=report.version, sha256=sha256)
     return report
+
+
+def _name(user) -> str:
+    return user.get_full_name() or user.get_username()
 
 
 def create_gate_report(gate: Gate, evaluation: Evaluation | None = None, *, language: str = "en", who=None) -> Report:
@@ -141,24 +168,48 @@ def _approver_signer(user, pilot: Pilot):
 
 
 def countersign(report: Report, user) -> Report:
-    """The customer approver's signature, added as a new incremental revision in a new file and row."""
+    """The customer approver's signature: a new version rendered now (sign-offs and history as they stand), signed by
+    the vendor and then by the approver, superseding `report`. The earlier file stays as it was."""
     pilot = report.pilot
     if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
         raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
+    if report.is_superseded:
+        raise ReportError(f"report {report.code} is superseded by a later version; countersign that one")
     data = report_bytes(report)
     check = verify_report_bytes(data)
     if not check.ok:
         raise ReportError(f"{report.path} does not verify, so it is not countersigned: {'; '.join(check.reasons)}")
-    signer = _approver_signer(user, pilot)
-    name = user.get_full_name() or user.get_username()
-    signed = sign.sign_pdf(data, signer, field_name=sign.next_approver_field(data), tsa_url=settings.FXPILOT_TSA_URL or None,
-                           reason=f"Approved by {name} for {pilot.customer.name}", location=pilot.customer.name)
-    _require_verified(signed, f"countersigned {report.path}")
-    code = uuid.uuid4()
-    path, sha256 = _store(pilot, code, signed)
-    new = Report.objects.create(
-        code=code, pilot=pilot, gate=report.gate, evaluation=report.evaluation, kind=report.kind, language=report.language,
-        path=path, sha256=sha256, size=len(signed), simulated=report.simulated, signatures=report.signatures + 1,
-    )
-    audit(pilot, user, "report.countersigned", new, source=str(report.code), sha256=sha256)
-    return new
+    if report.kind == Report.Kind.GATE:
+        if report.evaluation_id is None:
+            raise ReportError(f"report {report.code} no longer names the evaluation it reported; make a new gate report")
+        gate = Gate.objects.select_related("pilot").get(pk=report.gate_id)  # its state now, not when first reported
+        context = gate_report_context(gate, Evaluation.objects.get(pk=report.evaluation_id))
+    else:
+        context = procurement_report_context(pilot)
+    return _make(context, pilot=Pilot.objects.get(pk=pilot.pk), gate=report.gate, evaluation=report.evaluation,
+                 language=report.language, who=user, countersigner=user, supersedes=report)
+
+
+def latest_versions(reports) -> list[Report]:
+    """Reports with every superseded version left out (the list a reader needs; the history keeps the rest)."""
+    reports = list(reports)
+    superseded = {r.supersedes_id for r in reports if r.supersedes_id}
+    return [r for r in reports if r.pk not in superseded]
+
+
+def finish_pilot(pilot: Pilot, *, who=None, language: str = "en") -> Report | None:
+    """The pilot's last act: the procurement report once G4 is signed off (none twice for the same evidence)."""
+    pilot.refresh_from_db()
+    g4 = pilot.gates.filter(number=4).first()
+    if g4 is None or g4.state != Gate.State.SIGNED_OFF:
+        return None
+    latest = g4.latest_evaluation
+    done = Report.objects.filter(pilot=pilot, kind=Report.Kind.PROCUREMENT, language=language,
+                                 created__gte=latest.created if latest else pilot.created).first()
+    return done or create_procurement_report(pilot, language=language, who=who or "reports")
+
+
+def procurement_report_of(pilot: Pilot) -> Report | None:
+    """The report pinned on a completed pilot: the latest version of its procurement report."""
+    reports = latest_versions(pilot.reports.filter(kind=Report.Kind.PROCUREMENT).order_by("-created"))
+    return reports[0] if reports else None

@@ -72,3 +72,25 @@ def test_an_ecdsa_key_is_refused_because_it_breaks_pdf_a(tmp_path, ca):
 def test_a_certificate_of_another_key_is_refused(ca, other_ca):
     with pytest.raises(sign.SigningError, match="does not belong to the key"):
         sign.load_signer(ca / "signer-key.pem", other_ca / "signer-cert.pem")
+
+
+def test_every_command_takes_the_short_code_the_portal_shows(signed_pilot):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from gates.codes import CodeNotFound, find_by_code
+    from gates.models import Pilot
+    from runners.management.commands.run_gate import find_pilot
+
+    pilot = signed_pilot.pilot
+    short = str(pilot.code)[:8]
+    assert find_by_code(Pilot.objects.all(), short, "pilot") == pilot == find_pilot(short)
+    assert find_by_code(Pilot.objects.all(), short.upper(), "pilot") == pilot
+    with pytest.raises(CodeNotFound, match="first 4"):
+        find_by_code(Pilot.objects.all(), "abc", "pilot")
+    with pytest.raises(CommandError, match="no pilot matches 'ffff0000'"):
+        call_command("make_report", "ffff0000", "G1", stdout=StringIO())
+    with pytest.raises(CommandError, match="no evaluation"):
+        call_command("make_report", short, "G1", stdout=StringIO())

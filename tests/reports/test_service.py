@@ -19,13 +19,21 @@ from runners.artifacts import store_bytes
 from runners.models import Job
 
 
-def _evaluate(pilot, number: int) -> Evaluation:
-    """Judge synthetic Table-1 inputs with the real judge, storing them as the job's artifacts."""
+CUSTOMER_TRACE = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n" + b"".join(
+    f"s{i},1,{20000 + 1000 * i},100,{i}.0\ns{i},2,{20500 + 1000 * i},200,{i + 30}.0\n".encode() for i in range(10))
+
+
+def _evaluate(pilot, number: int, *, trace: bytes | None = CUSTOMER_TRACE) -> Evaluation:
+    """Judge synthetic Table-1 inputs with the real judge, storing them as the job's artifacts (G4: with a trace)."""
     files = synthetic.gate_inputs(number)
     gate = pilot.gate(number)
     job = Job.objects.create(pilot=pilot, gate=gate)
     for name, data in files:
         store_bytes(job, name, data, kind="records" if name.endswith(".jsonl") else "probe", simulated=True)
+    if number == 4:
+        from runners.steps import sample_trace
+
+        store_bytes(job, "customer-trace.csv" if trace else "sample-trace.csv", trace or sample_trace(), kind="trace")
     result = verdicts.evaluate(load_plan(), number, files)
     return Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict=result["verdict"],
                                      result=result, inputs=result["inputs"], simulated=result["simulated"])
@@ -102,9 +110,11 @@ def test_the_procurement_report_projects_the_gain_at_the_customers_concurrency(s
     replay = next(row for row in context["projections"] if row["key"] == "g4-replay-speedup")
     assert replay["how"] == "own-traffic"
     sizing = context["sizing"]
-    assert sizing["kv_bytes_per_token"] == 2 * 62 * 8 * 128 * 2
-    assert sizing["session_tokens_mean"] and "replay" in sizing["session_source"]
-    assert sizing["capacity_bytes"] == pytest.approx(sizing["kv_bytes_per_token"] * sizing["session_tokens_mean"] * 10000)
+    assert sizing["kv_bytes_per_token"] == 2 * 62 * 8 * 128 * 2 and sizing["kv_dtype_source"] == "vllm-default"
+    # The trace's sessions end at 20,700 … 29,700 tokens; p90 is the 9th of 10: 28,700 → 28,928 in 256-token chunks.
+    assert sizing["customer_sessions"] and sizing["session_tokens"] == 28700 and sizing["stored_tokens"] == 28928
+    assert sizing["kv_bytes"] == sizing["kv_bytes_per_token"] * 28928 * 10000
+    assert sizing["capacity_bytes"] == pytest.approx(sizing["kv_bytes"] * 1.10 * 1.0 * 1.25)
     report = service.create_procurement_report(pilot, language="zh-hans")
     result = service.verify_report_bytes(service.report_path(report).read_bytes())
     assert result.ok, result.reasons
@@ -156,7 +166,7 @@ def test_make_report_prints_the_stored_file_and_names_a_bad_argument(signed_pilo
     out = StringIO()
     call_command("make_report", str(signed_pilot.pilot.code), "G3", stdout=out)
     assert str(service.report_path(Report.objects.get())) in out.getvalue()
-    with pytest.raises(CommandError, match="no pilot with that code or name"):
+    with pytest.raises(CommandError, match="no pilot matches"):
         call_command("make_report", "no such pilot", "G3")
     with pytest.raises(CommandError, match="G7"):
         call_command("make_report", signed_pilot.pilot.name, "G7")

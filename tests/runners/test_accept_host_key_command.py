@@ -26,5 +26,5 @@ def test_an_engineer_scans_compares_and_accepts_a_host_key(simnodes, make_node):
 
 
 def test_an_unknown_node_code_is_named(db):
-    with pytest.raises(CommandError, match="no node with code nope"):
+    with pytest.raises(CommandError, match="no node matches .nope."):
         call_command("accept_host_key", "nope")

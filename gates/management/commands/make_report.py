@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from gates.codes import CodeNotFound, find_by_code
 from gates.models import Gate, Pilot
 from gates.plan import parse_gate_label
 from gates.reports import service
@@ -10,7 +11,8 @@ from gates.reports.sign import SigningError
 
 
 class Command(BaseCommand):
-    help = "Render, sign and store a report. PILOT is the pilot's code or exact name; GATE is G1–G4 or 'procurement'."
+    help = ("Render, sign and store a report. PILOT is the pilot's code, its short code (first 8 characters) or exact "
+            "name; GATE is G1–G4 or 'procurement'.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("pilot")
@@ -18,14 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--language", default="en", help="en or zh-hans")
 
     def handle(self, *args, **options) -> None:
-        pilot = Pilot.objects.filter(name=options["pilot"]).first()
-        if pilot is None:
-            try:
-                pilot = Pilot.objects.filter(code=options["pilot"]).first()
-            except Exception:  # noqa: BLE001 — not a UUID, so not a code either
-                pilot = None
-        if pilot is None:
-            raise CommandError(f"{options['pilot']!r}: no pilot with that code or name")
+        try:
+            pilot = find_by_code(Pilot.objects.all(), options["pilot"], "pilot", name_field="name")
+        except CodeNotFound as error:
+            raise CommandError(str(error)) from None
         try:
             if options["gate"].lower() == "procurement":
                 report = service.create_procurement_report(pilot, language=options["language"], who="make_report")

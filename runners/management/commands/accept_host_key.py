@@ -6,9 +6,9 @@
 """
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from gates.codes import CodeNotFound, find_by_code
 from gates.lifecycle import audit
 from runners.models import Node
 from runners.ssh import HostKeyChanged, HostKeyPending, SSHError, accept_host_key, connect
@@ -18,15 +18,15 @@ class Command(BaseCommand):
     help = "Show, record (--scan) or accept a node's pending SSH host key."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("node", help="the node's code (UUID)")
+        parser.add_argument("node", help="the node's code, short code (first 8 characters) or unique name")
         parser.add_argument("fingerprint", nargs="?", help="the SHA256:… fingerprint you verified with the node's admin")
         parser.add_argument("--scan", action="store_true", help="connect once to record the key the node offers")
 
     def handle(self, *args, **opts) -> None:
         try:
-            node = Node.objects.select_related("credential").get(code=opts["node"])
-        except (Node.DoesNotExist, ValidationError):
-            raise CommandError(f"no node with code {opts['node']}") from None
+            node = find_by_code(Node.objects.select_related("credential"), opts["node"], "node", name_field="name")
+        except CodeNotFound as error:
+            raise CommandError(str(error)) from None
         if opts["scan"]:
             try:
                 connect(node).close()

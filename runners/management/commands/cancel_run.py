@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from gates.codes import CodeNotFound, find_by_code
 from runners.models import Job
 from runners.orchestration import request_cancel, wait_for
 
@@ -16,11 +17,10 @@ class Command(BaseCommand):
         parser.add_argument("--as", dest="actor", default="cancel_run", help="who cancels, for the audit log")
 
     def handle(self, *args, job: str, wait: float, actor: str, **options) -> None:
-        prefix = job.strip().lower()
-        matches = [j for j in Job.objects.all() if str(j.code).startswith(prefix)] if len(prefix) >= 4 else []
-        if len(matches) != 1:
-            raise CommandError(f"{'no' if not matches else 'more than one'} run matches {job!r}")
-        the_job = matches[0]
+        try:
+            the_job = find_by_code(Job.objects.all(), job, "run")
+        except CodeNotFound as error:
+            raise CommandError(str(error)) from None
         if the_job.is_finished:
             self.stdout.write(f"run {the_job.code} has already ended ({the_job.status})")
             return

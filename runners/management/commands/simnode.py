@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from gates.codes import CodeNotFound, find_by_code
 from gates.models import Pilot
 from runners.credentials import create_credential
 from runners.models import Node, Site
@@ -193,13 +193,13 @@ class Command(BaseCommand):
             raise CommandError("registering needs the generated user key; drop --authorized-key")
         try:
             if opts["register_site"]:
-                site = Site.objects.get(code=opts["register_site"])
+                site = find_by_code(Site.objects.all(), opts["register_site"], "site")
             else:
-                pilot = Pilot.objects.get(code=opts["pilot"])
+                pilot = find_by_code(Pilot.objects.all(), opts["pilot"], "pilot", name_field="name")
                 site, _ = Site.objects.get_or_create(pilot=pilot, name="Simulated site",
                                                      defaults={"queue": f"sim-{str(pilot.code)[:8]}"})
-        except (Site.DoesNotExist, Pilot.DoesNotExist, ValidationError):
-            raise CommandError(f"no such site/pilot: {opts['register_site'] or opts['pilot']}") from None
+        except CodeNotFound as error:
+            raise CommandError(str(error)) from None
         with transaction.atomic():
             credential = create_credential(site, f"simnode key ({key_path.parent.name})", key_path.read_text())
             nodes = []

@@ -1,0 +1,234 @@
+"""The procurement report's first page in plain words, in the active language (gettext).
+
+Pure: it reads the context built by context.py and returns sentences. Every figure carries its interval
+and says whether it was measured at the customer's concurrency, interpolated between two measured
+levels, or measured at another level only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+ARM_NAMES = {
+    "local_nvme": gettext_lazy("one local NVMe disk"), "recompute": gettext_lazy("full recompute (no stored cache)"),
+    "dram": gettext_lazy("host memory only"), "hbm": gettext_lazy("GPU memory only"),
+}
+GATE_REASONS = {
+    "": gettext_lazy("not evaluated, so its claim (%(proves)s) is not established."),
+    "marginal": gettext_lazy("the result was too close to the bar to decide (marginal): %(proves)s is not established."),
+    "fail": gettext_lazy("failed: %(proves)s does not hold on this cluster."),
+    "invalid": gettext_lazy("the measurement was not valid, so nothing was decided: %(proves)s is not established."),
+}
+
+
+def number(value: float | None, places: int | None = None) -> str:
+    if value is None:
+        return "—"
+    if places is None:
+        places = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:,.{places}f}"
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f} %"
+
+
+def times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}×"
+
+
+def tera(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e12:,.1f} TB"
+
+
+def _figure(value: float | None, unit: str) -> str:
+    return times(value) if unit == "×" else percent(value) if unit == "fraction" else number(value)
+
+
+def _interval(ci: list | None, unit: str) -> str:
+    low, high = (list(ci or []) + [None, None])[:2]
+    if low is None or high is None:
+        return _("no interval")
+    return _("95 %% interval %(low)s to %(high)s") % {"low": _figure(low, unit), "high": _figure(high, unit)}
+
+
+def arm_name(arm: str, fx_model: str) -> str:
+    return fx_model if arm == "fx" else str(ARM_NAMES.get(arm, arm))
+
+
+def gain_sentence(row: dict[str, Any], fx_model: str, concurrency: int) -> str | None:
+    """One comparison as a reader says it: what is faster or larger, by how much, against what, and how we know."""
+    value, unit = row.get("value"), row.get("unit", "")
+    if value is None:
+        return None
+    args = {"fx": arm_name(row.get("candidate") or "fx", fx_model), "base": arm_name(row.get("baseline") or "", fx_model),
+            "value": _figure(value, unit), "interval": _interval(row.get("ci"), unit), "n": concurrency}
+    metric, comparison = row.get("metric"), row.get("comparison")
+    if comparison == "speedup" and metric == "ttft":
+        what = _("with %(fx)s the first token arrives %(value)s sooner than with %(base)s (%(interval)s)") % args
+    elif comparison == "reduction" and metric == "ttft":
+        what = _("with %(fx)s the time to the first token is %(value)s shorter than with %(base)s (%(interval)s)") % args
+    elif comparison == "gain" and metric == "throughput":
+        what = _("with %(fx)s the servers produce %(value)s more tokens per second than with %(base)s (%(interval)s)") % args
+    else:
+        what = _("%(fx)s against %(base)s: %(value)s (%(interval)s)") % args
+    how = row.get("how")
+    if how == "own-traffic":
+        return _("On a replay of your own sessions, %(what)s.") % {"what": what}
+    if how == "sample-trace":
+        return _("On a replay of a generated sample trace — not the customer's traffic — %(what)s.") % {"what": what}
+    if how == "measured":
+        return _("At %(n)s conversations in flight (measured there), %(what)s.") % dict(args, what=what)
+    if how == "interpolated":
+        return _("At %(n)s conversations in flight (interpolated between the measured levels %(levels)s; the interval "
+                 "spans both levels' intervals), %(what)s.") % dict(
+            args, what=what, levels=" – ".join(map(str, _neighbours(row.get("levels") or [], concurrency))))
+    if how == "measured-overall":
+        return _("Over all measured levels, %(what)s.") % {"what": what}
+    return None
+
+
+def _neighbours(levels: list[int], concurrency: int) -> list[int]:
+    below = [x for x in levels if x < concurrency][-1:]
+    above = [x for x in levels if x > concurrency][:1]
+    return below + above
+
+
+def recompute_sentence(row: dict[str, Any] | None, fx_model: str) -> str:
+    if not row or row.get("value") is None:
+        return _("The speed-up against full recompute was not measured.")
+    args = {"fx": fx_model, "value": times(row["value"]), "interval": _interval(row.get("ci"), "×"),
+            "n": row["concurrency"], "at": row.get("at"), "between": " – ".join(map(str, row.get("between") or []))}
+    if row["how"] == "measured":
+        return _("Against full recompute: at your %(n)s conversations in flight, %(fx)s brings the first token "
+                 "%(value)s sooner (%(interval)s), measured at that concurrency.") % args
+    if row["how"] == "interpolated":
+        return _("Against full recompute: at your %(n)s conversations in flight, about %(value)s sooner "
+                 "(%(interval)s) — interpolated between %(between)s, not measured at %(n)s.") % args
+    return _("Against full recompute: %(value)s sooner (%(interval)s) at %(at)s conversations in flight, the only "
+             "level where recompute was measured; your %(n)s were not measured against recompute, so this is the "
+             "nearest evidence, not a projection.") % args
+
+
+def decision_sentence(context: dict[str, Any], units: int | None) -> str:
+    d, pilot = context["decision"], context["pilot"]
+    fx = pilot["model_under_test"]
+    names = {item["gate"]["number"]: item["gate"] for item in context["gates"]}
+    label = (lambda n: f"G{n} " + (names[n].get("name_zh") or names[n]["name"]
+                                    if context.get("is_zh") else names[n]["name"])) if names else (lambda n: f"G{n}")
+    if d["outcome"] == "proven":
+        if units:
+            sentence = _("Decision: proven — %(fx)s met every bar of all four gates and both parties signed each "
+                         "off; buying %(units)s %(fx)s unit(s) for this workload rests on measured evidence.") % {
+                "fx": fx, "units": units}
+        else:
+            sentence = _("Decision: proven — %(fx)s met every bar of all four gates and both parties signed each "
+                         "off.") % {"fx": fx}
+    elif d["outcome"] == "proven-unsigned":
+        sentence = _("Decision: not final — every gate passed, but not every gate is signed off by both parties yet.")
+    elif d["outcome"] == "not-proven":
+        sentence = _("Decision: not proven — the pilot stopped at %(gate)s, whose bar was missed; the gain is not "
+                     "established and nothing should be bought on this evidence.") % {
+            "gate": label(d["gate"]) if d.get("gate") in names else _("a gate")}
+    else:
+        sentence = _("Decision: not yet — %(gate)s has not passed, so the pilot has not proven the gain.") % {
+            "gate": label(d["gate"]) if d.get("gate") in names else _("a gate")}
+    if context.get("simulated"):
+        sentence += " " + _("Simulated — not evidence: these results come from simulated nodes.")
+    trace = context.get("trace")
+    if trace is not None and not trace.get("customer"):
+        sentence += " " + _("G4 replayed a generated sample trace — not the customer's traffic.")
+    return sentence
+
+
+def sizing_sentences(s: dict[str, Any], fx: str) -> list[str]:
+    """The capacity to buy, step by step, and what is missing to give the number of units."""
+    lines = []
+    if s.get("kv_bytes_per_token"):
+        lines.append(_("Each token of context keeps %(bytes)s bytes of KV cache: 2 × %(layers)s layers × %(heads)s KV "
+                       "heads × %(dim)s head dimension × %(dtype_bytes)s byte(s) of %(dtype)s.") % {
+            "bytes": f"{s['kv_bytes_per_token']:,}", "layers": s["layers"], "heads": s["kv_heads"], "dim": s["head_dim"],
+            "dtype_bytes": s["kv_bytes_per_token"] // (2 * s["layers"] * s["kv_heads"] * s["head_dim"]), "dtype": s["kv_dtype"]})
+    sessions = s.get("sessions") or {}
+    if s.get("session_tokens"):
+        source = {"customer-trace": _("your trace"), "sample-trace": _("a generated sample trace — not your sessions"),
+                  "setting": _("the pilot setting session_tokens")}.get(s["session_source"], s["session_source"])
+        lines.append(_("Sessions: %(retained)s kept for reuse, each sized at the %(stat)s length of %(tokens)s tokens "
+                       "(%(source)s; %(count)s sessions, mean %(mean)s), stored in chunks of %(chunk)s tokens.") % {
+            "retained": f"{s['sessions_retained']:,}", "stat": s["session_statistic"],
+            "tokens": f"{int(s['session_tokens']):,}", "source": source, "count": sessions.get("sessions") or 1,
+            "mean": number(sessions.get("mean"), 0), "chunk": s["chunk_tokens"]})
+        if not s.get("customer_sessions"):
+            lines.append(_("This sizing is not based on the customer's sessions."))
+    if s.get("capacity_bytes"):
+        lines.append(_("KV cache to keep: %(kv)s; with %(fs)s file-system overhead, redundancy ×%(red)s and %(head)s "
+                       "headroom: %(total)s to buy.") % {
+            "kv": tera(s["kv_bytes"]), "fs": percent(s["fs_overhead"]), "red": number(s["redundancy"], 1),
+            "head": percent(s["headroom"]), "total": tera(s["capacity_bytes"])})
+    if s.get("fx_units"):
+        lines.append(_("That is %(units)s %(fx)s unit(s) of %(each)s usable each.") % {
+            "units": s["fx_units"], "fx": fx, "each": f"{s['fx_unit_usable_tb']:,.1f} TB"})
+    elif s.get("capacity_bytes"):
+        lines.append(_("The number of %(fx)s units cannot be given: the usable capacity of one unit is not published; "
+                       "set the sizing setting fx_unit_usable_tb.") % {"fx": fx})
+    else:
+        lines.append(_("The capacity cannot be computed yet: %(missing)s missing.") % {
+            "missing": ", ".join(s.get("missing") or []) or "—"})
+    if s.get("settings_error"):
+        lines.append(_("The pilot's sizing settings were refused (%(error)s); the defaults were used.") % {
+            "error": s["settings_error"]})
+    return lines
+
+
+def sizing_sources(s: dict[str, Any]) -> dict[str, str]:
+    dtype = {"setting": _("sizing setting kv_cache_dtype"), "setting-auto": _("sizing setting kv_cache_dtype auto: the model's dtype"),
+             "vllm-flag": _("the deployment's --kv-cache-dtype flag"),
+             "vllm-default": _("vLLM's default kv-cache dtype auto: the model's activation dtype")}.get(s.get("kv_dtype_source"), "")
+    sessions = {"customer-trace": _("the customer's trace replayed by G4"),
+                "sample-trace": _("a generated sample trace — not the customer's traffic; this sizing is not based on "
+                                  "the customer's sessions"),
+                "setting": _("the pilot setting session_tokens")}.get(s.get("session_source"), "")
+    detail = s.get("session_detail") or ""
+    return {"dtype": dtype, "sessions": f"{sessions} ({detail})" if detail and s.get("session_source") != "setting" else sessions}
+
+
+def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
+    """The plain-words first page: the decision, gains, recompute, capacity; proven and not proven."""
+    pilot = context["pilot"]
+    fx, concurrency = pilot["model_under_test"], pilot["customer_concurrency"]
+    proven, not_proven = [], []
+    for item in context["gates"]:
+        gate, evaluation = item["gate"], item["evaluation"]
+        name = (gate.get("name_zh") if is_zh else "") or gate["name"]
+        verdict = evaluation["verdict"] if evaluation else ""
+        proves = (gate.get("proves_zh") if is_zh else "") or gate.get("proves") or gate["label"]
+        entry = {"label": gate["label"], "name": name, "proves": proves, "signed_off": gate["state"] == "signed_off",
+                 "history": item.get("history_summary") or {}}
+        if verdict == "pass":
+            proven.append(entry)
+        else:
+            not_proven.append(dict(entry, reason=str(GATE_REASONS.get(verdict, gettext_lazy("not established.")))
+                                   % {"proves": proves}))
+    # The closed-loop speed-up against recompute has its own sentence (recompute_sentence); a replay's is a gain here.
+    rows = [row for row in context["projections"] if row.get("baseline") != "recompute" or row.get("phase") == "replay"]
+    gains = [sentence for row in rows if (sentence := gain_sentence(row, fx, concurrency))]
+    caveats = [_("The gain comes from stored conversations being reused. Short chats at low concurrency are rarely "
+                 "reused and gain little; long contexts, multi-turn chat, agents and coding assistants gain most.")]
+    levels = sorted({level for row in context["projections"] for level in row["levels"]})
+    if levels and not levels[0] <= concurrency <= levels[-1]:
+        caveats.append(_("Your concurrency (%(n)s) lies outside the measured levels (%(levels)s): the gain there was not "
+                         "measured.") % {"n": concurrency, "levels": ", ".join(map(str, levels))})
+    if context["simulated"]:
+        caveats.insert(0, _("Everything in this report comes from simulated nodes: nothing about the real array is proven."))
+    sizing = context.get("sizing") or {}
+    return {
+        "decision": decision_sentence(dict(context, is_zh=is_zh), sizing.get("fx_units")),
+        "outcome": context["decision"]["outcome"], "gains": gains,
+        "recompute": recompute_sentence(context.get("recompute"), fx), "sizing": sizing_sentences(sizing, fx),
+        "units": sizing.get("fx_units"), "sources": sizing_sources(sizing),
+        "display": {"fs_overhead": percent(sizing.get("fs_overhead")), "headroom": percent(sizing.get("headroom"))},
+        "proven": proven, "not_proven": not_proven, "caveats": caveats,
+        "nodes": len(context.get("inventory") or []) or "—",
+    }

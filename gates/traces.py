@@ -1,0 +1,161 @@
+"""The customer's session trace for G4: validated as the workload client reads it, hashed, summarised, kept.
+
+A trace is uploaded on the G4 gate page (or given to `run_gate --trace`) before the run. G4 starts only
+with one, unless the signed plan's G4 says `sample_trace: allowed`; then it replays a generated sample
+trace and every page and report says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
+
+from gates.models import CustomerTrace, Gate, Party
+from gates.sizing import SessionLengths, quantile, trace_session_lengths
+
+TRACE_GATE = 4
+SAMPLE_TRACE_NOTICE = _("generated sample trace — not the customer's traffic")
+HISTOGRAM_EDGES = (1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+
+
+class TraceRefused(ValueError):
+    """A trace that cannot be used, with the line and column at fault."""
+
+
+def parse(data: bytes, name: str = "customer-trace.csv") -> list:
+    """The trace's turns, read exactly as the workload client will; errors name `name`, the line and the column."""
+    from runners.remote.workload import TraceError, load_trace
+
+    if not data:
+        raise TraceRefused(f"{name}: the file is empty")
+    with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
+        handle.write(data)
+        handle.flush()
+        try:
+            return load_trace(handle.name)
+        except TraceError as error:
+            raise TraceRefused(str(error).replace(handle.name, name)) from None
+
+
+def length_summary(tokens: list[int]) -> dict[str, Any]:
+    """Session-length statistics and a histogram (upper edge in tokens, sessions) for people and for sizing."""
+    ordered = sorted(tokens)
+    if not ordered:
+        return {}
+    counts, lower = [], 0
+    for edge in (*HISTOGRAM_EDGES, None):
+        count = sum(1 for t in ordered if t > lower and (edge is None or t <= edge))
+        if count or (edge is not None and lower < ordered[-1]):
+            counts.append([edge, count])
+        if edge is None or edge >= ordered[-1]:
+            break
+        lower = edge
+    return {"mean": sum(ordered) / len(ordered), "min": ordered[0], "p50": quantile(ordered, 0.5),
+            "p90": quantile(ordered, 0.9), "max": ordered[-1], "histogram": counts}
+
+
+def summarise(data: bytes, name: str) -> dict[str, Any]:
+    turns = parse(data, name)
+    tokens = trace_session_lengths(turns)
+    return {"sessions": len(tokens), "turns": len(turns), "lengths": length_summary(tokens)}
+
+
+def _store_file(pilot_code: str, sha256: str, data: bytes) -> str:
+    relative = Path("traces") / pilot_code / f"{sha256}.csv"
+    target = Path(settings.DATA_DIR) / relative
+    if target.exists():
+        return str(relative)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return str(relative)
+
+
+def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
+    """Validate, hash and keep the customer's trace for `gate` (G4); a bad file is refused and nothing is stored."""
+    from gates.lifecycle import audit
+
+    if gate.number != TRACE_GATE:
+        raise TraceRefused(f"a trace is replayed by G{TRACE_GATE} only, not by {gate.label}")
+    name = Path(name or "customer-trace.csv").name[:200]
+    summary = summarise(data, name)
+    sha256 = hashlib.sha256(data).hexdigest()
+    trace = CustomerTrace.objects.create(
+        pilot=gate.pilot, gate=gate, name=name, path=_store_file(str(gate.pilot.code), sha256, data), sha256=sha256,
+        size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
+        uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
+    )
+    audit(gate.pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, sessions=trace.sessions, turns=trace.turns)
+    return trace
+
+
+def current(gate: Gate) -> CustomerTrace | None:
+    """The trace the next G4 run replays: the latest uploaded."""
+    return gate.traces.order_by("-created", "-id").first() if gate.number == TRACE_GATE else None
+
+
+def read(trace: CustomerTrace) -> bytes:
+    data = (Path(settings.DATA_DIR) / trace.path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != trace.sha256:
+        raise TraceRefused(f"{trace.name}: the stored file no longer hashes to {trace.sha256}")
+    return data
+
+
+def sample_allowed(gate: Gate) -> bool:
+    """Whether the signed plan's G4 explicitly allows a generated sample trace (`sample_trace: allowed`)."""
+    version = gate.pilot.signed_plan
+    for item in (version.document.get("gates", []) if version else []):
+        if item.get("number") == gate.number:
+            return str(item.get("sample_trace", "")).strip().lower() == "allowed"
+    return False
+
+
+def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
+    """(bytes, row) of the trace G4 must replay; (None, None) when the plan allows the sample trace; else refused."""
+    trace = current(gate)
+    if trace is not None:
+        return read(trace), trace
+    if sample_allowed(gate):
+        return None, None
+    raise TraceRefused(f"{gate.label} needs the customer's session trace: upload it on the {gate.label} page or give "
+                       "run_gate --trace FILE (the signed plan does not allow a generated sample trace)")
+
+
+def session_lengths_of_job(job) -> SessionLengths:
+    """Session lengths of the trace a G4 run replayed: the customer's (from its CSV) or the generated sample."""
+    from runners.artifacts import read_artifact
+
+    if job is None:
+        return SessionLengths([], "")
+    artifact = job.artifacts.filter(kind="trace").order_by("name").first()
+    if artifact is None:
+        return SessionLengths([], "")
+    try:
+        turns = parse(read_artifact(artifact), artifact.name)
+    except (TraceRefused, OSError, ValueError):
+        return SessionLengths([], "")
+    source = "sample-trace" if artifact.name.startswith("sample") else "customer-trace"
+    return SessionLengths(trace_session_lengths(turns), source, f"{artifact.name} sha256 {artifact.sha256}")
+
+
+def trace_of_job(job) -> dict[str, Any] | None:
+    """What a G4 run replayed, for pages and reports: {"customer": bool, "name", "sha256", "sessions", "lengths"}."""
+    if job is None:
+        return None
+    artifact = job.artifacts.filter(kind="trace").order_by("name").first()
+    if artifact is None:
+        return None
+    lengths = session_lengths_of_job(job)
+    return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
+            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens)}

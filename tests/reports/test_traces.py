@@ -39,11 +39,18 @@ def test_g4_needs_the_customers_trace_unless_the_plan_allows_a_sample(signed_pil
     gate = signed_pilot.pilot.gate(4)
     with pytest.raises(traces.TraceRefused, match="needs the customer's session trace"):
         traces.trace_for_run(gate)
-    version = signed_pilot.pilot.signed_plan
+    with pytest.raises(traces.TraceRefused, match="G4 only"):
+        traces.upload(signed_pilot.pilot.gate(3), GOOD, "t.csv", signed_pilot.bob, "customer")
+
+
+def test_a_plan_that_says_so_lets_g4_replay_the_generated_sample(demo):
+    from gates import lifecycle
+
+    version = demo.pilot.latest_plan
     for item in version.document["gates"]:
         if item["number"] == 4:
             item["sample_trace"] = "allowed"
     version.save(update_fields=["document"])
-    assert traces.trace_for_run(gate) == (None, None)
-    with pytest.raises(traces.TraceRefused, match="G4 only"):
-        traces.upload(signed_pilot.pilot.gate(3), GOOD, "t.csv", signed_pilot.bob, "customer")
+    lifecycle.sign_plan(version, demo.alice)
+    lifecycle.sign_plan(version, demo.bob)
+    assert traces.trace_for_run(demo.pilot.gate(4)) == (None, None)

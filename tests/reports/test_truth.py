@@ -89,7 +89,7 @@ def test_a_countersigned_report_is_a_new_version_that_says_who_signed(walked):
     text = _text(second)
     assert "Version 2, countersigned by Bob Wang (Customer approver, Example Cloud (demo customer))" in text
     assert "Gate state Signed off" in text
-    assert f"supersedes report {first.code} (version 1)" in text
+    assert "It supersedes report" in text and str(first.code)[:8] in text and "(version 1)" in text
     assert "No decision has been recorded yet" not in text and "Approve" in text
     result = service.verify_report_bytes(service.report_path(second).read_bytes())
     assert result.ok and len(result.signatures) == 2, result.reasons

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gates', '0004_api_token'),
+        ('gates', '0005_plan_freeze_guards'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -12,11 +12,20 @@ from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from django.utils import translation
 from django.utils.translation import gettext as _
 
 FONT_STACK = "'DejaVu Sans', 'Noto Sans CJK SC', sans-serif"
+# WeasyPrint's SVG text takes the first family that exists and falls back through fontconfig, which prefers the
+# Japanese CJK face: a Chinese chart names the Simplified-Chinese face first.
+FONT_STACK_ZH = "'Noto Sans CJK SC', 'DejaVu Sans', sans-serif"
+
+
+def font_stack() -> str:
+    return FONT_STACK_ZH if (translation.get_language() or "").lower().startswith("zh") else FONT_STACK
 ARM_COLOURS = {"fx": "#0f766e", "local_nvme": "#c2410c", "recompute": "#6b7280", "dram": "#7c3aed", "hbm": "#2563eb"}
 EXTRA_COLOURS = ["#b91c1c", "#ca8a04", "#0369a1", "#be185d", "#4d7c0f"]
+BAR_COLOUR = "#dc2626"
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 46
 
@@ -113,7 +122,7 @@ def _text(x: float, y: float, text: str, *, size: int = 11, anchor: str = "middl
 def _frame(title: str, x_label: str, y_label: str, log_note: str) -> list[str]:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
-        f'font-family={quoteattr(FONT_STACK)} role="img" aria-label={quoteattr(title)}>',
+        f'font-family={quoteattr(font_stack())} role="img" aria-label={quoteattr(title)}>',
         _text(LEFT, 18, title, size=13, anchor="start", weight="bold"),
         _text((LEFT + WIDTH - RIGHT) / 2, HEIGHT - 8, x_label),
         _text(14, (TOP + HEIGHT - BOTTOM) / 2, y_label + log_note, rotate=True),
@@ -121,14 +130,28 @@ def _frame(title: str, x_label: str, y_label: str, log_note: str) -> list[str]:
     return parts
 
 
-def _legend(names: list[tuple[str, str]]) -> list[str]:
-    parts = []
+def _legend(names: list[tuple[str, str]], *, dashed: int | None = None) -> list[str]:
+    """Legend rows; from index `dashed` on, the rows are bars (dashed) and their label may wrap onto two lines."""
+    parts, y = [], TOP + 8
     for index, (label, colour) in enumerate(names):
-        y = TOP + 8 + index * 18
         x = WIDTH - RIGHT + 14
-        parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 18}" y2="{y}" stroke="{colour}" stroke-width="2.5"/>')
-        parts.append(_text(x + 24, y + 4, label, size=10, anchor="start"))
+        dash = ' stroke-dasharray="5 3"' if dashed is not None and index >= dashed else ""
+        parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 18}" y2="{y}" stroke="{colour}" stroke-width="2.5"{dash}/>')
+        lines = _wrap(label, 18) if dash else [label]
+        for number, line in enumerate(lines):
+            parts.append(_text(x + 24, y + 4 + number * 12, line, size=10, anchor="start"))
+        y += 18 + 12 * (len(lines) - 1)
     return parts
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    words, lines = text.split(" "), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}".strip()
+    return lines[:3]
 
 
 def _grid(y_axis: _Axis, x_ticks: list[float], x_pos, *, x_gridlines: bool) -> list[str]:
@@ -150,12 +173,19 @@ def _grid(y_axis: _Axis, x_ticks: list[float], x_pos, *, x_gridlines: bool) -> l
 
 
 def line_chart(series: dict[str, list[Point]], *, title: str, x_label: str, y_label: str,
-               categorical_x: bool = True, colours: dict[str, str] | None = None, log_note: str = " (log)") -> str:
-    """One line per series; x is categorical (concurrency levels evenly spaced) unless told otherwise."""
+               categorical_x: bool = True, colours: dict[str, str] | None = None, log_note: str = " (log)",
+               bars: list[tuple[str, list[Point]]] | None = None) -> str:
+    """One line per series; x is categorical (concurrency levels evenly spaced) unless told otherwise.
+
+    `bars` are the pass bars of the plan in the chart's units, drawn dashed in red with their label, so the
+    margin between a measured line and its bar can be seen.
+    """
     colours = colours or {}
+    bars = [(label, points) for label, points in (bars or []) if points]
     names = list(series)
-    xs = sorted({p.x for points in series.values() for p in points})
+    xs = sorted({p.x for points in series.values() for p in points} | {p.x for _, points in bars for p in points})
     ys = [v for points in series.values() for p in points for v in (p.y, p.low, p.high) if v is not None]
+    ys += [p.y for _, points in bars for p in points]
     plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
     y_axis = _Axis(ys or [0.0, 1.0], plot_bottom, plot_top, from_zero=True)
     if categorical_x:
@@ -182,7 +212,18 @@ def line_chart(series: dict[str, list[Point]], *, title: str, x_label: str, y_la
                 parts.append(f'<line x1="{x:.1f}" y1="{y_axis(p.low):.1f}" x2="{x:.1f}" y2="{y_axis(p.high):.1f}" '
                              f'stroke="{colour}" stroke-width="1"/>')
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
-    parts += _legend([(name, colours.get(name, arm_colour(name, names))) for name in names])
+    for _bar_label, points in bars:
+        points = sorted(points, key=lambda p: p.x)
+        if len(points) == 1:
+            x, y = x_pos(points[0].x), y_axis(points[0].y)
+            parts.append(f'<line class="bar" x1="{x - 24:.1f}" y1="{y:.1f}" x2="{x + 24:.1f}" y2="{y:.1f}" '
+                         f'stroke="{BAR_COLOUR}" stroke-width="2" stroke-dasharray="5 3"/>')
+        else:
+            path = " ".join(f"{x_pos(p.x):.1f},{y_axis(p.y):.1f}" for p in points)
+            parts.append(f'<polyline class="bar" points="{path}" fill="none" stroke="{BAR_COLOUR}" stroke-width="2" '
+                         f'stroke-dasharray="5 3"/>')
+    parts += _legend([(name, colours.get(name, arm_colour(name, names))) for name in names]
+                     + [(label, BAR_COLOUR) for label, _ in bars], dashed=len(names))
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -253,12 +294,16 @@ def gate_charts(verdict: dict[str, Any]) -> list[Chart]:
         if ttft:
             charts.append(Chart(f"ttft-p50-{phase}", _("TTFT p50 by concurrency") + suffix, line_chart(
                 ttft, title=_("TTFT p50 by concurrency") + suffix, x_label=concurrency_label,
-                y_label=_("TTFT p50 (s)"), log_note=_(" (log scale)"))))
+                y_label=_("TTFT p50 (s)"), log_note=_(" (log scale)"),
+                bars=comparison_bars(verdict, ttft, "ttft", phase))))
         throughput = by_concurrency(metrics, "throughput", phase=phase)
         if throughput:
             charts.append(Chart(f"throughput-{phase}", _("Throughput by concurrency") + suffix, line_chart(
                 throughput, title=_("Throughput by concurrency") + suffix, x_label=concurrency_label,
-                y_label=_("Output tokens per second"), log_note=_(" (log scale)"))))
+                y_label=_("Output tokens per second"), log_note=_(" (log scale)"),
+                bars=comparison_bars(verdict, throughput, "throughput", phase))))
+    charts += soak_charts(verdict)
+    charts += cut_charts(verdict)
     groups: dict[tuple[int | None, str], dict[str, list[float]]] = defaultdict(dict)
     for key, values in (verdict.get("distributions") or {}).items():
         arm, concurrency, extra = parse_distribution_key(key)
@@ -271,3 +316,80 @@ def gate_charts(verdict: dict[str, Any]) -> list[Chart]:
             quantiles, title=title, x_label=_("TTFT (s)"), y_label=_("Requests at or below (%)"),
             log_note=_(" (log scale)"))))
     return charts
+
+
+def comparison_bars(verdict: dict[str, Any], series: dict[str, list[Point]], metric: str,
+                    phase: str) -> list[tuple[str, list[Point]]]:
+    """Each comparison criterion's bar in the chart's own units: the baseline arm's line scaled by the threshold.
+
+    speed-up ≥ k → candidate ≤ baseline ÷ k; reduction ≥ r → candidate ≤ baseline × (1 − r);
+    gain ≥ g → candidate ≥ baseline × (1 + g).
+    """
+    bars = []
+    for criterion in verdict.get("criteria") or []:
+        if criterion.get("metric") != metric or criterion.get("phase", "measure") != phase:
+            continue
+        comparison, threshold, baseline = criterion.get("comparison"), criterion.get("threshold"), criterion.get("baseline")
+        if comparison not in ("speedup", "reduction", "gain") or threshold is None or baseline not in series:
+            continue
+        levels = {int(c["concurrency"]) for c in criterion.get("cells") or [] if c.get("concurrency") is not None}
+        scale = {"speedup": 1 / threshold if threshold else None, "reduction": 1 - threshold, "gain": 1 + threshold}[comparison]
+        if not scale or scale <= 0:
+            continue
+        points = [Point(x=p.x, y=p.y * scale) for p in series[baseline] if not levels or int(p.x) in levels]
+        label = {"speedup": _("bar: %(arm)s ÷ %(k)s"), "reduction": _("bar: %(arm)s × %(k)s"),
+                 "gain": _("bar: %(arm)s × %(k)s")}[comparison] % {"arm": baseline, "k": _fmt(
+                     threshold if comparison == "speedup" else scale)}
+        bars.append((label, points))
+    return bars
+
+
+def by_window(metrics: list[dict[str, Any]], field: str, phase: str) -> list[Point]:
+    """One point per window (repetition) of a phase, in order."""
+    rows = sorted((r for r in metrics if r.get("phase") == phase and r.get(field) is not None),
+                  key=lambda r: r.get("repetition") or 0)
+    return [Point(x=float(r.get("repetition") or i + 1), y=float(r[field])) for i, r in enumerate(rows)]
+
+
+def soak_charts(verdict: dict[str, Any]) -> list[Chart]:
+    """The soak as a time series: TTFT p50 and p99 per window, with the drift bar on p50 (first window × (1 + bar))."""
+    metrics = verdict.get("metrics") or []
+    p50, p99 = by_window(metrics, "ttft_p50", "soak"), by_window(metrics, "ttft_p99", "soak")
+    if len(p50) < 2:
+        return []
+    bars = []
+    for criterion in verdict.get("criteria") or []:
+        if criterion.get("comparison") == "drift" and criterion.get("phase") == "soak" and criterion.get("metric") == "ttft":
+            limit = p50[0].y * (1 + float(criterion.get("threshold") or 0))
+            bars.append((_("bar: first window × %(k)s") % {"k": _fmt(1 + float(criterion.get("threshold") or 0))},
+                         [Point(x=p.x, y=limit) for p in p50]))
+    title = _("Soak: TTFT per window")
+    return [Chart("soak-windows", title, line_chart(
+        {"p50": p50, "p99": p99}, title=title, x_label=_("Window"), y_label=_("TTFT (s)"),
+        colours={"p50": ARM_COLOURS["fx"], "p99": "#0369a1"}, log_note=_(" (log scale)"), bars=bars))]
+
+
+def cut_charts(verdict: dict[str, Any]) -> list[Chart]:
+    """Across the FX path cut: share of requests answered and cache-hit ratio while the path is cut and after."""
+    metrics = verdict.get("metrics") or []
+    phases = [phase for phase in ("fault", "recovery") if any(r.get("phase") == phase for r in metrics)]
+    if len(phases) < 2:
+        return []
+    answered, hits = [], []
+    for index, phase in enumerate(phases, start=1):
+        rows = [r for r in metrics if r.get("phase") == phase]
+        n = sum(int(r.get("n") or 0) for r in rows)
+        ok = sum(int(r.get("n_ok") or 0) for r in rows)
+        answered.append(Point(x=index, y=100.0 * ok / n if n else 0.0))
+        ratios = [float(r["hit_ratio"]) for r in rows if r.get("hit_ratio") is not None]
+        hits.append(Point(x=index, y=100.0 * statistics.fmean(ratios) if ratios else 0.0))
+    bars = []
+    for criterion in verdict.get("criteria") or []:
+        if criterion.get("phase") == "recovery" and criterion.get("metric") == "hit_ratio":
+            bars.append((_("bar: hit ratio after the cut ≥ %(k)s %%") % {"k": _fmt(100 * float(criterion["threshold"]))},
+                         [Point(x=len(phases), y=100 * float(criterion["threshold"]))]))
+    title = _("FX path cut: requests answered and cache hits")
+    svg = line_chart({_("answered (%)"): answered, _("cache hits (%)"): hits}, title=title,
+                     x_label=_("1 = during the 60 s cut, 2 = after the path is back"), y_label=_("Percent"),
+                     colours={_("answered (%)"): ARM_COLOURS["fx"], _("cache hits (%)"): "#7c3aed"}, bars=bars)
+    return [Chart("fx-path-cut", title, svg)]

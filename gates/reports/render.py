@@ -15,7 +15,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, quoteattr
 
 from django.conf import settings
 from django.template.loader import render_to_string
@@ -27,7 +27,7 @@ from weasyprint import HTML, Attachment
 from weasyprint.urls import URLFetcher, URLFetcherResponse
 
 from gates.models import Gate, Party, Pilot, Role, SignOff
-from gates.reports.charts import gate_charts
+from gates.reports.charts import font_stack, gate_charts
 from gates.reports.context import read_attachment
 from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
 from gates.reports.words import procurement_summary
@@ -244,7 +244,7 @@ def static_roots() -> list[Path]:
 
 def _watermark_url(text: str) -> str:
     svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="600" height="840" viewBox="0 0 600 840">'
-           '<text x="300" y="420" font-family="DejaVu Sans, Noto Sans CJK SC" font-size="64" font-weight="bold" '
+           f'<text x="300" y="420" font-family={quoteattr(font_stack())} font-size="64" font-weight="bold" '
            f'fill="#dc2626" fill-opacity="0.10" text-anchor="middle" transform="rotate(-50 300 420)">{escape(text)}</text></svg>')
     return "data:image/svg+xml," + urllib.parse.quote(svg)
 

@@ -15,6 +15,10 @@ ARM_NAMES = {
     "local_nvme": gettext_lazy("one local NVMe disk"), "recompute": gettext_lazy("full recompute (no stored cache)"),
     "dram": gettext_lazy("host memory only"), "hbm": gettext_lazy("GPU memory only"),
 }
+SETTING_LABELS = {
+    "fs_overhead": gettext_lazy("file-system overhead"), "redundancy": gettext_lazy("redundancy"),
+    "headroom": gettext_lazy("headroom"), "chunk_tokens": gettext_lazy("chunk size"),
+}
 GATE_REASONS = {
     "": gettext_lazy("not evaluated, so its claim (%(proves)s) is not established."),
     "marginal": gettext_lazy("the result was too close to the bar to decide (marginal): %(proves)s is not established."),
@@ -228,7 +232,9 @@ def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
         "outcome": context["decision"]["outcome"], "gains": gains,
         "recompute": recompute_sentence(context.get("recompute"), fx), "sizing": sizing_sentences(sizing, fx),
         "units": sizing.get("fx_units"), "sources": sizing_sources(sizing),
-        "display": {"fs_overhead": percent(sizing.get("fs_overhead")), "headroom": percent(sizing.get("headroom"))},
+        "display": {"fs_overhead": percent(sizing.get("fs_overhead")), "headroom": percent(sizing.get("headroom")),
+                    "defaults": "、".join(str(SETTING_LABELS.get(k, k)) for k in sizing.get("defaults_used") or [])
+                    if is_zh else ", ".join(str(SETTING_LABELS.get(k, k)) for k in sizing.get("defaults_used") or [])},
         "proven": proven, "not_proven": not_proven, "caveats": caveats,
         "nodes": len(context.get("inventory") or []) or "—",
     }

@@ -94,3 +94,11 @@ def verdict_label(value: str) -> str:
         return str(Gate.Verdict(value).label)
     except ValueError:
         return value
+
+
+@register.filter
+def checks(validity: Any) -> Any:
+    """A verdict's validity block with each check's title and detail in the reader's language."""
+    from gates.reports.checks import localised
+
+    return localised(validity) if isinstance(validity, dict) else validity

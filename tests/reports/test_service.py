@@ -18,7 +18,6 @@ from gates.reports.verify import verify_pdf
 from runners.artifacts import store_bytes
 from runners.models import Job
 
-
 CUSTOMER_TRACE = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n" + b"".join(
     f"s{i},1,{20000 + 1000 * i},100,{i}.0\ns{i},2,{20500 + 1000 * i},200,{i + 30}.0\n".encode() for i in range(10))
 

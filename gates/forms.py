@@ -86,6 +86,11 @@ class GateSignOffForm(forms.Form):
         return data
 
 
+class TraceUploadForm(forms.Form):
+    trace = forms.FileField(label=_("The customer's session trace (CSV)"),
+                            help_text=_("Columns session_id, turn, prompt_tokens, output_tokens, arrival_offset_s."))
+
+
 class PdfUploadForm(forms.Form):
     file = forms.FileField(label=_("Signed PDF report"))
 

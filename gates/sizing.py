@@ -13,6 +13,8 @@ it the sizing gives the capacity but no number of units, and says which setting 
 """
 from __future__ import annotations
 
+import csv
+import io
 import math
 import statistics
 from collections.abc import Iterable, Mapping
@@ -213,3 +215,43 @@ def trace_session_lengths(turns: Iterable[Any]) -> list[int]:
         if t.session_id not in last or t.turn > last[t.session_id][0]:
             last[t.session_id] = (t.turn, t.prompt_tokens + t.output_tokens)
     return [tokens for _, tokens in last.values()]
+
+
+HISTOGRAM_EDGES = (1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+
+
+def length_summary(tokens: list[int]) -> dict[str, Any]:
+    """Session-length statistics and a histogram ([upper edge in tokens or None, sessions]) for people and sizing."""
+    ordered = sorted(tokens)
+    if not ordered:
+        return {}
+    counts, lower = [], 0
+    for edge in (*HISTOGRAM_EDGES, None):
+        count = sum(1 for t in ordered if t > lower and (edge is None or t <= edge))
+        counts.append([edge, count])
+        if edge is None or edge >= ordered[-1]:
+            break
+        lower = edge
+    counts = [row for row in counts if row[1]] or counts
+    return {"mean": statistics.fmean(ordered), "min": ordered[0], "p50": quantile(ordered, 0.5),
+            "p90": quantile(ordered, 0.9), "max": ordered[-1], "histogram": counts}
+
+
+@dataclass
+class _Turn:
+    session_id: str
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def trace_csv_session_lengths(data: bytes) -> list[int]:
+    """Session lengths of a trace CSV already validated when it was kept (rows that do not parse are skipped)."""
+    turns = []
+    for row in csv.DictReader(io.StringIO(data.decode("utf-8-sig", errors="replace"))):
+        try:
+            turns.append(_Turn(row["session_id"].strip(), int(row["turn"]), int(row["prompt_tokens"]),
+                               int(row["output_tokens"])))
+        except (KeyError, ValueError, AttributeError):
+            continue
+    return trace_session_lengths(turns)

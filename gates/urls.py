@@ -16,10 +16,13 @@ urlpatterns = [
     path("pilots/<uuid:code>/plan/amend/", views.plan_amend, name="plan_amend"),
     path("pilots/<uuid:code>/gates/<int:number>/", views.gate_detail, name="gate"),
     path("pilots/<uuid:code>/gates/<int:number>/signoff/", views.gate_signoff, name="gate_signoff"),
+    path("pilots/<uuid:code>/gates/<int:number>/trace/", views.gate_trace, name="gate_trace"),
     path("pilots/<uuid:code>/gates/<int:number>/extend/", views.gate_extend, name="gate_extend"),
     path("pilots/<uuid:code>/reports/", views.reports_list, name="reports"),
     path("pilots/<uuid:code>/audit/", views.audit_log, name="audit"),
     path("reports/<uuid:code>/download/", views.report_download, name="report_download"),
     path("reports/verify/", views.report_verify, name="report_verify"),
+    path("reports/<uuid:code>/countersign/", views.report_countersign, name="report_countersign"),
+    path("pilots/<uuid:code>/procurement/", views.procurement_make, name="procurement_make"),
     path("reports/<uuid:code>/check/", views.report_check, name="report_check"),
 ]

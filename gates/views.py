@@ -28,7 +28,7 @@ from django.views.decorators.http import require_POST
 from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.evaluation import extension_history
-from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm
+from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm, TraceUploadForm
 from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
@@ -47,8 +47,22 @@ from gates.models import (
     SignOff,
 )
 from gates.reports import charts
-from gates.reports.service import ReportError, countersign, report_bytes, trust_roots, verify_report_bytes
+from gates.reports.context import TRACE_GATE, trace_of_job
+from gates.reports.service import (
+    ReportError,
+    countersign,
+    create_procurement_report,
+    finish_pilot,
+    procurement_report_of,
+    report_bytes,
+    trust_roots,
+    verify_report_bytes,
+)
+from runners import orchestration
 from runners.models import Job, Node
+
+# Either party's engineers and signers may give G4 the customer's trace.
+TRACE_UPLOAD = access.RAW_DATA
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
@@ -211,6 +225,17 @@ def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
     }
 
 
+def _outcome(pilot: Pilot, gates: list[Gate]) -> str:
+    """The pilot's overall outcome in one line, for its overview."""
+    if pilot.state == Pilot.State.COMPLETED:
+        return _("Proven: every gate passed and was signed off by both parties.")
+    if pilot.state == Pilot.State.HALTED:
+        failed = next((g for g in gates if g.state == Gate.State.FAILED), None)
+        return (_("Not proven: the pilot stopped at %(gate)s.") % {"gate": f"{failed.label} {failed}"} if failed
+                else _("Not proven: the pilot was halted."))
+    return ""
+
+
 @login_required
 def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
@@ -231,6 +256,9 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "timeline": _timeline(pilot, gates, weeks),
             "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot) + _host_keys_waiting(pilot)),
             "runs": runs,
+            "procurement": procurement_report_of(pilot),
+            "outcome": _outcome(pilot, gates),
+            "can_make_procurement": Role.VENDOR_LEAD in access.roles_of(pilot, request.user),
         },
     )
 
@@ -474,10 +502,17 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
     )
     can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
+    trace = orchestration.current_trace(gate) if gate.number == TRACE_GATE else None
     return render(
         request,
         "gates/gate.html",
         {
+            "trace": trace,
+            "trace_gate": gate.number == TRACE_GATE,
+            "can_upload_trace": bool(roles & TRACE_UPLOAD) and gate.number == TRACE_GATE
+            and gate.state in (Gate.State.PENDING, Gate.State.OPEN) and pilot.state in (Pilot.State.DRAFT, Pilot.State.ACTIVE),
+            "trace_form": TraceUploadForm(),
+            "replayed": trace_of_job(evaluation.job) if evaluation is not None and gate.number == TRACE_GATE else None,
             "pilot": pilot,
             "gate": gate,
             "evaluation": evaluation,
@@ -493,9 +528,34 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
             "extended": extension_history(evaluation),
             "can_start": can_start,
-            "reports": list(gate.reports.all()),
+            "reports": _versions(gate.reports.select_related("gate", "countersigned_by")),
         },
     )
+
+
+@login_required
+@require_POST
+def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    """The customer's session trace for G4, uploaded by either party before the run."""
+    gate = get_gate_for_user(request, code, number)
+    roles = access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    form = TraceUploadForm(request.POST, request.FILES)
+    if gate.number != TRACE_GATE or gate.state not in (Gate.State.PENDING, Gate.State.OPEN):
+        messages.error(request, _("A trace is uploaded for G4 before its run."))
+    elif not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+    else:
+        upload = form.cleaned_data["trace"]
+        party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
+        try:
+            trace = orchestration.upload_trace(gate, upload.read(), upload.name, request.user, party)
+        except orchestration.TraceRefused as refused:
+            messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
+        else:
+            messages.success(request, _("The trace %(name)s is kept: %(n)s sessions, SHA-256 %(sha)s.")
+                             % {"name": trace.name, "n": trace.sessions, "sha": trace.sha256})
+    return redirect("gate", gate.pilot.code, gate.number)
 
 
 @login_required
@@ -518,6 +578,7 @@ def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         messages.success(request, _("Your decision is recorded."))
         if signoff.decision == SignOff.Decision.APPROVE and signoff.party == Party.CUSTOMER:
             _countersign(request, signoff)
+        _finish(request, gate)
         notifications.sweep([Pilot.objects.get(pk=gate.pilot_id)])
     return redirect("gate", gate.pilot.code, gate.number)
 
@@ -537,6 +598,55 @@ def _countersign(request: HttpRequest, signoff: SignOff) -> None:
         messages.warning(request, _("The report could not be countersigned: %(error)s") % {"error": error})
     else:
         messages.success(request, _("Your signature was added to the gate report."))
+
+
+def _finish(request: HttpRequest, gate: Gate) -> None:
+    """G4 signed off by both parties: the procurement report is the pilot's last act (countersigned when the customer
+    approver's decision completed it)."""
+    gate.refresh_from_db()
+    if gate.number != TRACE_GATE or gate.state != Gate.State.SIGNED_OFF:
+        return
+    language = translation.get_language() or "en"
+    try:
+        report = finish_pilot(gate.pilot, who=request.user, language="zh-hans" if language.startswith("zh") else "en")
+        if report is not None and access.roles_of(gate.pilot, request.user) & {Role.CUSTOMER_APPROVER} \
+                and report.countersigned_by_id is None and not report.is_superseded:
+            countersign(report, request.user)
+    except Exception as error:  # noqa: BLE001 — the sign-off stands; the vendor lead can make the report again
+        messages.warning(request, _("The procurement report could not be made: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("The pilot is complete: the procurement report is on the overview."))
+
+
+@login_required
+@require_POST
+def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The procurement report on demand, for the vendor lead."""
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, frozenset({Role.VENDOR_LEAD}))
+    language = translation.get_language() or "en"
+    try:
+        create_procurement_report(pilot, language="zh-hans" if language.startswith("zh") else "en", who=request.user)
+    except Exception as error:  # noqa: BLE001 — said to the person, nothing is stored
+        messages.error(request, _("The procurement report could not be made: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("The procurement report is made and signed."))
+    return redirect("pilot", pilot.code)
+
+
+@login_required
+@require_POST
+def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The customer approver countersigns a report: a new version that says who signed and when."""
+    report = access.get_report_for_user(request, code)
+    access.require_role(report.pilot, request.user, frozenset({Role.CUSTOMER_APPROVER}))
+    try:
+        countersign(report, request.user)
+    except Exception as error:  # noqa: BLE001 — said to the person; the earlier version stays
+        messages.error(request, _("The report could not be countersigned: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("Your signature is on a new, final version of the report."))
+    return redirect("reports", report.pilot.code)
 
 
 @login_required
@@ -565,8 +675,19 @@ def report_download(request: HttpRequest, code: UUID) -> HttpResponse:
 @login_required
 def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    reports = list(Report.objects.filter(pilot=pilot).select_related("gate"))
-    return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports})
+    reports = _versions(Report.objects.filter(pilot=pilot).select_related("gate", "countersigned_by"))
+    return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports,
+                                                  "can_countersign": Role.CUSTOMER_APPROVER in access.roles_of(pilot, request.user)})
+
+
+def _versions(queryset) -> list[Report]:
+    """Reports with `final` (countersigned, not superseded) and `superseded` marked, latest versions first."""
+    reports = list(queryset)
+    superseded = {r.supersedes_id for r in reports if r.supersedes_id}
+    for report in reports:
+        report.superseded = report.pk in superseded
+        report.final = report.countersigned_by_id is not None and not report.superseded
+    return sorted(reports, key=lambda r: (r.superseded, -r.created.timestamp()))
 
 
 def _verify(data: bytes) -> tuple[object | None, str | None]:

@@ -6,5 +6,9 @@ them from the module that owns each (docs/architecture.md).
 from runners.engine import reconcile, request_cancel
 from runners.progress import job_progress, log_since, wait_for
 from runners.runs import RunRefused, start_gate_run
+from runners.traces import TraceRefused
+from runners.traces import current as current_trace
+from runners.traces import upload as upload_trace
 
-__all__ = ["RunRefused", "job_progress", "log_since", "reconcile", "request_cancel", "start_gate_run", "wait_for"]
+__all__ = ["RunRefused", "TraceRefused", "current_trace", "job_progress", "log_since", "reconcile", "request_cancel",
+           "start_gate_run", "upload_trace", "wait_for"]

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from gates import lifecycle
 from gates.models import Gate
-from runners import gateplans
+from runners import gateplans, traces
 from runners.artifacts import store_bytes
 from runners.dispatch import dispatch_advance
 from runners.gateplans import StepList
@@ -115,8 +115,18 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     except LeaseRefused as exc:
         raise RunRefused(str(exc)) from None
     if gate.number == 4:
+        uploaded = None if trace else traces.current(gate)
+        if uploaded is not None:
+            try:
+                trace = traces.read(uploaded)
+            except traces.TraceRefused as exc:
+                raise RunRefused(str(exc)) from None
         kept = attach_trace(job, trace)
-        if not trace:
+        if uploaded is not None:
+            system_line(job, f"G4 replays the customer's trace {uploaded.name} uploaded by "
+                             f"{uploaded.uploaded_by or 'the command line'} (sha256 {uploaded.sha256}, "
+                             f"{uploaded.sessions} sessions)")
+        elif not trace:
             system_line(job, "no customer trace was uploaded: G4 replays a generated sample trace "
                              f"({kept.name}), which is not the customer's traffic")
     steps = StepList(job)

@@ -12,13 +12,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from django.conf import settings
 
 from gates.evaluation import extension_history
 from gates.lifecycle import evidence_sha256
-from gates.models import Evaluation, Gate, Pilot, SignOff
-from runners.artifacts import get_bytes
-from runners.models import Artifact, Node
+from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
+from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
+from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
+from runners.models import Artifact, Job, Node
+
+TRACE_GATE = 4
 
 PROJECTION_COMPARISONS = ("speedup", "reduction", "gain")
 
@@ -128,9 +133,6 @@ def root_certificate() -> dict[str, Any]:
     """The vendor root a reader must trust: its subject and SHA-256 fingerprint (of the DER certificate)."""
     path = Path(settings.FXPILOT_SIGNING_ROOT)
     try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes
-
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError):
         return {"subject": "", "sha256": "", "file": path.name}
@@ -146,9 +148,6 @@ def signing_context() -> dict[str, Any]:
 
 def gate_history(gate: Gate, until: Evaluation | None = None) -> list[dict[str, Any]]:
     """What happened at a gate, oldest first: runs (and why one was run again), evaluations, extensions, rejections."""
-    from gates.models import AuditEvent
-    from runners.models import Job
-
     limit = until.created if until is not None else None
     events: list[dict[str, Any]] = []
     jobs = list(Job.objects.filter(gate=gate, kind=Job.Kind.GATE_RUN).select_related("created_by").order_by("created", "id"))
@@ -230,9 +229,30 @@ def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dic
     }
 
 
-def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
-    from gates.traces import TRACE_GATE, trace_of_job
+def session_lengths_of_job(job) -> SessionLengths:
+    """Session lengths of the trace a G4 run replayed: the customer's, or the generated sample (said so)."""
+    artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
+    if artifact is None:
+        return SessionLengths([], "")
+    try:
+        tokens = trace_csv_session_lengths(read_artifact(artifact))
+    except (ArtifactMismatch, OSError):
+        return SessionLengths([], "")
+    source = "sample-trace" if artifact.name.startswith("sample") else "customer-trace"
+    return SessionLengths(tokens, source, f"{artifact.name} sha256 {artifact.sha256}")
 
+
+def trace_of_job(job) -> dict[str, Any] | None:
+    """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths"}."""
+    artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
+    if artifact is None:
+        return None
+    lengths = session_lengths_of_job(job)
+    return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
+            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens)}
+
+
+def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
     if gate.number != TRACE_GATE or evaluation is None:
         return None
     return trace_of_job(evaluation.job) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
@@ -307,9 +327,6 @@ def _neighbour_envelope(cells: list[dict], concurrency: int) -> list[float | Non
 
 def sizing(pilot: Pilot, g4: Evaluation | None) -> dict[str, Any]:
     """The capacity to buy (gates.sizing) from the session lengths of the trace G4 replayed."""
-    from gates.sizing import SessionLengths, SizingSettingsError, compute
-    from gates.traces import session_lengths_of_job
-
     deployment = pilot.deployment or {}
     lengths = session_lengths_of_job(g4.job if g4 is not None else None)
     if not lengths.tokens and deployment.get("session_tokens"):
@@ -399,8 +416,6 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     inventory = inventories(pilot, evaluations[1].result if 1 in evaluations else None)
     simulated = (any(e.simulated or (e.result or {}).get("simulated") for e in evaluations.values())
                  or any(a["simulated"] for a in attachments) or any(i.get("simulated") for i in inventory))
-    from gates.traces import trace_of_job
-
     g4 = evaluations.get(4)
     return {
         "kind": "procurement", "simulated": simulated, "pilot": pilot_context(pilot), "gate": None, "gates": gates,

@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
 from gates.models import Gate
+from gates.reports.checks import localised
 
 register = template.Library()
 
@@ -99,6 +100,4 @@ def verdict_label(value: str) -> str:
 @register.filter
 def checks(validity: Any) -> Any:
     """A verdict's validity block with each check's title and detail in the reader's language."""
-    from gates.reports.checks import localised
-
     return localised(validity) if isinstance(validity, dict) else validity

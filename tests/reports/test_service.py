@@ -17,6 +17,7 @@ from gates.reports.context import interpolate, procurement_report_context
 from gates.reports.verify import verify_pdf
 from runners.artifacts import store_bytes
 from runners.models import Job
+from runners.runs import sample_trace
 
 CUSTOMER_TRACE = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n" + b"".join(
     f"s{i},1,{20000 + 1000 * i},100,{i}.0\ns{i},2,{20500 + 1000 * i},200,{i + 30}.0\n".encode() for i in range(10))
@@ -30,8 +31,6 @@ def _evaluate(pilot, number: int, *, trace: bytes | None = CUSTOMER_TRACE) -> Ev
     for name, data in files:
         store_bytes(job, name, data, kind="records" if name.endswith(".jsonl") else "probe", simulated=True)
     if number == 4:
-        from runners.steps import sample_trace
-
         store_bytes(job, "customer-trace.csv" if trace else "sample-trace.csv", trace or sample_trace(), kind="trace")
     result = verdicts.evaluate(load_plan(), number, files)
     return Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict=result["verdict"],

@@ -5,8 +5,8 @@ import hashlib
 
 import pytest
 
-from gates import traces
 from gates.models import AuditEvent, CustomerTrace
+from runners import traces
 
 GOOD = (b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"
         b"a,1,1000,100,0\na,2,3000,100,5\nb,1,40000,200,1\n")

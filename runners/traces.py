@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.utils.translation import gettext_lazy as _
+from django.core.exceptions import ValidationError
 
+from gates.lifecycle import audit
 from gates.models import CustomerTrace, Gate, Party
-from gates.sizing import SessionLengths, quantile, trace_session_lengths
+from gates.sizing import length_summary, trace_session_lengths
+from runners.remote.workload import TraceError, load_trace
+from runners.validators import validate_trace_size
 
 TRACE_GATE = 4
-SAMPLE_TRACE_NOTICE = _("generated sample trace — not the customer's traffic")
-HISTOGRAM_EDGES = (1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 
 
 class TraceRefused(ValueError):
@@ -29,8 +30,6 @@ class TraceRefused(ValueError):
 
 def parse(data: bytes, name: str = "customer-trace.csv") -> list:
     """The trace's turns, read exactly as the workload client will; errors name `name`, the line and the column."""
-    from runners.remote.workload import TraceError, load_trace
-
     if not data:
         raise TraceRefused(f"{name}: the file is empty")
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
@@ -40,23 +39,6 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
             return load_trace(handle.name)
         except TraceError as error:
             raise TraceRefused(str(error).replace(handle.name, name)) from None
-
-
-def length_summary(tokens: list[int]) -> dict[str, Any]:
-    """Session-length statistics and a histogram (upper edge in tokens, sessions) for people and for sizing."""
-    ordered = sorted(tokens)
-    if not ordered:
-        return {}
-    counts, lower = [], 0
-    for edge in (*HISTOGRAM_EDGES, None):
-        count = sum(1 for t in ordered if t > lower and (edge is None or t <= edge))
-        if count or (edge is not None and lower < ordered[-1]):
-            counts.append([edge, count])
-        if edge is None or edge >= ordered[-1]:
-            break
-        lower = edge
-    return {"mean": sum(ordered) / len(ordered), "min": ordered[0], "p50": quantile(ordered, 0.5),
-            "p90": quantile(ordered, 0.9), "max": ordered[-1], "histogram": counts}
 
 
 def summarise(data: bytes, name: str) -> dict[str, Any]:
@@ -84,11 +66,13 @@ def _store_file(pilot_code: str, sha256: str, data: bytes) -> str:
 
 def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
     """Validate, hash and keep the customer's trace for `gate` (G4); a bad file is refused and nothing is stored."""
-    from gates.lifecycle import audit
-
     if gate.number != TRACE_GATE:
         raise TraceRefused(f"a trace is replayed by G{TRACE_GATE} only, not by {gate.label}")
     name = Path(name or "customer-trace.csv").name[:200]
+    try:
+        validate_trace_size(len(data))
+    except ValidationError as error:
+        raise TraceRefused(f"{name}: " + " ".join(error.messages)) from None
     summary = summarise(data, name)
     sha256 = hashlib.sha256(data).hexdigest()
     trace = CustomerTrace.objects.create(
@@ -130,32 +114,3 @@ def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
         return None, None
     raise TraceRefused(f"{gate.label} needs the customer's session trace: upload it on the {gate.label} page or give "
                        "run_gate --trace FILE (the signed plan does not allow a generated sample trace)")
-
-
-def session_lengths_of_job(job) -> SessionLengths:
-    """Session lengths of the trace a G4 run replayed: the customer's (from its CSV) or the generated sample."""
-    from runners.artifacts import read_artifact
-
-    if job is None:
-        return SessionLengths([], "")
-    artifact = job.artifacts.filter(kind="trace").order_by("name").first()
-    if artifact is None:
-        return SessionLengths([], "")
-    try:
-        turns = parse(read_artifact(artifact), artifact.name)
-    except (TraceRefused, OSError, ValueError):
-        return SessionLengths([], "")
-    source = "sample-trace" if artifact.name.startswith("sample") else "customer-trace"
-    return SessionLengths(trace_session_lengths(turns), source, f"{artifact.name} sha256 {artifact.sha256}")
-
-
-def trace_of_job(job) -> dict[str, Any] | None:
-    """What a G4 run replayed, for pages and reports: {"customer": bool, "name", "sha256", "sessions", "lengths"}."""
-    if job is None:
-        return None
-    artifact = job.artifacts.filter(kind="trace").order_by("name").first()
-    if artifact is None:
-        return None
-    lengths = session_lengths_of_job(job)
-    return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
-            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens)}

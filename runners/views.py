@@ -5,6 +5,7 @@ Every object is reached through its parent pilot (gates.access); downloads inclu
 
 from __future__ import annotations
 
+from datetime import timedelta
 from uuid import UUID
 
 from django.contrib import messages
@@ -75,7 +76,17 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
         "can_cancel": access.can(pilot, request.user, OPERATE)
         and not job.is_finished
         and not job.cancel_requested,
+        "waiting_queue": _waiting_queue(job),
     }
+
+
+def _waiting_queue(job: Job) -> str:
+    """The worker queue of a run that nobody has picked up for a minute (no step started), else ''."""
+    if job.is_finished or job.site_id is None or timezone.now() - job.created < timedelta(seconds=60):
+        return ""
+    if job.steps.exclude(status=Status.PENDING).exists() or job.steps.filter(started__isnull=False).exists():
+        return ""
+    return job.site.queue
 
 
 # ── Runs ──────────────────────────────────────────────────────────────────────────────────────

@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from gates.models import Gate
 from gates.reports.checks import localised
+from gates.reports.context import root_certificate
 
 register = template.Library()
 
@@ -101,3 +102,9 @@ def verdict_label(value: str) -> str:
 def checks(validity: Any) -> Any:
     """A verdict's validity block with each check's title and detail in the reader's language."""
     return localised(validity) if isinstance(validity, dict) else validity
+
+
+@register.simple_tag
+def vendor_root() -> dict:
+    """The vendor root a reader must trust: subject and SHA-256 fingerprint."""
+    return root_certificate()

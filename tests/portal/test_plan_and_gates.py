@@ -84,7 +84,7 @@ def test_the_gate_page_shows_each_verdict_with_its_explanation(client, world):
     client.force_login(world.carol)
     page = client.get(reverse("gate", args=[world.pilot.code, 1])).content.decode()
     assert "g1-ttft-cv" in page and "the whole 95 % interval" in page and "coefficient of variation" in page
-    assert "simulated: true" in page and "Passed — awaiting sign-off" in page
+    assert "Simulated — not evidence" in page and "Passed — awaiting sign-off" in page
     assert page.count("<svg") >= 2 and "TTFT p50 by concurrency" in page
 
 

@@ -23,7 +23,7 @@ def test_the_run_page_shows_steps_log_and_artifacts_with_their_hashes(client, wo
     page = client.get(reverse("run", args=[world.job.code])).content.decode()
     assert "probing node1" in page and "probe done" in page
     assert world.artifact.sha256 in page and "node1/probe/amd-smi.json" in page
-    assert 'id="run-progress"' in page and "simulated: true" in page
+    assert 'id="run-progress"' in page and "Simulated — not evidence" in page
 
 
 def test_the_log_poll_returns_only_chunks_after_the_number_given(client, world):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gates.judge import bootstrap, explain, intervals, validity
+from gates.judge import bootstrap, counters, explain, intervals, validity
 from gates.judge.metrics import (
     CELL,
     INVENTORY_ONLY,
@@ -412,6 +412,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     beyond `planned` (the run's own repetitions when it set them, else the plan's)."""
     gate = plan.gate(gate_number)
     inputs = files_or_frames if isinstance(files_or_frames, Inputs) else load_inputs(files_or_frames)
+    inputs, counter_check = counters.reconcile(inputs)
     frame = derive(inputs.requests)
     validity.require_inputs(gate, inputs, frame)
     judging = {"min_requests_per_cell": 8, "min_cell_seconds": 0.0, **plan.judging}
@@ -423,7 +424,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     look = max(int(look), 0)
     judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, look=look)
     checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
-                            confidence_of=judge.confidence)
+                            confidence_of=judge.confidence) + [counter_check]
     failed = [c for c in checks if not c["ok"]]
     reasons = [f"{c['name']}: {c['detail']}" for c in failed]
     criteria = [_criterion(judge, spec, reasons) for spec in gate.criteria]

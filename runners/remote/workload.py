@@ -131,7 +131,7 @@ def make_sessions(count: int, prompt_tokens: int, seed: int = DEFAULT_SEED, pref
 
 
 @dataclass
-class Job:
+class PlannedRequest:
     """One request to send. phase None: the phase is decided at send time by the run's labeller."""
 
     session: str
@@ -146,17 +146,17 @@ class Job:
     instance: str | None = None
 
 
-def session_job(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
-                turn: int | None = None, **kw: Any) -> Job:
+def session_request(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
+                turn: int | None = None, **kw: Any) -> PlannedRequest:
     prompt = session.context_json
     tokens = session.context_tokens
     if turn_tokens > 0:
         prompt = (prompt + b"," if prompt else b"") + _ids_json(session.turn_ids(turn_label, turn_tokens))
         tokens += turn_tokens
-    return Job(session.name, prompt, tokens, output_tokens, turn=turn, **kw)
+    return PlannedRequest(session.name, prompt, tokens, output_tokens, turn=turn, **kw)
 
 
-# ── HTTP/1.1 over asyncio: one keep-alive connection per closed-loop lane ───────────────────────────
+# ── HTTP/1.1 over asyncio: one keep-alive connection per closed-loop client ───────────────────────────
 
 class Endpoint:
     """An OpenAI-compatible server: `http://host:port[/prefix]` (the /v1/... paths are added)."""
@@ -512,7 +512,7 @@ class _Connection:
             self.sock.close()
 
 
-class Lane:
+class StreamClient:
     """One closed-loop client: reuses its connection while the server keeps it alive."""
 
     def __init__(self, endpoint: Endpoint, timeout: float, coalesce: float = 0.0):
@@ -614,6 +614,7 @@ class Parsed:
     sha256: str | None = None
     request_id: str | None = None
     done: bool = False
+    usage: bool = False      # the stream carried a usage object
 
 
 STREAM_SHAPE = re.compile(rb"(?:data: \{[^\n]*\}\n\n)+data: \[DONE\]\n\n")
@@ -669,6 +670,7 @@ def _conclude(p: Parsed, usage: Any, tokens: int, ids: list[int] | None, text: s
     """The server's usage overrides the tokens counted; the digest is of the token ids when every token
     event carried them, else of the text."""
     if isinstance(usage, dict):
+        p.usage = True
         if isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]
         details = usage.get("prompt_tokens_details")
@@ -738,10 +740,10 @@ def parse_stream_slow(body: bytes) -> Parsed:
                      "".join(texts))
 
 
-def completion_body(model: str, job: Job) -> bytes:
-    return (b'{"model":' + json.dumps(model).encode() + b',"prompt":[' + job.prompt_json
+def completion_body(model: str, req: PlannedRequest) -> bytes:
+    return (b'{"model":' + json.dumps(model).encode() + b',"prompt":[' + req.prompt_json
             + b'],"max_tokens":%d,"temperature":0,"ignore_eos":true,"stream":true,'
-            b'"stream_options":{"include_usage":true},"return_token_ids":true}' % job.output_tokens)
+            b'"stream_options":{"include_usage":true},"return_token_ids":true}' % req.output_tokens)
 
 
 def _http_error(raw: _Raw) -> str:
@@ -757,8 +759,12 @@ def _http_error(raw: _Raw) -> str:
     return f"HTTP {raw.status} {raw.reason}".rstrip() + (f": {text[:200]}" if text else "")
 
 
-def outcome(raw: _Raw) -> dict:
-    """status, error, timestamps and token counts of one finished exchange."""
+def outcome(raw: _Raw, details: bool = True) -> dict:
+    """status, error, timestamps and token counts of one finished exchange.
+
+    `details`: the server runs with --enable-prompt-tokens-details (deploy.sh starts vLLM so), so a usage
+    without `prompt_tokens_details` means nothing was cached: vLLM 0.20.1 leaves it out on a miss (newer
+    versions send 0). The record then says 0, not null, and a miss is not dropped from a hit ratio."""
     out: dict[str, Any] = {"status": "error", "error": None, "t_first_token": None, "t_end": raw.t_fail or None,
                            "output_tokens": 0, "cached_tokens": None, "output_sha256": None, "request_id": None}
     if raw.head_end >= 0 and raw.status != 200:
@@ -778,6 +784,8 @@ def outcome(raw: _Raw) -> dict:
     framing = raw.decode()
     p = parse_stream(raw.body)
     out["request_id"], out["cached_tokens"], out["output_tokens"] = p.request_id, p.cached, p.tokens
+    if p.cached is None and p.usage and details:
+        out["cached_tokens"] = 0
     if p.first is not None:
         out["t_first_token"] = raw.time_at(p.first)
         out["output_sha256"] = p.sha256
@@ -923,7 +931,7 @@ def wait_healthy(endpoint: Endpoint, timeout: float) -> None:
 
 
 def evict(endpoint: Endpoint, methods: Iterable[str], restart_cmd: str | None = None,
-          health_timeout: float = 600.0, simulated: bool = False) -> dict:
+          health_timeout: float = 600.0, simulated: bool = False, running: bool = False) -> dict:
     """Empty the caches the measure must not hit. Returns what was done, in words."""
     done: dict[str, str] = {}
     for method in methods:
@@ -938,20 +946,53 @@ def evict(endpoint: Endpoint, methods: Iterable[str], restart_cmd: str | None = 
             wait_healthy(endpoint, health_timeout)
             done["restart"] = "server restarted and healthy"
         elif method == "reset":
-            try:
-                status, body = _http(endpoint, "POST", "/reset_prefix_cache")
-            except OSError as error:
-                raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} failed: {error}") from None
-            if status != 200:
-                hint = " (the server needs VLLM_SERVER_DEV_MODE=1)" if status in (404, 405) else ""
-                raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered HTTP {status}{hint}")
-            done["reset"] = "prefix cache reset"
+            done["reset"] = reset_prefix_cache(endpoint, running)
         elif method == "drop-caches":
             # a simulated server models its tiers; dropping this machine's page cache would change nothing
             done["drop-caches"] = ("page cache not dropped: simulated server" if simulated else drop_page_cache())
         else:
             raise WorkloadError(f"--evict: unknown method {method!r} (reset, drop-caches, restart, none)", 2)
     return done
+
+
+RESET_TRIES = 5
+RESET_RETRY_S = 1.0
+
+
+def reset_prefix_cache(endpoint: Endpoint, running: bool = False) -> str:
+    """POST /reset_prefix_cache and read the answer: vLLM 0.20.1 answers 200 with an empty body (the reset
+    cannot be confirmed there; the measure phase's /metrics coldness check still is), newer versions answer
+    `{"success": true|false}` — false, still with HTTP 200, while blocks are held. A refusal is retried a few
+    times (blocks free up as requests end), then it is a failed eviction, never a reset. `running`: reset
+    while requests are in flight (vLLM preempts them, `reset_running_requests=true`), else a busy server
+    refuses — silently in 0.20.1."""
+    path = "/reset_prefix_cache" + ("?reset_running_requests=true" if running else "")
+    answer = ""
+    for attempt in range(1, RESET_TRIES + 1):
+        try:
+            status, body = _http(endpoint, "POST", path)
+        except OSError as error:
+            raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} failed: {error}") from None
+        if status != 200:
+            hint = " (the server needs VLLM_SERVER_DEV_MODE=1)" if status in (404, 405) else ""
+            raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered HTTP {status}{hint}")
+        answer = body.decode("utf-8", "replace").strip()
+        if not answer:
+            return "prefix cache reset"
+        try:
+            data = json.loads(answer)
+        except ValueError:
+            data = None
+        success = data.get("success") if isinstance(data, dict) else None
+        if success is True:
+            return "prefix cache reset (confirmed by the server)"
+        if success is not False:
+            raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered {answer[:200]!r}; expected "
+                                "an empty body or {\"success\": true|false}")
+        if attempt < RESET_TRIES:
+            time.sleep(RESET_RETRY_S)
+    raise WorkloadError(f"POST /reset_prefix_cache on {endpoint.name} answered success: false {RESET_TRIES} times "
+                        "(the server still holds cached blocks); the prefix cache was not reset")
 
 
 def drop_page_cache() -> str:
@@ -1049,6 +1090,8 @@ class RunContext:
     quiet: bool = False
     endpoints: dict = field(default_factory=dict)
     coalesce: float = DEFAULT_COALESCE_MS / 1000
+    prompt_tokens_details: bool = True
+    windows: int = 0
 
     def __post_init__(self) -> None:
         self.finalizer = Finalizer(self)
@@ -1067,7 +1110,7 @@ class PhaseStats:
 
 
 class Finalizer:
-    """Turns finished exchanges into records one per event-loop turn, after the lanes have sent their
+    """Turns finished exchanges into records one per event-loop turn, after the clients have sent their
     next requests: parsing never delays reading another stream's first token. The backlog is bounded
     (past `cap` items are finished at once), so records still reach the file within milliseconds."""
 
@@ -1097,13 +1140,13 @@ class Finalizer:
             self._finish(self.queue.popleft())
 
     def _finish(self, item: tuple) -> None:
-        job, phase, st, t_send, raw = item
+        req, phase, st, t_send, raw = item
         ctx = self.ctx
-        result = outcome(raw)
+        result = outcome(raw, ctx.prompt_tokens_details)
         record = {
-            "schema": REQUEST_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": job.instance or ctx.instance,
-            "phase": phase, "concurrency": job.concurrency, "repetition": job.repetition, "session": job.session,
-            "turn": job.turn, "prompt_tokens": job.prompt_tokens, "cached_tokens": result["cached_tokens"],
+            "schema": REQUEST_SCHEMA, "run_id": ctx.run_id, "arm": ctx.arm, "instance": req.instance or ctx.instance,
+            "phase": phase, "concurrency": req.concurrency, "repetition": req.repetition, "session": req.session,
+            "turn": req.turn, "prompt_tokens": req.prompt_tokens, "cached_tokens": result["cached_tokens"],
             "output_tokens": result["output_tokens"], "t_send": round(t_send, 6),
             "t_first_token": None if result["t_first_token"] is None else round(result["t_first_token"], 6),
             "t_end": round(result["t_end"] or time.monotonic(), 6), "wall_anchor": round(ctx.anchor, 6),
@@ -1118,61 +1161,61 @@ class Finalizer:
         st.t_last = max(st.t_last, record["t_end"])
 
 
-async def send_one(ctx: RunContext, lane: Lane, job: Job, phase: str, st: PhaseStats) -> None:
-    """Send one job on `lane`; its record is written by the finalizer moments later."""
+async def send_one(ctx: RunContext, client: StreamClient, req: PlannedRequest, phase: str, st: PhaseStats) -> None:
+    """Send one planned request on `client`; its record is written by the finalizer moments later."""
     st.in_flight += 1
     if st.in_flight > st.max_in_flight:
         st.max_in_flight = st.in_flight
-    t_send, raw = await lane.exchange(completion_body(ctx.model, job), expect=job.output_tokens)
+    t_send, raw = await client.exchange(completion_body(ctx.model, req), expect=req.output_tokens)
     st.in_flight -= 1
-    ctx.finalizer.submit((job, phase, st, t_send, raw))
+    ctx.finalizer.submit((req, phase, st, t_send, raw))
 
 
-def lane_for(ctx: RunContext, lanes: dict, job: Job) -> Lane:
-    endpoint = ctx.endpoints.get(job.url, ctx.endpoint) if job.url else ctx.endpoint
-    lane = lanes.get(endpoint.url)
-    if lane is None:
-        lane = lanes[endpoint.url] = Lane(endpoint, ctx.timeout, ctx.coalesce)
-    return lane
+def client_for(ctx: RunContext, clients: dict, req: PlannedRequest) -> StreamClient:
+    endpoint = ctx.endpoints.get(req.url, ctx.endpoint) if req.url else ctx.endpoint
+    client = clients.get(endpoint.url)
+    if client is None:
+        client = clients[endpoint.url] = StreamClient(endpoint, ctx.timeout, ctx.coalesce)
+    return client
 
 
-def stats_for(stats: dict, phase: str, job: Job) -> PhaseStats:
-    key = (phase, job.concurrency, job.repetition)
+def stats_for(stats: dict, phase: str, req: PlannedRequest) -> PhaseStats:
+    key = (phase, req.concurrency, req.repetition)
     st = stats.get(key)
     if st is None:
         st = stats[key] = PhaseStats()
     return st
 
 
-async def closed_loop(ctx: RunContext, jobs: Iterable[Job] | Callable[[], Job | None], concurrency: int,
+async def closed_loop(ctx: RunContext, reqs: Iterable[PlannedRequest] | Callable[[], PlannedRequest | None], concurrency: int,
                       labeller: Callable[[float], str] | None = None) -> dict[tuple, PhaseStats]:
-    """`concurrency` lanes each send the next job as soon as their previous one ended; a job without a
+    """`concurrency` clients each send the next request as soon as their previous one ended; one without a
     phase gets the labeller's phase for the moment it is sent."""
-    if callable(jobs):
-        take = jobs
+    if callable(reqs):
+        take = reqs
     else:
-        pending = iter(jobs)
+        pending = iter(reqs)
 
-        def take() -> Job | None:
+        def take() -> PlannedRequest | None:
             return next(pending, None)
     stats: dict[tuple, PhaseStats] = {}
-    lanes: list[dict] = [{} for _ in range(concurrency)]
+    clients: list[dict] = [{} for _ in range(concurrency)]
 
-    async def lane_loop(mine: dict) -> None:
+    async def client_loop(mine: dict) -> None:
         while True:
-            job = take()
-            if job is None:
+            req = take()
+            if req is None:
                 return
-            phase = job.phase or (labeller(time.monotonic()) if labeller else "measure")
-            await send_one(ctx, lane_for(ctx, mine, job), job, phase, stats_for(stats, phase, job))
+            phase = req.phase or (labeller(time.monotonic()) if labeller else "measure")
+            await send_one(ctx, client_for(ctx, mine, req), req, phase, stats_for(stats, phase, req))
 
     try:
-        await asyncio.gather(*(lane_loop(mine) for mine in lanes))
+        await asyncio.gather(*(client_loop(mine) for mine in clients))
     finally:
         ctx.finalizer.drain()
-        for mine in lanes:
-            for lane in mine.values():
-                lane.close()
+        for mine in clients:
+            for client in mine.values():
+                client.close()
     return stats
 
 
@@ -1188,7 +1231,7 @@ def _summary(ctx: RunContext, phase: str, concurrency: int, repetition: int, st:
         "t_first_send": round(st.t_first, 6) if st.requests else None,
         "t_last_end": round(st.t_last, 6) if st.requests else None,
         "metrics_before": before, "metrics_after": after, "metrics_error": metric_error,
-        "simulated": ctx.simulated,
+        "prompt_tokens_details": ctx.prompt_tokens_details, "simulated": ctx.simulated,
     }
     if ctx.versions:
         summary["versions"] = ctx.versions
@@ -1202,15 +1245,15 @@ def _cpu() -> tuple[float, float, float]:
     return time.process_time(), usage.ru_utime, usage.ru_stime
 
 
-async def run_jobs(ctx: RunContext, jobs: Iterable[Job] | Callable[[], Job | None], concurrency: int, *,
+async def run_requests(ctx: RunContext, reqs: Iterable[PlannedRequest] | Callable[[], PlannedRequest | None], concurrency: int, *,
                    labeller: Callable[[float], str] | None = None, extra: dict | None = None,
                    check_cold: bool = False, endpoint: Endpoint | None = None) -> list[dict]:
-    """Run jobs closed-loop, scrape /metrics around them, write one summary per phase label."""
+    """Run planned requests closed-loop, scrape /metrics around them, write one summary per phase label."""
     loop = asyncio.get_running_loop()
     target = endpoint or ctx.endpoint
     before, error_before, _ = await loop.run_in_executor(None, scrape, target)
     cpu0 = _cpu()
-    stats = await closed_loop(ctx, jobs, concurrency, labeller)
+    stats = await closed_loop(ctx, reqs, concurrency, labeller)
     cpu1 = _cpu()
     after, error_after, _ = await loop.run_in_executor(None, scrape, target)
     return write_summaries(ctx, stats, tuple(b - a for a, b in zip(cpu0, cpu1)), before, after,
@@ -1222,9 +1265,14 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
     summaries = []
     # the CPU of one loop is shared among its phase labels in proportion to their requests
     total = sum(st.requests for st in stats.values()) or 1
+    # every summary of this loop shares one pair of /metrics scrapes: the judge compares them with the
+    # records of all these cells together (gates/judge/counters.py)
+    ctx.windows += 1
+    window = f"{ctx.run_id}:{ctx.instance}:{ctx.anchor:.6f}:{ctx.windows}"
     for (phase, conc, rep), st in sorted(stats.items(), key=lambda kv: kv[1].t_first):
         summary = _summary(ctx, phase, conc, rep, st, tuple(c * st.requests / total for c in cpu), before, after,
                            metric_error, extra)
+        summary["metrics_window"] = window
         if check_cold:
             summary["coldness"] = coldness(before, after)
             ctx.say(("COLD: " if summary["coldness"]["cold"] is not False else "NOT COLD: ")
@@ -1237,15 +1285,15 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
 
 # ── Workloads ──────────────────────────────────────────────────────────────────────────────────────
 
-def populate_jobs(sessions: list[Session], output_tokens: int, concurrency: int, repetition: int = 1,
-                  **kw: Any) -> list[Job]:
-    return [session_job(s, output_tokens=output_tokens, phase="populate", concurrency=concurrency,
+def populate_requests(sessions: list[Session], output_tokens: int, concurrency: int, repetition: int = 1,
+                  **kw: Any) -> list[PlannedRequest]:
+    return [session_request(s, output_tokens=output_tokens, phase="populate", concurrency=concurrency,
                         repetition=repetition, turn=1, **kw) for s in sessions]
 
 
-def measure_jobs(sessions: list[Session], *, output_tokens: int, turn_tokens: int, concurrency: int,
-                 repetition: int, phase: str = "measure", **kw: Any) -> list[Job]:
-    return [session_job(s, output_tokens=output_tokens, turn_tokens=turn_tokens,
+def measure_requests(sessions: list[Session], *, output_tokens: int, turn_tokens: int, concurrency: int,
+                 repetition: int, phase: str = "measure", **kw: Any) -> list[PlannedRequest]:
+    return [session_request(s, output_tokens=output_tokens, turn_tokens=turn_tokens,
                         turn_label=f"{phase}:{concurrency}:{repetition}", phase=phase, concurrency=concurrency,
                         repetition=repetition, turn=2, **kw) for s in sessions]
 
@@ -1264,11 +1312,11 @@ def run_phase(url: str, *, model: str, arm: str, phase: str, concurrency: int, r
         ctx = RunContext(endpoint, model, arm, run_id, instance, recorder,
                          detect_simulated(endpoint) if simulated is None else simulated, timeout, quiet=quiet)
         if phase == "populate":
-            jobs = populate_jobs(sessions, output_tokens, concurrency, repetition)
+            reqs = populate_requests(sessions, output_tokens, concurrency, repetition)
         else:
-            jobs = measure_jobs(sessions, output_tokens=output_tokens, turn_tokens=turn_tokens,
+            reqs = measure_requests(sessions, output_tokens=output_tokens, turn_tokens=turn_tokens,
                                 concurrency=concurrency, repetition=repetition, phase=phase)
-        return asyncio.run(run_jobs(ctx, jobs, concurrency))[0]
+        return asyncio.run(run_requests(ctx, reqs, concurrency))[0]
     finally:
         recorder.close()
 
@@ -1297,15 +1345,15 @@ async def cmd_cold_recovery(ctx: RunContext, a: argparse.Namespace, populate: bo
     if populate:
         conc = a.populate_concurrency or max(a.concurrency)
         ctx.say(f"PHASE populate sessions={count} prompt_tokens={a.prompt_tokens} concurrency={conc}")
-        await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+        await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc), conc)
     if not measure:
         return
     for conc, rep, n in cells:
         done = await _evict(ctx, a)
         ctx.say(f"PHASE measure concurrency={conc} repetition={rep} sessions={n}")
-        jobs = measure_jobs(sessions[:n], output_tokens=a.output_tokens, turn_tokens=a.turn_tokens,
+        reqs = measure_requests(sessions[:n], output_tokens=a.output_tokens, turn_tokens=a.turn_tokens,
                             concurrency=conc, repetition=rep)
-        await run_jobs(ctx, jobs, conc, extra={"eviction": done}, check_cold=True)
+        await run_requests(ctx, reqs, conc, extra={"eviction": done}, check_cold=True)
 
 
 async def cmd_evict(ctx: RunContext, a: argparse.Namespace) -> None:
@@ -1320,13 +1368,13 @@ async def cmd_probe(ctx: RunContext, a: argparse.Namespace) -> None:
     ctx.recorder.total = len(sessions) * (1 if a.no_warm else 2)
     if not a.no_warm:
         ctx.say(f"PHASE populate (warm) prompts={len(sessions)}")
-        await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+        await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc), conc)
         done = await _evict(ctx, a)
     else:
         done = {}
     ctx.say(f"PHASE probe prompts={len(sessions)}")
-    jobs = [session_job(s, output_tokens=a.output_tokens, phase="probe", concurrency=conc, turn=1) for s in sessions]
-    await run_jobs(ctx, jobs, conc, extra={"eviction": done}, check_cold=not a.no_warm)
+    reqs = [session_request(s, output_tokens=a.output_tokens, phase="probe", concurrency=conc, turn=1) for s in sessions]
+    await run_requests(ctx, reqs, conc, extra={"eviction": done}, check_cold=not a.no_warm)
 
 
 async def cmd_share(ctx: RunContext, a: argparse.Namespace) -> None:
@@ -1340,24 +1388,24 @@ async def cmd_share(ctx: RunContext, a: argparse.Namespace) -> None:
     conc = a.concurrency[0]
     ctx.recorder.total = 2 * len(sessions)
     ctx.say(f"PHASE populate on {ctx.instance} sessions={len(sessions)}")
-    await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+    await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc), conc)
     ctx.say(f"PHASE share on {instance_b}")
-    jobs = measure_jobs(sessions, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens, concurrency=conc,
+    reqs = measure_requests(sessions, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens, concurrency=conc,
                         repetition=1, phase="share", url=b.url, instance=instance_b)
     saved = ctx.instance
     ctx.instance = instance_b
     try:
-        await run_jobs(ctx, jobs, conc, endpoint=b, check_cold=True)
+        await run_requests(ctx, reqs, conc, endpoint=b, check_cold=True)
     finally:
         ctx.instance = saved
 
 
-def _cycling_jobs(ctx: RunContext, sessions: list[Session], a: argparse.Namespace, conc: int,
-                  deadline: float, repetition: Callable[[float], int]) -> Callable[[], Job | None]:
+def _cycling_requests(ctx: RunContext, sessions: list[Session], a: argparse.Namespace, conc: int,
+                  deadline: float, repetition: Callable[[float], int]) -> Callable[[], PlannedRequest | None]:
     """Sessions in turn, each return with a fresh new turn, until `deadline` (monotonic)."""
     counter = [0]
 
-    def take() -> Job | None:
+    def take() -> PlannedRequest | None:
         now = time.monotonic()
         if now >= deadline:
             return None
@@ -1365,7 +1413,7 @@ def _cycling_jobs(ctx: RunContext, sessions: list[Session], a: argparse.Namespac
         counter[0] += 1
         session = sessions[n % len(sessions)]
         visit = n // len(sessions)
-        return session_job(session, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens if visit else 0,
+        return session_request(session, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens if visit else 0,
                            turn_label=f"visit:{visit}", concurrency=conc, repetition=repetition(now), turn=visit + 1)
     return take
 
@@ -1379,9 +1427,9 @@ async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
     start = time.monotonic()
     width = a.duration_s / a.windows
     ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc}")
-    take = _cycling_jobs(ctx, sessions, a, conc, start + a.duration_s,
+    take = _cycling_requests(ctx, sessions, a, conc, start + a.duration_s,
                          lambda now: min(a.windows, int((now - start) // width) + 1))
-    await run_jobs(ctx, take, conc, labeller=lambda now: "soak")
+    await run_requests(ctx, take, conc, labeller=lambda now: "soak")
 
 
 async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
@@ -1390,7 +1438,7 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
     sessions = make_sessions(a.sessions or 2 * conc, a.prompt_tokens, a.seed, a.session_prefix or "fault")
     ctx.recorder.total = len(sessions)
     ctx.say(f"PHASE populate sessions={len(sessions)}")
-    await run_jobs(ctx, populate_jobs(sessions, a.output_tokens, conc), conc)
+    await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc), conc)
     await _evict(ctx, a)
     duration = a.duration_s or a.fault_start + 2 * a.fault_seconds  # recovery as long as the cut
     start = time.monotonic()
@@ -1412,14 +1460,19 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
         ctx.say("FAULT restore" + (f": {a.restore_cmd}" if a.restore_cmd else ""))
         if a.restore_cmd:
             events["restore_exit"] = await _shell(a.restore_cmd)
-        # what HBM kept during the cut must not pass for hits that returned from FX
-        events["eviction"] = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd,
-                                                        a.health_timeout, ctx.simulated)
+        # what HBM kept during the cut must not pass for hits that returned from FX; the load is still
+        # running, so the reset preempts what is in flight
+        try:
+            events["eviction"] = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd,
+                                                            a.health_timeout, ctx.simulated, True)
+        except WorkloadError as error:
+            events["eviction"] = {"error": str(error)}
+            ctx.say(f"EVICT failed after the restore: {error}")
 
-    take = _cycling_jobs(ctx, sessions, a, conc, start + duration, lambda now: 1)
+    take = _cycling_requests(ctx, sessions, a, conc, start + duration, lambda now: 1)
     switcher = asyncio.ensure_future(switch())
     try:
-        await run_jobs(ctx, take, conc, labeller=label, extra={"fault": events})
+        await run_requests(ctx, take, conc, labeller=label, extra={"fault": events})
     finally:
         if not switcher.done():
             switcher.cancel()
@@ -1544,20 +1597,20 @@ async def cmd_replay(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTu
 
 async def _replay_session(ctx: RunContext, a: argparse.Namespace, sid: str, turns: list[TraceTurn], rep: int,
                           start: float, gate: asyncio.Semaphore | None, stats: dict) -> None:
-    lanes: dict = {}
+    clients: dict = {}
     # the token stream depends on the repetition, so every repetition starts as cold as the first
     key = f"{a.seed}:{a.session_prefix or 'trace'}:{sid}:{rep}"
     for t in sorted(turns, key=lambda t: t.turn):
         await asyncio.sleep(max(0.0, start + t.arrival_offset_s * a.time_scale - time.monotonic()))
-        job = Job(sid, _ids_json(token_ids(key, t.prompt_tokens)), t.prompt_tokens, t.output_tokens,
+        req = PlannedRequest(sid, _ids_json(token_ids(key, t.prompt_tokens)), t.prompt_tokens, t.output_tokens,
                   phase="replay", repetition=rep, concurrency=a.max_in_flight, turn=t.turn)
         if gate is None:
-            await send_one(ctx, lane_for(ctx, lanes, job), job, "replay", stats_for(stats, "replay", job))
+            await send_one(ctx, client_for(ctx, clients, req), req, "replay", stats_for(stats, "replay", req))
         else:
             async with gate:
-                await send_one(ctx, lane_for(ctx, lanes, job), job, "replay", stats_for(stats, "replay", job))
-    for lane in lanes.values():
-        lane.close()
+                await send_one(ctx, client_for(ctx, clients, req), req, "replay", stats_for(stats, "replay", req))
+    for client in clients.values():
+        client.close()
 
 
 # ── Command line ───────────────────────────────────────────────────────────────────────────────────
@@ -1612,6 +1665,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default="", help="name of an environment variable holding a bearer token")
     p.add_argument("--versions", default="", help='JSON object copied into summaries, e.g. {"vllm": "0.20.1"}')
     p.add_argument("--quiet", action="store_true", help="no PROGRESS/PHASE lines on stdout")
+    p.add_argument("--prompt-tokens-details", choices=("on", "off"), default="on",
+                   help="on (default; deploy.sh starts vLLM with --enable-prompt-tokens-details): a usage without "
+                        "prompt_tokens_details means 0 cached tokens, as vLLM 0.20.1 leaves it out on a miss; off: "
+                        "the server reports no cached tokens and records say null")
     p.add_argument("--coalesce-ms", type=_positive(float), default=DEFAULT_COALESCE_MS,
                    help="after a stream's first token, read it at most once per this many ms (sooner as its end "
                         "nears): fewer reads, less client CPU; kernel receive stamps keep t_end exact. 0: read "
@@ -1728,7 +1785,8 @@ def main(argv: list[str] | None = None) -> int:
         simulated = detect_simulated(endpoint) if a.simulated == "auto" else a.simulated == "yes"
         recorder = Recorder(a.out, quiet=a.quiet)
         ctx = RunContext(endpoint, model, a.arm, a.run_id, a.instance or endpoint.name, recorder, simulated,
-                         a.timeout, versions=versions, quiet=a.quiet, coalesce=a.coalesce_ms / 1000)
+                         a.timeout, versions=versions, quiet=a.quiet, coalesce=a.coalesce_ms / 1000,
+                         prompt_tokens_details=a.prompt_tokens_details == "on")
         try:
             if a.command == "cold-recovery":
                 run = cmd_cold_recovery(ctx, a)

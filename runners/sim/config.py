@@ -278,8 +278,11 @@ IGNORED_VALUE_FLAGS = ["--dtype", "--quantization", "--block-size", "--max-num-s
                        "--disable-log-stats-interval", "--kv-cache-memory", "--cpu-offload-gb"]
 IGNORED_SWITCHES = ["--trust-remote-code", "--disable-log-requests", "--disable-log-stats", "--enforce-eager",
                     "--enable-expert-parallel", "--enable-auto-tool-choice", "--enable-log-requests",
-                    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--async-scheduling",
-                    "--enable-prompt-tokens-details"]
+                    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--async-scheduling"]
+# The vLLM versions whose outward behaviour the simulator imitates (FXPILOT_SIM_VLLM_VERSION), checked against
+# the real servers (docs/simulator.md): 0.20.1, the seed's version, is the default.
+VLLM_VERSIONS = ("0.20.1", "0.32.0")
+DEFAULT_VLLM_VERSION = "0.20.1"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -299,6 +302,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-enable-prefix-caching", dest="prefix_caching", action="store_false")
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--max-model-len", type=int, default=262144)
+    p.add_argument("--enable-prompt-tokens-details", dest="prompt_tokens_details", action="store_true", default=False)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--kv-cache-dtype", default="fp8", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"])
     p.add_argument("--sim-time-scale", type=float, help="model seconds x scale = wall seconds (simulator only)")
@@ -328,6 +332,8 @@ class ServeConfig:
     time_scale: float
     node: Node
     dev_mode: bool
+    prompt_tokens_details: bool = False
+    vllm_version: str = DEFAULT_VLLM_VERSION
 
 
 def parse_serve(argv: list[str], environ: dict | None = None) -> ServeConfig:
@@ -380,9 +386,14 @@ def parse_serve(argv: list[str], environ: dict | None = None) -> ServeConfig:
     if scale <= 0:
         raise ConfigError(f"the time scale must be positive, not {scale:g}")
     dev = environ.get("VLLM_SERVER_DEV_MODE", "0").strip().lower() in {"1", "true"}
+    version = environ.get("FXPILOT_SIM_VLLM_VERSION") or DEFAULT_VLLM_VERSION
+    if version not in VLLM_VERSIONS:
+        raise ConfigError(f"FXPILOT_SIM_VLLM_VERSION={version!r}: the simulator imitates vLLM "
+                          f"{' and '.join(VLLM_VERSIONS)}")
     return ServeConfig(model=model, served_names=args.served_model_name or [model], host=args.host, port=args.port,
                        tensor_parallel=args.tensor_parallel_size, lmcache=lmcache, prefix_caching=args.prefix_caching,
                        max_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_bytes=2.0 if args.kv_cache_dtype in ("auto", "bfloat16") else 1.0,
-                       time_scale=scale, node=node, dev_mode=dev)
+                       time_scale=scale, node=node, dev_mode=dev, prompt_tokens_details=args.prompt_tokens_details,
+                       vllm_version=version)

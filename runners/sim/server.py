@@ -28,7 +28,7 @@ from runners.sim.model import GB, GIB, Hardware, ModelSpec, hbm_kv_capacity_toke
 from runners.sim.tiers import DiskTier, FsPool, LruTier, Writer, chunk_keys
 from runners.simnode.storage import fx_read_gbps, local_read_gbps
 
-VERSION = "0.20.1+rocm721"
+ROCM_SUFFIX = "+rocm721"
 HBM_BLOCK = 256                   # HBM residency is tracked per 256 tokens (vLLM's blocks are 16; hits round down)
 PROMPT_IDS = re.compile(rb'"prompt"\s*:\s*\[(?=\s*\d)')
 TOKEN_BASE, TOKEN_SPAN = 1000, 30000
@@ -41,14 +41,33 @@ GATHER_SECONDS = 0.03
 log = logging.getLogger("fxpilot.sim")
 
 
-def lmcache_log(message: str) -> None:
-    """A line in LMCache's format on stdout (the deploy keeps stdout as the server log)."""
+# LMCache's own formatter colours every line (lmcache/logging.py), whether or not it writes to a terminal.
+_LMCACHE_COLOURS = {"INFO": "\x1b[32;20m", "WARNING": "\x1b[33;20m", "ERROR": "\x1b[31;20m"}
+_RESET, _UNDERLINE = "\x1b[0m", "\x1b[4m"
+
+
+def worker_prefix(rank: int | None, tensor_parallel: int) -> str:
+    """vLLM's prefix on a process's output lines: `(Worker_TP3 pid=…) ` for a TP rank's worker (plain
+    `(Worker pid=…)` without tensor parallelism), `(EngineCore pid=…) ` for the scheduler's process."""
+    pid = os.getpid()
+    if rank is None:
+        return f"(EngineCore pid={pid + 1}) "
+    name = f"Worker_TP{rank}" if tensor_parallel > 1 else "Worker"
+    return f"({name} pid={pid + 2 + rank}) "
+
+
+def lmcache_log(message: str, *, level: str = "INFO", where: str = "cache_engine.py:986:lmcache.v1.cache_engine",
+                prefix: str = "") -> None:
+    """A line as LMCache 0.5.x writes it on stdout (the deploy keeps stdout as the server log), after vLLM's
+    process prefix when it comes from a worker."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-    print(f"[{stamp},{int(time.time() * 1000) % 1000:03d}] LMCache INFO: {message}", flush=True)
+    colour = _LMCACHE_COLOURS.get(level, "")
+    print(f"{prefix}{colour}[{stamp},{int(time.time() * 1000) % 1000:03d}] LMCache {level}:{_RESET} {message} "
+          f"{_UNDERLINE}({where}){_RESET}", flush=True)
 
 
-def vllm_log(level: str, message: str) -> None:
-    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} [simulated] {message}", flush=True)
+def vllm_log(level: str, message: str, *, where: str = "simulated", prefix: str = "") -> None:
+    print(f"{prefix}{level} {time.strftime('%m-%d %H:%M:%S')} [{where}] {message}", flush=True)
 
 
 def parse_body(raw: bytes, fast: bool) -> dict:
@@ -207,8 +226,9 @@ class SimServer:
         if isinstance(tier, (DiskTier, FsPool)) and self.config.node.storage_kind(tier.path) == "fx":
             if not self.config.node.fx_up():
                 if not self.fx_warned:
-                    lmcache_log(f"WARNING: storage backend {tier.name} at {tier.path} is unreachable "
-                                f"(FX path down); falling back to recompute")
+                    lmcache_log(f"storage backend {tier.name} at {tier.path} is unreachable "
+                                f"(FX path down); falling back to recompute", level="WARNING",
+                                prefix=worker_prefix(0, self.hw.gpus))
                     self.fx_warned = True
                 return False
             self.fx_warned = False
@@ -276,7 +296,9 @@ class SimServer:
             self.counters.add(f'fxpilot_sim_tier_hit_tokens_total{{tier="{name}"}}', found.count(name) * lm.chunk_size)
         if disk and request.disk_device == "fx" and any(t.name == "fs" for t in self.tiers):
             self.counters.add("lmcache:num_remote_read_bytes_total", disk * self.model.kv_bytes_per_token())
-        lmcache_log(f"Reqid: {rid}, Total tokens {len(prompt)}, LMCache hit tokens: {hit}, need to load: {load}")
+        lmcache_log(f"Reqid: {rid}, Total tokens {len(prompt)}, LMCache hit tokens: {hit}, need to load: {load}",
+                    where="vllm_v1_adapter.py:1434:lmcache.integration.vllm.vllm_v1_adapter",
+                    prefix=worker_prefix(None, self.hw.gpus))
         return request
 
     def store(self, rid: str, request: SimRequest) -> None:
@@ -293,19 +315,23 @@ class SimServer:
             try:
                 stored = max(stored, tier.put_many(keys))
             except OSError as error:
-                lmcache_log(f"WARNING: failed to store to {tier.name}: {error}")
+                lmcache_log(f"failed to store to {tier.name}: {error}", level="WARNING",
+                            prefix=worker_prefix(0, self.hw.gpus))
         if stored:
             self.counters.add("lmcache:num_stored_tokens_total", stored * lm.chunk_size)
             lmcache_log(f"Storing KV cache for {stored * lm.chunk_size} out of {request.prompt_tokens} tokens "
-                        f"for request {rid}")
+                        f"(skip_leading_tokens=0) for request {rid}",
+                        where="vllm_v1_adapter.py:1180:lmcache.integration.vllm.vllm_v1_adapter",
+                        prefix=worker_prefix(0, self.hw.gpus))
 
     def _log_retrieval(self, request: SimRequest, info: dict) -> None:
         size_gib = info["rank_bytes"] / GIB
         seconds = info["seconds"]
         for rank in range(self.hw.gpus):
-            lmcache_log(f"Retrieved {info['tokens']} out of {info['tokens']} required tokens (from "
-                        f"{request.prompt_tokens} total tokens). size: {size_gib:.4f} gb, cost {seconds * 1000:.4f} "
-                        f"ms, throughput: {size_gib / seconds:.4f} GB/s [rank {rank}] (simulated)")
+            lmcache_log(f"[req_id={request.rid}] Retrieved {info['tokens']} out of {info['tokens']} required tokens "
+                        f"(from {request.prompt_tokens} total tokens). size: {size_gib:.4f} gb, cost "
+                        f"{seconds * 1000:.4f} ms, throughput: {size_gib / seconds:.4f} GB/s; (simulated)",
+                        prefix=worker_prefix(rank, self.hw.gpus))
 
     def reset_prefix_cache(self, external: bool) -> None:
         self.hbm.clear()
@@ -423,7 +449,7 @@ def build_app(server: SimServer) -> web.Application:
         return web.Response(status=200)
 
     async def version(request: web.Request) -> web.Response:
-        return web.json_response({"version": VERSION, "simulated": True})
+        return web.json_response({"version": config.vllm_version + ROCM_SUFFIX, "simulated": True})
 
     async def models(request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
@@ -436,9 +462,16 @@ def build_app(server: SimServer) -> web.Application:
 
     async def reset(request: web.Request) -> web.Response:
         external = request.query.get("reset_external", "false").lower() in ("1", "true")
-        server.reset_prefix_cache(external)
-        vllm_log("INFO", f"Resetting prefix cache (external={external})")
-        return web.Response(status=200)
+        # Newer vLLM refuses while requests hold blocks, and says so in a 200 answer; 0.20.1 answers an
+        # empty 200 whatever happened. The fault reset_refused makes a reset fail.
+        preempt = request.query.get("reset_running_requests", "false").lower() in ("1", "true")
+        refused = bool(config.node.faults().get("reset_refused")) or not (preempt or server.engine.idle())
+        if not refused:
+            server.reset_prefix_cache(external)
+        vllm_log("INFO", f"Resetting prefix cache (external={external})" + (": refused, blocks are held" if refused else ""))
+        if config.vllm_version == "0.20.1":
+            return web.Response(status=200)
+        return web.json_response({"success": not refused}, status=200)
 
     async def completions(request: web.Request) -> web.StreamResponse:
         return await generate(request, chat=False)
@@ -507,7 +540,9 @@ def build_app(server: SimServer) -> web.Application:
                         if chat and sent == 1:
                             chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
                         final = "length" if sent >= max_tokens else None
-                        chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids))
+                        echo = prompt if (want_ids and sent == 1 and not chat) else None
+                        chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
+                                             prompt_ids=echo))
                         await response.write(b"".join(chunks))
                     if crash:
                         vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
@@ -520,8 +555,11 @@ def build_app(server: SimServer) -> web.Application:
             raise
         server.streams.pop(id(sim), None)
         cached = min(sim.cached_hbm + sim.external_hit, sim.prompt_tokens - 1)
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": sent, "total_tokens": len(prompt) + sent,
-                 "prompt_tokens_details": {"cached_tokens": cached}}
+        usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + sent, "completion_tokens": sent}
+        # With --enable-prompt-tokens-details vLLM reports the cached tokens; 0.20.1 leaves the details out
+        # altogether when nothing was cached (newer versions send 0).
+        if config.prompt_tokens_details and (cached or config.vllm_version != "0.20.1"):
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         server.counters.add("vllm:prompt_tokens_total", len(prompt))
         server.counters.add("vllm:prompt_tokens_cached_total", cached)
         server.counters.add("vllm:generation_tokens_total", sent)
@@ -570,7 +608,7 @@ def build_app(server: SimServer) -> web.Application:
 
 
 def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, finish: str | None, *,
-           role: bool = False, want_ids: bool = False) -> bytes:
+           role: bool = False, want_ids: bool = False, prompt_ids: np.ndarray | None = None) -> bytes:
     if chat:
         delta = {"role": "assistant", "content": ""} if role else {"content": detokenize(token)}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -580,6 +618,9 @@ def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, fin
                   "stop_reason": None}
         obj = "text_completion"
     if want_ids and token is not None:
+        if not chat:
+            # vLLM echoes the whole prompt in the first event of a completion stream, null afterwards
+            choice["prompt_token_ids"] = None if prompt_ids is None else prompt_ids.tolist()
         choice["token_ids"] = [token]
     payload = {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": None,
                "simulated": True}

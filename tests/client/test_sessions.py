@@ -35,10 +35,10 @@ def test_a_shorter_stream_is_a_prefix_of_a_longer_one():
 
 def test_a_returning_session_sends_its_context_then_the_new_turn():
     session = workload.make_sessions(1, 300)[0]
-    job = workload.measure_jobs([session], output_tokens=4, turn_tokens=20, concurrency=1, repetition=2)[0]
-    sent = [int(v) for v in job.prompt_json.split(b",")]
+    req = workload.measure_requests([session], output_tokens=4, turn_tokens=20, concurrency=1, repetition=2)[0]
+    sent = [int(v) for v in req.prompt_json.split(b",")]
     assert sent[:300] == session.context_ids() and sent[300:] == session.turn_ids("measure:1:2", 20)
-    assert job.prompt_tokens == 320
+    assert req.prompt_tokens == 320
 
 
 def test_plan_values_become_flags():

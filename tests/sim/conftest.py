@@ -22,6 +22,13 @@ TRANSFER = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 REPO = Path(__file__).resolve().parents[2]
 
 
+def cached(usage: dict) -> int:
+    """Cached prompt tokens of a usage as vLLM 0.20.1 reports them: no prompt_tokens_details at all on a miss."""
+    details = usage.get("prompt_tokens_details")
+    assert details is None or details["cached_tokens"] > 0, f"0.20.1 sends no details for a miss: {usage}"
+    return details["cached_tokens"] if details else 0
+
+
 def prompt_ids(length: int, seed: int = 1) -> list[int]:
     return [1000 + (i * 7919 + seed * 104729) % 30000 for i in range(length)]
 
@@ -56,7 +63,7 @@ class SimServer:
         if dev_mode:
             self.env["VLLM_SERVER_DEV_MODE"] = "1"
         self.argv = [sys.executable, "-m", "runners.sim", "serve", MODEL, "--tensor-parallel-size", "8",
-                     "--host", "127.0.0.1", "--port", str(self.port), *args]
+                     "--host", "127.0.0.1", "--port", str(self.port), "--enable-prompt-tokens-details", *args]
         if arm == "recompute":
             self.argv.append("--no-enable-prefix-caching")
         else:

@@ -2,7 +2,7 @@
 import urllib.request
 
 from gates.judge.lmcache_log import parse_log
-from tests.sim.conftest import delta, prompt_ids
+from tests.sim.conftest import cached, delta, prompt_ids
 
 CONTEXT = 4096
 
@@ -14,30 +14,29 @@ def populate_then_return(server, sessions: int = 2) -> tuple[dict, dict, list[in
         server.complete(context)
     server.reset()
     before = server.metrics()
-    cached = [server.complete(context + prompt_ids(64, 99))["usage"]["prompt_tokens_details"]["cached_tokens"]
-              for context in contexts]
-    return before, server.metrics(), cached
+    hits = [cached(server.complete(context + prompt_ids(64, 99))["usage"]) for context in contexts]
+    return before, server.metrics(), hits
 
 
 def test_the_recompute_arm_reports_no_hits_at_all(node, servers):
     server = servers(node, "recompute")
-    before, after, cached = populate_then_return(server)
+    before, after, hits = populate_then_return(server)
     assert delta(before, after, "vllm:prompt_tokens_total") == 2 * (CONTEXT + 64)
     assert delta(before, after, "vllm:prefix_cache_hits_total") == 0
     assert delta(before, after, "vllm:external_prefix_cache_hits_total") == 0
-    assert cached == [0, 0]
+    assert hits == [0, 0]
     assert "LMCache" not in server.log_text()
 
 
 def test_a_cache_arm_hits_the_disk_tier_for_the_whole_context_after_eviction(node, servers):
     server = servers(node, "fx")
-    before, after, cached = populate_then_return(server)
+    before, after, hits = populate_then_return(server)
     prompt = delta(before, after, "vllm:prompt_tokens_total")
     assert delta(before, after, "vllm:prefix_cache_hits_total") == 0
     assert delta(before, after, "vllm:external_prefix_cache_hits_total") == 2 * CONTEXT
     assert delta(before, after, "lmcache:num_hit_tokens_total") == 2 * CONTEXT
     assert delta(before, after, "vllm:external_prefix_cache_hits_total") / prompt > 0.98
-    assert cached == [CONTEXT, CONTEXT]
+    assert hits == [CONTEXT, CONTEXT]
     log = server.log_text()
     assert f"Total tokens {CONTEXT + 64}, LMCache hit tokens: {CONTEXT}, need to load: {CONTEXT}" in log
 

@@ -14,7 +14,7 @@ def test_the_openai_client_streams_a_completion_with_usage(node, servers):
     usage = chunks[-1].usage
     assert text.strip()
     assert usage.completion_tokens == 5 and usage.prompt_tokens > 0
-    assert usage.prompt_tokens_details.cached_tokens == 0
+    assert usage.prompt_tokens_details is None  # vLLM 0.20.1: no details at all when nothing was cached
     assert all(c.model_extra.get("simulated") is True for c in chunks)
 
 

@@ -1,0 +1,148 @@
+"""Cache hits the engine cannot fake: the records' `cached_tokens` reconciled with the server's /metrics.
+
+Two sources say how many prompt tokens were served from cache. `/metrics` counters (deltas between the
+phase summary's `metrics_before` and `metrics_after`) are authoritative: vLLM counts every scheduled token
+there, GPU prefix-cache hits (`vllm:prefix_cache_hits_total`) and KV-connector hits
+(`vllm:external_prefix_cache_hits_total`) apart. The records' `cached_tokens` come from each response's
+`usage.prompt_tokens_details.cached_tokens`, which is what makes a per-request statistic possible.
+
+vLLM 0.20.1 run with `--enable-prompt-tokens-details` leaves `prompt_tokens_details` out entirely when
+nothing was cached (newer versions send 0), so a miss arrives as `cached_tokens: null`. Dropping those
+rows would make a cell where half the requests missed look like a cell of hits. So:
+
+* in a cell where some successful request reported a number, a successful request without one is a 0
+  (the server was reporting, and it reports nothing only for a miss);
+* in a measured window where none reported and /metrics counted no hit, every request is a 0;
+* where both sources have figures, they must agree to within `TOLERANCE` of the window's prompt tokens,
+  or the run is `invalid`, and the check names the cell, the two figures and the records' instance.
+
+`reconcile` returns the inputs with the nulls filled as above and the check; the judge calls it before
+it derives anything from the records.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from gates.judge.records import Inputs
+
+GPU_HITS = "vllm:prefix_cache_hits_total"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+TOLERANCE = 0.01          # of the window's prompt tokens: counters and usage come from the same scheduler
+CELL_KEYS = ["arm", "phase", "concurrency", "repetition"]
+CHECK_NAME = "hit-counters-agree"
+
+
+def _delta(before: dict, after: dict, name: str) -> float | None:
+    """Counter increase over a window; a counter that went down was reset by a restart and counts from 0."""
+    if name not in after:
+        return None
+    start = float(before.get(name, 0.0))
+    end = float(after[name])
+    return end - start if end >= start else end
+
+
+def metrics_hits(summary: dict) -> float | None:
+    """Prompt tokens served from any cache in a summary's window, by /metrics; None when it has no counters."""
+    before, after = summary.get("metrics_before") or {}, summary.get("metrics_after") or {}
+    parts = [_delta(before, after, name) for name in (GPU_HITS, EXTERNAL_HITS)]
+    if all(part is None for part in parts):
+        return None
+    return float(sum(part for part in parts if part is not None))
+
+
+def cell_name(arm: str, phase: str, concurrency: int, repetition: int) -> str:
+    return f"{arm}/{phase}@{concurrency} rep {repetition}"
+
+
+def _windows(summaries: list[dict]) -> list[list[dict]]:
+    """Summaries grouped by the /metrics window they share: one closed loop that writes several phase labels
+    (a fault run's measure/fault/recovery, a soak's windows) names its scrape pair in `metrics_window`."""
+    groups: dict[object, list[dict]] = {}
+    for position, summary in enumerate(summaries):
+        if metrics_hits(summary) is None:
+            continue
+        window = summary.get("metrics_window")
+        key = (summary.get("run_id"), summary.get("instance"), window) if window else position
+        groups.setdefault(key, []).append(summary)
+    return list(groups.values())
+
+
+def _rows_of(requests: pd.DataFrame, window: list[dict]) -> np.ndarray:
+    """Positions of the successful records a window's counters saw: same cells, run and instance."""
+    mask = np.zeros(len(requests), dtype=bool)
+    ok = (requests["status"] == "ok").to_numpy()
+    for summary in window:
+        rows = ok.copy()
+        for key in CELL_KEYS:
+            rows &= (requests[key] == summary[key]).to_numpy()
+        if summary.get("instance"):
+            rows &= (requests["instance"] == summary["instance"]).to_numpy()
+        if summary.get("run_id"):
+            rows &= (requests["run_id"] == summary["run_id"]).to_numpy()
+        mask |= rows
+    return np.nonzero(mask)[0]
+
+
+def fill_reported_misses(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """A successful request without cached_tokens in a cell where others reported one is a miss (0)."""
+    if len(requests) == 0:
+        return requests, 0
+    cached = requests["cached_tokens"].to_numpy(dtype=np.float64).copy()
+    ok = (requests["status"] == "ok").to_numpy()
+    missing = ok & np.isnan(cached)
+    if not missing.any():
+        return requests, 0
+    reported = pd.Series(ok & ~np.isnan(cached), index=requests.index)
+    any_reported = reported.groupby([requests[k] for k in CELL_KEYS], observed=True).transform("any").to_numpy()
+    fill = missing & any_reported
+    cached[fill] = 0.0
+    return requests.assign(cached_tokens=cached), int(fill.sum())
+
+
+def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
+    """The inputs with unreported misses made 0, and the check that records and /metrics agree per cell."""
+    requests, filled = fill_reported_misses(inputs.requests)
+    cached = requests["cached_tokens"].to_numpy(dtype=np.float64).copy() if len(requests) else np.array([])
+    prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64) if len(requests) else np.array([])
+    problems: list[str] = []
+    agreed: list[str] = []
+    unverifiable: list[str] = []
+    for window in _windows(inputs.summaries):
+        rows = _rows_of(requests, window)
+        if len(rows) == 0:
+            continue
+        names = ", ".join(cell_name(s["arm"], s["phase"], s["concurrency"], s["repetition"]) for s in window)
+        where = f"{names} ({window[0]['instance']})" if window[0].get("instance") else names
+        from_metrics = float(metrics_hits(window[0]))  # the summaries of one window share its deltas
+        tokens = float(prompt[rows].sum())
+        values = cached[rows]
+        if np.isnan(values).all():
+            if from_metrics == 0:
+                cached[rows] = 0.0
+                filled += len(rows)
+            else:
+                unverifiable.append(f"{where}: no record reports cached_tokens; /metrics counted "
+                                    f"{from_metrics:.0f} cached tokens")
+            continue
+        from_records = float(np.nansum(values))
+        if abs(from_records - from_metrics) > TOLERANCE * max(tokens, 1.0):
+            problems.append(f"{where}: the records say {from_records:.0f} of {tokens:.0f} prompt tokens were cached "
+                            f"({from_records / max(tokens, 1.0):.1%}), the server's /metrics {from_metrics:.0f} "
+                            f"({from_metrics / max(tokens, 1.0):.1%})")
+        else:
+            agreed.append(where)
+    if filled:
+        requests = requests.assign(cached_tokens=cached)
+    detail_parts = []
+    if agreed:
+        detail_parts.append(f"records and /metrics agree on cached tokens in {len(agreed)} window(s)")
+    if filled:
+        detail_parts.append(f"{filled} successful request(s) without cached_tokens counted as misses (0)")
+    if unverifiable:
+        detail_parts.append("not cross-checked: " + "; ".join(unverifiable))
+    detail = "; ".join(problems) if problems else ("; ".join(detail_parts) or "no phase summary with /metrics deltas")
+    check = {"name": CHECK_NAME, "ok": not problems, "detail": detail}
+    return replace(inputs, requests=requests), check

@@ -8,7 +8,7 @@ DEMO_PACKAGES := fonts-noto-cjk libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-sub
 TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils libnss3-tools openssh-server openssh-client chromium gettext iproute2 util-linux
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv system-demo system-test lint clean
+.PHONY: demo test test-real real-engine venv system-demo system-test lint clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ demo: system-demo venv
 
 test: system-test venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The real-engine tier: real vLLM (CPU build) started by the real deploy.sh over real SSH. Its environment
+# is built once per machine outside the clone (scripts/real-engine; FXPILOT_ENGINE_DIR moves it).
+real-engine:
+	@scripts/real-engine >/dev/null
+
+test-real: system-test venv real-engine
+	$(PY) -m pytest tests/real -m real_engine $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

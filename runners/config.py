@@ -29,6 +29,21 @@ _FLAG_VALUE = re.compile(r"^[A-Za-z0-9._:/,+@%][A-Za-z0-9._:/,+@%-]{0,199}$")
 # Flags the deploy step sets itself; letting the settings override them would break the arms.
 _RESERVED_FLAGS = {"--port", "--host", "--tensor-parallel-size", "--kv-transfer-config", "--model"}
 _FSTYPES = ("xfs", "ext4")
+# vLLM's KV connectors the deploy step can configure: LMCache (the pilot's stack) or vLLM's reference
+# ExampleConnector, which stores whole prompts' KV as files in the arm's cache directory (for checking the
+# pipeline where LMCache cannot run, e.g. the CPU test tier; its files are not LMCache's tiers).
+KV_CONNECTORS = ("LMCacheConnectorV1", "ExampleConnector")
+# How vLLM is launched: from PATH, a venv, a conda environment, or behind a command prefix (`docker run …`).
+LAUNCH_KINDS = ("venv", "conda", "prefix")
+_CONDA_ENV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_WORD = re.compile(r"^[A-Za-z0-9._:/,+@%=-][A-Za-z0-9._:/,+@%=-]{0,299}$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/,+@%=-]{0,500}$")
+# Variables the deploy step sets itself, or that would make the shell or the dynamic loader run other code.
+_RESERVED_ENV = {"VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV",
+                 "PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP",
+                 "PYTHONHOME", "PYTHONINSPECT", "VIRTUAL_ENV", "CONDA_PREFIX", "VLLM_PLUGINS"}
+_RESERVED_ENV_PREFIXES = ("LMCACHE_", "FXPILOT_", "BASH_FUNC_")
 
 
 class DeploymentSettingsError(ValueError):
@@ -79,6 +94,34 @@ class FxTarget:
 
 
 @dataclass(frozen=True)
+class Launcher:
+    """How `vllm` is run on a node: `kind` "" (from PATH), venv, conda or prefix; plus environment variables."""
+
+    kind: str = ""
+    venv: str | None = None
+    conda: str | None = None
+    prefix: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.kind == "venv":
+            out["venv"] = self.venv
+        elif self.kind == "conda":
+            out["conda"] = self.conda
+        elif self.kind == "prefix":
+            out["prefix"] = list(self.prefix)
+        if self.env:
+            out["env"] = dict(self.env)
+        return out
+
+    def params(self) -> dict[str, Any]:
+        """What deploy.sh reads (params.env)."""
+        return {"LAUNCH_KIND": self.kind, "LAUNCH_VENV": self.venv, "LAUNCH_CONDA": self.conda,
+                "LAUNCH_PREFIX": list(self.prefix), "LAUNCH_ENV": [f"{name}={value}" for name, value in self.env]}
+
+
+@dataclass(frozen=True)
 class DeploymentSettings:
     model: str
     fx_target: FxTarget
@@ -98,6 +141,8 @@ class DeploymentSettings:
 
     def bind_address(self, node_name: str) -> str:
         return self.fabric_addresses.get(node_name, "127.0.0.1")
+    launcher: Launcher = field(default_factory=Launcher)
+    kv_connector: str = "LMCacheConnectorV1"
 
     @property
     def page_cache_method(self) -> str:
@@ -114,7 +159,10 @@ class DeploymentSettings:
 
         paths = Paths(**{name: expand(getattr(self.paths, name)) for name in ("fx_mount", "local_nvme_path", "shared_pool",
                                                                                  "run_root")})
-        return replace(self, paths=paths, model=expand(self.model))
+        launcher = self.launcher
+        if launcher.kind == "venv" and launcher.venv:
+            launcher = replace(launcher, venv=expand(launcher.venv))
+        return replace(self, paths=paths, model=expand(self.model), launcher=launcher)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +183,8 @@ class DeploymentSettings:
             "extra_vllm_flags": list(self.extra_vllm_flags),
             "health_timeout_s": self.health_timeout_s,
             **({"fabric_addresses": dict(self.fabric_addresses)} if self.fabric_addresses else {}),
+            "launcher": self.launcher.to_dict(),
+            "kv_connector": self.kv_connector,
         }
 
 
@@ -173,7 +223,8 @@ DEFAULT_SIMULATED: dict[str, Any] = {
 }
 
 _TOP_KEYS = {"model", "tensor_parallel_size", "ports", "paths", "sizes", "use_odirect", "drop_page_cache", "fx_target",
-             "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s", "fabric_addresses"}
+             "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s", "fabric_addresses", "launcher",
+             "kv_connector"}
 
 
 def default_simulated() -> dict[str, Any]:
@@ -206,6 +257,8 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
         roce_interface=roce, extra_vllm_flags=_flags(data.get("extra_vllm_flags", [])),
         health_timeout_s=_int(data.get("health_timeout_s", 1800), "health_timeout_s", 1, 24 * 3600),
         fabric_addresses=_fabric_addresses(_mapping(data.get("fabric_addresses", {}), "fabric_addresses")),
+        launcher=_launcher(_mapping(data.get("launcher") or {}, "launcher")),
+        kv_connector=_kv_connector(data.get("kv_connector", "LMCacheConnectorV1")),
     )
 
 
@@ -231,6 +284,61 @@ def _fabric_addresses(data: dict) -> dict[str, str]:
                                           {"value": value})
         out[name] = str(address)
     return out
+
+
+def _kv_connector(value: Any) -> str:
+    if value not in KV_CONNECTORS:
+        raise DeploymentSettingsError("kv_connector", _("%(value)r is not a KV connector the deploy step configures "
+                                                        "(%(known)s)") % {"value": value, "known": ", ".join(KV_CONNECTORS)})
+    return value
+
+
+def _launcher(data: dict) -> Launcher:
+    """`launcher`: at most one of venv (a path), conda (an environment name or path), prefix (a command's words,
+    e.g. `docker run … IMAGE`), and `env` (variables for vLLM). Each word reaches the node shell-quoted."""
+    _no_unknown(data, {"venv", "conda", "prefix", "env"}, "launcher.")
+    kinds = [kind for kind in LAUNCH_KINDS if data.get(kind) not in (None, "", [])]
+    if len(kinds) > 1:
+        raise DeploymentSettingsError(f"launcher.{kinds[1]}", _("give one of venv, conda or prefix, not %(kinds)s")
+                                      % {"kinds": " and ".join(kinds)})
+    kind = kinds[0] if kinds else ""
+    venv = conda = None
+    prefix: tuple[str, ...] = ()
+    if kind == "venv":
+        venv = _path(data["venv"], "launcher.venv")
+    elif kind == "conda":
+        value = data["conda"]
+        if isinstance(value, str) and value.startswith(("/", "~/")):
+            conda = _path(value, "launcher.conda")
+        elif isinstance(value, str) and _CONDA_ENV.match(value):
+            conda = value
+        else:
+            raise DeploymentSettingsError("launcher.conda", _("%(value)r is neither a conda environment name (letters, "
+                                                              "digits, . _ -) nor an absolute path") % {"value": value})
+    elif kind == "prefix":
+        words = data["prefix"]
+        if not isinstance(words, list) or not 1 <= len(words) <= 64:
+            raise DeploymentSettingsError("launcher.prefix", _("must be a list of 1–64 words, e.g. [docker, run, --rm, "
+                                                               "--network=host, IMAGE]"))
+        for index, word in enumerate(words):
+            if not isinstance(word, str) or not _WORD.match(word):
+                raise DeploymentSettingsError(f"launcher.prefix[{index}]", _("%(value)r is not a word of letters, digits "
+                                                                             "and . _ : / , + @ %% = -") % {"value": word})
+        prefix = tuple(words)
+    env = _mapping(data.get("env") or {}, "launcher.env")
+    pairs = []
+    for name, value in sorted(env.items()):
+        where = f"launcher.env.{name}"
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise DeploymentSettingsError(where, _("is not an environment variable name (A–Z, 0–9, _)"))
+        if name in _RESERVED_ENV or name.startswith(_RESERVED_ENV_PREFIXES):
+            raise DeploymentSettingsError(where, _("is set by the deploy step itself or would let the shell or the "
+                                                   "loader run other code"))
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not _ENV_VALUE.match(str(value)):
+            raise DeploymentSettingsError(where, _("%(value)r is not a value of letters, digits and . _ : / , + @ %% = -")
+                                          % {"value": value})
+        pairs.append((name, str(value)))
+    return Launcher(kind=kind, venv=venv, conda=conda, prefix=prefix, env=tuple(pairs))
 
 
 def _required(data: dict, key: str, prefix: str) -> Any:

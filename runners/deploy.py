@@ -25,7 +25,8 @@ from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 SCRIPTS = ("deploy.sh", "attach_fx.sh", "workload.py")
-HEALTH_POLL_S = 20          # one SSH command waits at most this long; the loop re-connects between looks
+HEALTH_POLL_S = 5           # one SSH command waits at most this long; between looks: cancel, the log, progress
+HEALTH_PROGRESS_S = 30      # how often the wait says how long it has waited
 LOG_TAIL_LINES = 40
 # The node's own server: its loopback or the fabric address it was deployed on (deployment.fabric_addresses).
 _METRICS_URL = re.compile(r"^http://(\d{1,3}(\.\d{1,3}){3}|localhost|\[[0-9A-Fa-f:.]+\]):\d{1,5}(/[A-Za-z0-9_/.-]*)?$")
@@ -145,9 +146,12 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
         lines += ["# Cross-instance sharing: every instance reads and writes the same pool on the FX mount.",
                   f"remote_url: {json.dumps('fs://localhost:0' + pool_dir)}",
                   'remote_serde: "naive"']
-    lines += ["extra_config:",
-              f"  use_odirect: {'true' if settings.use_odirect else 'false'}", ""]
-    return "\n".join(lines)
+    odirect = "true" if settings.use_odirect else "false"
+    # The local-disk backend reads use_odirect; the fs connector of the shared pool reads its own key.
+    lines += ["extra_config:", f"  use_odirect: {odirect}"]
+    if share_pool and pool_dir:
+        lines.append(f"  fs_connector_use_odirect: {odirect}")
+    return "\n".join(lines + [""])
 
 
 def _fx_params(settings: DeploymentSettings, run_dir: str) -> dict[str, Any]:
@@ -229,7 +233,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
                                    simulated=node.simulated)
     store_bytes(job, f"{deployment.name_prefix}/lmcache.yaml", config.encode(), kind="config", step=step, node=node,
                 simulated=node.simulated)
-    if arm != "recompute":
+    if arm != "recompute" and settings.kv_connector == "LMCacheConnectorV1":
         deployment.config_path = f"{deployment.arm_dir}/lmcache.yaml"
         conn.upload(config.encode(), deployment.config_path)
 
@@ -243,6 +247,8 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "DROP_PAGE_CACHE": settings.drop_page_cache, "PAGE_CACHE_METHOD": settings.page_cache_method,
         "MAX_LOCAL_DISK_SIZE": settings.sizes.max_local_disk_size, "EXTRA_VLLM_FLAGS": list(settings.extra_vllm_flags),
         "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,
+        "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
+        **settings.launcher.params(),
     }
     conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")
 
@@ -282,23 +288,53 @@ def _script(conn: ssh.NodeConnection, job: Job, step: Step | None, node: Node, d
 
 def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
                   deployment: Deployment) -> None:
-    deadline = time.monotonic() + settings.health_timeout_s
+    """Wait for /health from the node, a few seconds per look. Between looks: a cancel of the run stops the
+    wait (the caller tears the server down), the server log's new lines go to the run's live log, and every
+    HEALTH_PROGRESS_S the wait says how long it has waited. deploy.sh exits 5 when the server answers but its
+    log shows LMCache failing to initialise or running degraded: the deploy fails with that line."""
+    started = time.monotonic()
+    deadline = started + settings.health_timeout_s
+    said = started
     health = f"bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} health {ssh.shell_path(deployment.arm_dir)}"
+    where = f"node {node.name}: {deployment.arm}"
     while True:
         wait = max(1, min(HEALTH_POLL_S, int(deadline - time.monotonic())))
         # The detached runner writes exit_code when the server ends: the node stops waiting at once.
         ended = ssh.shell_path(deployment.server["dir"] + "/exit_code")
         result = conn.run(f"{health} {wait} {ended}", job=job, step=step, timeout=wait + 60, check=False, echo=False)
+        status = detached.poll(conn, deployment.server, job=job, step=step)
+        deployment.server = {**deployment.server, **status.proc.to_dict()}
+        _save(step, deployment)
         if result.exit_code == 0:
             return
-        status = detached.poll(conn, deployment.server)
+        if result.exit_code == 5:
+            reason = _error_lines_of(result.stderr_tail) or "LMCache did not initialise"
+            raise DeployError(f"{where}: the server answers /health but {reason}", deployment=deployment,
+                              log_tail=server_log_tail(conn, deployment))
         if not status.running:
-            raise DeployError(f"node {node.name}: {deployment.arm}: the server {status.state} before it was healthy "
+            raise DeployError(f"{where}: the server {status.state} before it was healthy "
                               f"(exit code {status.exit_code})", deployment=deployment, log_tail=server_log_tail(conn, deployment))
-        if time.monotonic() >= deadline:
-            raise DeployError(f"node {node.name}: {deployment.arm}: /health on port {deployment.port} did not answer within "
+        if _cancel_requested(job):
+            raise DeployError(f"{where}: canceled while waiting for /health ({time.monotonic() - started:.0f} s)",
+                              deployment=deployment)
+        now = time.monotonic()
+        if now >= deadline:
+            raise DeployError(f"{where}: /health on port {deployment.port} did not answer within "
                               f"{settings.health_timeout_s} s (deployment.health_timeout_s)", deployment=deployment,
                               log_tail=server_log_tail(conn, deployment))
+        if now - said >= HEALTH_PROGRESS_S:
+            said = now
+            _say(job, step, node, f"{deployment.arm}: waiting for /health on port {deployment.port}: "
+                                  f"{now - started:.0f} s of {settings.health_timeout_s} s")
+
+
+def _cancel_requested(job: Job) -> bool:
+    return Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
+
+
+def _error_lines_of(stderr: str) -> str:
+    lines = [line.split("fxpilot: error: ", 1)[1] for line in stderr.splitlines() if "fxpilot: error: " in line]
+    return "; ".join(lines)
 
 
 def server_log_paths(deployment: Deployment) -> list[str]:

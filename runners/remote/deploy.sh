@@ -4,12 +4,15 @@
 #   deploy.sh preflight ARM_DIR          check port, model, cache paths; write ARM_DIR/manifest.json
 #   deploy.sh serve ARM_DIR              exec vllm serve (run detached by the runner)
 #   deploy.sh health ARM_DIR SECONDS [EXIT_FILE]
-#                                        wait up to SECONDS for /health: exit 0 up, 3 not yet, 4 EXIT_FILE appeared
+#                                        wait up to SECONDS for /health: exit 0 up, 3 not yet, 4 EXIT_FILE appeared,
+#                                        5 up but the server log shows LMCache failing to initialise or degraded
 #   deploy.sh cleanup ARM_DIR            remove this arm's KV cache files
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
-# RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH USE_ODIRECT DROP_PAGE_CACHE
-# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE.
+# RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH KV_CONNECTOR USE_ODIRECT DROP_PAGE_CACHE
+# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, and how vLLM is
+# launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
+# LAUNCH_ENV (array of NAME=value).
 set -euo pipefail
 
 fail() { echo "fxpilot: error: $*" >&2; exit 1; }
@@ -19,8 +22,12 @@ action=${1:-}
 arm_dir=${2:-}
 [[ -n "$action" && -f "$arm_dir/params.env" ]] || fail "usage: deploy.sh preflight|serve|health|cleanup ARM_DIR"
 EXTRA_VLLM_FLAGS=()
+LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR=""
+LAUNCH_PREFIX=()
+LAUNCH_ENV=()
 # shellcheck source=/dev/null
 source "$arm_dir/params.env"
+[[ -n "$KV_CONNECTOR" || -z "$KV_CONFIG_PATH" ]] || KV_CONNECTOR=LMCacheConnectorV1
 port_file="$arm_dir/port"
 # Where the server listens: the node's loopback, or its fabric address so the other node's client reaches it.
 BIND_HOST=${BIND_HOST:-127.0.0.1}
@@ -48,42 +55,103 @@ free_port() {
     python3 -c 'import socket, sys; h = sys.argv[1]; s = socket.socket(socket.AF_INET6 if ":" in h else socket.AF_INET); s.bind((h, 0)); print(s.getsockname()[1]); s.close()' "$BIND_HOST"
 }
 
+# The words that run a command where vLLM lives (deployment.launcher): a venv's bin first on PATH, inside a
+# conda environment, or behind a prefix such as `docker run … IMAGE`.
+launch_words() {
+    launch=()
+    case "$LAUNCH_KIND" in
+        venv) launch=(env "PATH=$LAUNCH_VENV/bin:$PATH" "VIRTUAL_ENV=$LAUNCH_VENV") ;;
+        conda)
+            if [[ "$LAUNCH_CONDA" == /* ]]; then launch=(conda run --no-capture-output -p "$LAUNCH_CONDA")
+            else launch=(conda run --no-capture-output -n "$LAUNCH_CONDA"); fi ;;
+        prefix) launch=("${LAUNCH_PREFIX[@]}") ;;
+    esac
+}
+
+in_engine() { launch_words; "${launch[@]}" "$@"; }
+
+launch_what() {
+    case "$LAUNCH_KIND" in
+        venv) echo "the venv $LAUNCH_VENV" ;;
+        conda) echo "the conda environment $LAUNCH_CONDA" ;;
+        prefix) echo "the launch prefix ${LAUNCH_PREFIX[*]}" ;;
+        *) echo "PATH" ;;
+    esac
+}
+
+# Where vLLM lives, was it found: a clear error naming deployment.launcher, before anything is started.
+check_engine() {
+    case "$LAUNCH_KIND" in
+        venv) [[ -x "$LAUNCH_VENV/bin/vllm" ]] || fail "$LAUNCH_VENV/bin/vllm does not exist on $(hostname) (deployment.launcher.venv)" ;;
+        conda) command -v conda >/dev/null || fail "conda is not on PATH for $(id -un) on $(hostname) (deployment.launcher.conda)" ;;
+        prefix) command -v "${LAUNCH_PREFIX[0]}" >/dev/null || fail "${LAUNCH_PREFIX[0]} is not on PATH for $(id -un) on $(hostname) (deployment.launcher.prefix)" ;;
+        *) command -v vllm >/dev/null || fail "vllm is not on PATH for $(id -un) on $(hostname); name its venv, conda environment or container in deployment.launcher" ;;
+    esac
+}
+
 versions_json() {
     local vllm_version rocm_version
-    vllm_version=$(vllm --version 2>/dev/null | tail -n 1 || true)
-    [[ -n "$vllm_version" ]] || vllm_version=$(python3 -c 'import vllm; print(vllm.__version__)' 2>/dev/null || true)
+    vllm_version=$(in_engine vllm --version 2>/dev/null | tail -n 1 || true)
+    [[ -n "$vllm_version" ]] || vllm_version=$(in_engine python3 -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -n 1 || true)
+    [[ -n "$vllm_version" ]] || fail "vllm did not run from $(launch_what) on $(hostname): \`vllm --version\` printed nothing (deployment.launcher)"
     rocm_version=$(cat /opt/rocm/.info/version 2>/dev/null || true)
     [[ -n "$rocm_version" ]] || rocm_version=$(amd-smi version 2>/dev/null | sed -n 's/.*ROCm version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1 || true)
-    VLLM_VERSION="$vllm_version" ROCM_VERSION="$rocm_version" python3 - <<'PY'
-import importlib, json, os, re
-from importlib import metadata
+    local lmcache
+    lmcache=$(in_engine python3 -c "$LMCACHE_INSPECT" 2>/dev/null | tail -n 1 || true)
+    [[ "$lmcache" == "{"* ]] || lmcache='{"version": null, "commit": null, "hip": null, "error": "python3 did not run where vLLM lives"}'
+    VLLM_VERSION="$vllm_version" ROCM_VERSION="$rocm_version" LMCACHE_JSON="$lmcache" python3 -c '
+import json, os, platform
+print(json.dumps({"vllm": os.environ["VLLM_VERSION"] or None, "rocm": os.environ["ROCM_VERSION"] or None,
+                  "lmcache": json.loads(os.environ["LMCACHE_JSON"]), "python": platform.python_version()}))'
+}
 
+# LMCache's version, commit and GPU runtime, read where vLLM lives, for 0.3.x and 0.5.x alike: the commit
+# from a git install's direct_url.json, else _version.__commit_id__ (setuptools-scm, 0.5.x: "g3e11e108"),
+# else __commit__, else a +g<hash> local version; the runtime from the native module's linked library
+# (c_ops in 0.3.x; cuda_ops / lmcache_native in 0.5.x), found without importing it.
+LMCACHE_INSPECT='
+import importlib, importlib.util, json, re
+from importlib import metadata
 lm = {"version": None, "commit": None, "hip": None}
 try:
     dist = metadata.distribution("lmcache")
     lm["version"] = dist.version
-    # A git install records its commit in direct_url.json; a setuptools-scm version carries +g<hash>.
     vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info", {})
+    commit = vcs.get("commit_id")
+    if not commit:
+        try:
+            commit = importlib.import_module("lmcache._version").__dict__.get("__commit_id__")
+        except Exception:
+            commit = None
+    if not commit:
+        try:
+            commit = getattr(importlib.import_module("lmcache"), "__commit__", None)
+        except Exception:
+            commit = None
     match = re.search(r"\+g?([0-9a-f]{7,40})", dist.version)
-    module = importlib.import_module("lmcache")
-    lm["commit"] = vcs.get("commit_id") or getattr(module, "__commit__", None) or (match.group(1) if match else None)
-    # The native ops name the GPU runtime they link against: amdhip64 for a ROCm build, cudart for CUDA.
-    ops = importlib.import_module("lmcache.c_ops")
-    blob = open(ops.__file__, "rb").read()
-    lm["hip"] = True if b"amdhip64" in blob else False if b"cudart" in blob else None
-except Exception as exc:  # an LMCache that cannot be inspected is reported, not guessed
-    lm["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps({"vllm": os.environ["VLLM_VERSION"] or None, "rocm": os.environ["ROCM_VERSION"] or None,
-                  "lmcache": lm, "python": __import__("platform").python_version()}))
-PY
-}
+    commit = commit or (match.group(1) if match else None)
+    lm["commit"] = re.sub(r"^g(?=[0-9a-f]{7,40}$)", "", commit) if isinstance(commit, str) else None
+    for name in ("lmcache.c_ops", "lmcache.cuda_ops", "lmcache.lmcache_native"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except Exception:
+            spec = None
+        if spec is None or not spec.origin:
+            continue
+        blob = open(spec.origin, "rb").read()
+        lm["hip"] = True if b"amdhip64" in blob else False if b"cudart" in blob else None
+        break
+except Exception as exc:
+    lm["error"] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(lm))
+'
 
 preflight() {
     local port="$PORT"
     if [[ "$MODEL" == /* ]] && [[ ! -e "$MODEL" ]]; then
         fail "the model path $MODEL does not exist on $(hostname) (deployment.model)"
     fi
-    command -v vllm >/dev/null || fail "vllm is not on PATH for $(id -un) on $(hostname)"
+    check_engine
     if [[ "$port" == 0 ]]; then
         port=$(free_port)
     elif port_in_use "$port"; then
@@ -123,7 +191,7 @@ preflight() {
     build_argv "$port"
     ARGV_JSON=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}") \
     VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
-    TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
+    TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" KV_CONNECTOR="$KV_CONNECTOR" LAUNCHER="$(launch_what)" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
     DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
     CACHE_MOUNT="${CACHE_MOUNT:-}" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
@@ -132,7 +200,7 @@ manifest = {
     "schema": "fxpilot.manifest/1", "run_id": env["RUN_ID"], "arm": env["ARM"], "node": env["NODE"],
     "simulated": env["SIMULATED"] == "1", "hostname": os.uname().nodename, "model": env["MODEL"],
     "tensor_parallel_size": int(env["TP"]), "port": int(env["SERVE_PORT"]),
-    "kv_connector": "LMCacheConnectorV1" if env["KV_CONFIG_PATH"] else None,
+    "kv_connector": env["KV_CONNECTOR"] or None, "launcher": env["LAUNCHER"],
     "lmcache_config": env["KV_CONFIG_PATH"] or None, "cache_dir": env["CACHE_DIR"] or None,
     "shared_pool": env.get("SHARED_DIR") or None,
     "cache_device": env.get("CACHE_DEVICE") or None, "cache_mount": env.get("CACHE_MOUNT") or None,
@@ -155,7 +223,10 @@ PY
 build_argv() {
     # --enable-prompt-tokens-details: without it vLLM reports no cached_tokens in usage, and the records lose the hits.
     argv=(vllm serve "$MODEL" --tensor-parallel-size "$TP" --host "$BIND_HOST" --port "$1" --enable-prompt-tokens-details)
-    if [[ -n "$KV_CONFIG_PATH" ]]; then
+    if [[ "$KV_CONNECTOR" == ExampleConnector ]]; then
+        # vLLM's reference connector: whole prompts' KV as files in the arm's cache directory.
+        argv+=(--kv-transfer-config "$(CACHE_DIR="$CACHE_DIR" python3 -c 'import json, os; print(json.dumps({"kv_connector": "ExampleConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"shared_storage_path": os.environ["CACHE_DIR"]}}))')")
+    elif [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
     else
         # Full recompute: no KV connector and no GPU prefix cache either, so no prompt token is ever reused.
@@ -176,14 +247,17 @@ export_environment() {
     if [[ -n "${SIM_TIME_SCALE:-}" ]]; then
         export FXPILOT_SIM_TIME_SCALE="$SIM_TIME_SCALE"
     fi
+    local pair
+    for pair in "${LAUNCH_ENV[@]}"; do export "${pair?}"; done
 }
 
 serve() {
     [[ -f "$port_file" ]] || fail "no port chosen yet; run preflight first"
     build_argv "$(cat "$port_file")"
     export_environment
-    say "starting: ${argv[*]}"
-    exec "${argv[@]}"
+    launch_words
+    say "starting: ${launch[*]}${launch[*]:+ }${argv[*]}"
+    exec "${launch[@]}" "${argv[@]}"
 }
 
 health() {
@@ -193,15 +267,32 @@ health() {
     while :; do
         [[ -n "$ended" && -e "$ended" ]] && { say "the server has exited"; exit 4; }
         if command -v curl >/dev/null; then
-            curl -fsS -m 5 -o /dev/null "http://$url_host:$port/health" 2>/dev/null && { say "healthy on port $port"; exit 0; }
+            curl -fsS -m 5 -o /dev/null "http://$url_host:$port/health" 2>/dev/null && healthy "$port"
         elif python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
                 "http://$url_host:$port/health" 2>/dev/null; then
-            say "healthy on port $port"
-            exit 0
+            healthy "$port"
         fi
         [[ $(date +%s) -lt $deadline ]] || exit 3
         sleep 1
     done
+}
+
+# LMCache that fails to initialise does not stop vLLM: the server answers /health, every request waits
+# for a lookup timeout and nothing is cached. Its log says so; an LMCache arm is not healthy then.
+LMCACHE_FAILED='System will operate in degraded mode|No supported cpu connector found|Failed to initiali[sz]e LMCache|LMCacheConnectorV1.*(Error|Exception):|entering degraded mode'
+
+healthy() {
+    local line
+    if [[ "$KV_CONNECTOR" == LMCacheConnectorV1 ]]; then
+        line=$(cat "$arm_dir"/server/stdout "$arm_dir"/server/stderr 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
+            | grep -E -m 1 "$LMCACHE_FAILED" || true)
+        if [[ -n "$line" ]]; then
+            echo "fxpilot: error: LMCache failed to initialise (the server log says: ${line:0:300})" >&2
+            exit 5
+        fi
+    fi
+    say "healthy on port $1"
+    exit 0
 }
 
 cleanup() {

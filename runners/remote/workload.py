@@ -1092,6 +1092,7 @@ class RunContext:
     coalesce: float = DEFAULT_COALESCE_MS / 1000
     prompt_tokens_details: bool = True
     windows: int = 0
+    process: str = field(default_factory=lambda: f"{os.getpid()}-{os.urandom(4).hex()}")
 
     def __post_init__(self) -> None:
         self.finalizer = Finalizer(self)
@@ -1268,7 +1269,7 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
     # every summary of this loop shares one pair of /metrics scrapes: the judge compares them with the
     # records of all these cells together (gates/judge/counters.py)
     ctx.windows += 1
-    window = f"{ctx.run_id}:{ctx.instance}:{ctx.anchor:.6f}:{ctx.windows}"
+    window = f"{ctx.run_id}:{ctx.instance}:{ctx.process}:{ctx.windows}"
     for (phase, conc, rep), st in sorted(stats.items(), key=lambda kv: kv[1].t_first):
         summary = _summary(ctx, phase, conc, rep, st, tuple(c * st.requests / total for c in cpu), before, after,
                            metric_error, extra)

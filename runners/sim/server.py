@@ -644,6 +644,18 @@ def describe(server: SimServer) -> str:
 
 def run(config: ServeConfig) -> None:
     """Serve until killed (as `vllm serve` does)."""
+    faults = config.node.faults()
+    if faults.get("slow_start_seconds"):
+        # a server still loading (a real one takes minutes): nothing listens until it is done
+        vllm_log("INFO", f"loading the model (fault slow_start_seconds={faults['slow_start_seconds']})")
+        time.sleep(float(faults["slow_start_seconds"]))
+    if config.lmcache is not None and faults.get("lmcache_init_fails"):
+        # LMCache that fails to initialise does not stop vLLM: it logs, then every request recomputes.
+        lmcache_log("Failed to initialize LMCacheManager components: RuntimeError: No supported cpu connector "
+                    "found (simulated fault lmcache_init_fails). System will operate in degraded mode (recompute).",
+                    level="ERROR", where="manager.py:107:lmcache.v1.manager",
+                    prefix=worker_prefix(0, config.tensor_parallel))
+        config.lmcache = None
     server = SimServer(config)
     vllm_log("INFO", describe(server))
     app = build_app(server)

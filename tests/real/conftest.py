@@ -1,0 +1,160 @@
+"""The real-engine tier: real `vllm serve` (vLLM 0.20.1's CPU build) started by the real deploy.sh over
+OpenSSH's sshd on loopback, with a tiny model the tests build (random weights, Qwen3's real tokenizer).
+
+The engine's environment is built once per machine outside the clone by `scripts/real-engine` (`.ci/run`
+and `make test-real` call it); without it these tests skip and say how to build it. The servers are
+started once per test session and shared: a recompute arm and a cache arm whose external tier is vLLM's
+ExampleConnector (KV files on disk), both deployed together.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.runners.conftest import SSHD, Sshd, _free_port, sshd, user_key  # noqa: F401  (shared fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "real-engine"
+MODEL_RECIPE = REPO / "tests" / "real" / "make_model.py"
+MAX_MODEL_LEN = 4096
+PROMPT_TOKENS = 1025          # 8 whole CPU blocks of 128 tokens, plus the token vLLM always computes
+
+
+def engine_dir() -> Path:
+    return Path(subprocess.run([str(SCRIPT), "--path"], capture_output=True, text=True, check=True).stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def engine() -> SimpleNamespace:
+    """The engine environment, or a skip that says how to build it."""
+    folder = engine_dir()
+    if subprocess.run([str(SCRIPT), "--check"]).returncode != 0:
+        pytest.skip(f"the real-engine environment is not built at {folder}: run scripts/real-engine "
+                    "(about 4 minutes and 6 GB, once per machine), or make test-real")
+    python = folder / "venv" / "bin" / "python"
+    return SimpleNamespace(dir=folder, venv=folder / "venv", python=python, tokenizer=folder / "tokenizer",
+                           cache=folder / "cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(engine) -> Path:
+    """A random-init Qwen3ForCausalLM (2 layers, hidden 128) with the real Qwen3 tokenizer, built once and kept
+    beside the engine (its recipe's hash names it)."""
+    import hashlib
+
+    digest = hashlib.sha256(MODEL_RECIPE.read_bytes()).hexdigest()[:12]
+    target = engine.dir / f"model-{digest}"
+    if not (target / "config.json").exists():
+        scratch = engine.dir / f".model-{uuid.uuid4().hex[:6]}"
+        subprocess.run([str(engine.python), str(MODEL_RECIPE), str(engine.tokenizer), str(scratch), str(MAX_MODEL_LEN)],
+                       check=True, capture_output=True, timeout=600)
+        try:
+            scratch.rename(target)
+        except OSError:  # another run built it first
+            subprocess.run(["rm", "-rf", str(scratch)], check=False)
+    return target
+
+
+def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = 900) -> dict:
+    """Deployment settings for the engine venv: paths under `root`, eager mode, a 1 GiB KV cache."""
+    return {
+        "model": str(model), "tensor_parallel_size": 1, "ports": {"base": 0},
+        "paths": {"fx_mount": str(root / "fx"), "local_nvme_path": str(root / "nvme"),
+                  "shared_pool": str(root / "fx" / "shared"), "run_root": str(root / "runs")},
+        "sizes": {"chunk_size": 256, "max_local_cpu_size": 0.25, "max_local_disk_size": 2.0},
+        "use_odirect": True, "drop_page_cache": False,
+        "fx_target": {"transport": "rdma", "address": "192.0.2.10", "service_id": 4420,
+                      "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"},
+        "extra_vllm_flags": ["--enforce-eager", f"--max-model-len={MAX_MODEL_LEN}", "--max-num-seqs=8"],
+        "health_timeout_s": health_timeout_s, "kv_connector": "ExampleConnector",
+        "launcher": {"venv": str(engine.venv), "env": {
+            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(engine.cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(engine.cache / "inductor")}},
+    }
+
+
+@pytest.fixture(scope="session")
+def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user_key, tmp_path_factory):  # noqa: F811
+    """A pilot, site and node (this machine's sshd) in the test database for the whole session; removed after."""
+    from gates.models import Organisation, Pilot
+    from runners.credentials import create_credential
+    from runners.models import Job, Node, Site
+
+    root = tmp_path_factory.mktemp("real-node")
+    with django_db_blocker.unblock():
+        suffix = uuid.uuid4().hex[:6]
+        vendor = Organisation.objects.create(name=f"Vendor {suffix}", kind=Organisation.Kind.VENDOR)
+        customer = Organisation.objects.create(name=f"Customer {suffix}", kind=Organisation.Kind.CUSTOMER)
+        pilot = Pilot.objects.create(name=f"Real {suffix}", vendor=vendor, customer=customer,
+                                     deployment=real_deployment(engine, tiny_model, root))
+        site = Site.objects.create(pilot=pilot, name="Loopback", queue=f"real-{suffix}")
+        credential = create_credential(site, "test key", user_key.text)
+        key = sshd.host_key
+        node = Node.objects.create(site=site, name="loopback", host="127.0.0.1", port=sshd.port,
+                                   username=sshd.username, credential=credential, simulated=False,
+                                   host_key_state=Node.HostKeyState.ACCEPTED, host_key_type=key.get_name(),
+                                   host_key=key.get_base64(), host_key_fingerprint=key.fingerprint)
+        # one run per arm: the two servers are deployed at once, and one run's arms share a directory
+        jobs = {arm: Job.objects.create(pilot=pilot, site=site, kind=Job.Kind.GATE_RUN) for arm in ("recompute", "local_nvme")}
+        try:
+            yield SimpleNamespace(pilot=pilot, site=site, node=node, jobs=jobs, root=root, engine=engine,
+                                  model=tiny_model, blocker=django_db_blocker)
+        finally:
+            from django.db.models import ProtectedError
+
+            try:
+                pilot.delete()
+                vendor.delete()
+                customer.delete()
+            except ProtectedError:  # evidence rows protect the pilot; they name this module's own pilot only
+                pass
+
+
+@pytest.fixture(scope="session")
+def real_servers(real_site):
+    """The recompute arm and the ExampleConnector cache arm, deployed together by deploy_arm; torn down after."""
+    from django.db import connection
+
+    from runners.deploy import teardown_arm
+    from tests.real.flow import deploy
+
+    site = real_site
+    with site.blocker.unblock():
+        def one(arm: str):
+            try:
+                return deploy(site, arm)
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(2) as pool:
+            futures = {arm: pool.submit(one, arm) for arm in ("recompute", "local_nvme")}
+        deployments = {}
+        errors = []
+        for arm, future in futures.items():
+            try:
+                deployments[arm] = future.result()
+            except Exception as exc:  # noqa: BLE001 — both arms are torn down before the failure is raised
+                errors.append(f"{arm}: {exc}")
+        try:
+            if errors:
+                raise AssertionError("deploying the real servers failed: " + "; ".join(errors))
+            yield SimpleNamespace(site=site, **deployments)
+        finally:
+            for deployment in deployments.values():
+                if not deployment.torn_down:
+                    teardown_arm(site.jobs[deployment.arm], None, site.node, deployment)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "/tests/real/" in str(item.fspath):
+            item.add_marker(pytest.mark.real_engine)
+
+
+__all__ = ["SSHD", "Sshd", "_free_port", "os"]

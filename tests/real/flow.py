@@ -1,0 +1,41 @@
+"""The steps a gate run takes on a node, driven the way the runner drives them, against the real engine."""
+from __future__ import annotations
+
+import json
+import shlex
+
+from runners import ssh
+from runners.deploy import Deployment, collect_deployment, deploy_arm
+from tests.real.conftest import PROMPT_TOKENS
+
+# Cold recovery at concurrency 2: 8 sessions populated, the prefix cache reset, the same 8 prompts measured.
+# The measure resends each context unchanged (--turn-tokens 0): ExampleConnector matches whole prompts only.
+COLD = ["--prompt-tokens", str(PROMPT_TOKENS), "--turn-tokens", "0", "--output-tokens", "4", "-c", "2",
+        "--repetitions", "1", "--requests-per-client", "4", "--evict", "reset", "--timeout", "300"]
+
+
+def deploy(site, arm: str) -> Deployment:
+    return deploy_arm(site.jobs[arm], None, site.node, arm)
+
+
+def versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
+    manifest = json.loads(conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False).stdout)
+    found = manifest["versions"]
+    return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"]}
+
+
+def cold_recovery(site, deployment: Deployment, *extra: str) -> str:
+    """The shipped workload client, run on the node with the node's python3; returns its stdout."""
+    with ssh.connect(site.node) as conn:
+        args = ["cold-recovery", "--url", deployment.url, "--arm", deployment.arm, "--out",
+                f"{deployment.records_dir}/cold.jsonl", "--run-id", deployment.run_id, "--instance",
+                deployment.instance, "--simulated", "no", "--versions", json.dumps(versions(conn, deployment)),
+                *COLD, *extra]
+        command = f"python3 {ssh.shell_path(deployment.workload)} " + " ".join(shlex.quote(a) for a in args)
+        return conn.run(command, job=site.jobs[deployment.arm], timeout=900).stdout
+
+
+def collect(site, deployment: Deployment) -> dict[str, bytes]:
+    from runners.artifacts import read_artifact
+
+    return {a.name: read_artifact(a) for a in collect_deployment(site.jobs[deployment.arm], None, site.node, deployment)}

@@ -23,7 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "real-engine"
 MODEL_RECIPE = REPO / "tests" / "real" / "make_model.py"
 MAX_MODEL_LEN = 4096
-PROMPT_TOKENS = 1025          # 8 whole CPU blocks of 128 tokens, plus the token vLLM always computes
+# ExampleConnector stores a prompt's first (n - 1) // 128 whole CPU blocks and looks up (n - 2) // 128: with
+# 1,030 tokens both are 8 blocks, so 1,024 tokens come back from its files.
+PROMPT_TOKENS = 1030
+EXTERNAL_HIT = 1024
 
 
 def engine_dir() -> Path:

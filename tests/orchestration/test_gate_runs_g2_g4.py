@@ -5,7 +5,9 @@ from collections import Counter
 
 import pytest
 
+from runners import traces
 from runners.orchestration import start_gate_run, wait_for
+from runners.runs import sample_trace
 from tests.orchestration.conftest import FAST_RUN, open_gate
 from tests.orchestration.test_gate_runs import assert_judged, explain, records_of
 
@@ -30,6 +32,8 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     params = {**FAST_RUN, "repetitions": 1, "soak_seconds": 4, "workloads": {
         **FAST_RUN["workloads"], "replay": {"max_sessions": 8}, "share": {"sessions": 8, "prompt_tokens": 4096},
         "soak": {"windows": 2, "concurrency": 4}}}
+    # The customer's trace is uploaded through the G4 page's path (its content: the generator's, for speed).
+    traces.upload(sim_site.pilot.gate(4), sample_trace(), "ours.csv", sim_site.people.bob, "customer")
     job = start_gate_run(sim_site.pilot.gate(4), sim_site.people.alice, site=sim_site.site, params=params)
     job = wait_for(job, 300)
     # Everything up to the judge ran; the verdict itself is the judge's business (see its own tests).
@@ -41,5 +45,5 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
             ("fx", "recovery")} <= set(phases)
     shared = {r["instance"] for r in rows if r["phase"] == "share"}
     assert len(shared) == 1 and shared != {r["instance"] for r in rows if r["phase"] == "replay" and r["arm"] == "fx"}
-    assert job.artifacts.filter(name="sample-trace.csv").exists()
+    assert job.artifacts.filter(name="customer-trace.csv").exists()
     assert job.steps.get(name="evaluate").status in ("successful", "failed", "error")

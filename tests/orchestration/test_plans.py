@@ -6,16 +6,18 @@ import re
 import pytest
 
 from gates.lifecycle import TransitionRefused
+from runners import traces
 from runners.gateplans import spread_levels
 from runners.models import Node, Site, Status, Step
 from runners.orchestration import RunRefused, job_progress, start_gate_run
+from runners.runs import sample_trace
 from tests.orchestration.conftest import open_gate
 
 
 @pytest.fixture
-def site_of(signed_pilot):
+def site_of(demo):
     def make(count: int) -> Site:
-        site = Site.objects.create(pilot=signed_pilot.pilot, name=f"site{count}", queue=f"q-site{count}")
+        site = Site.objects.create(pilot=demo.pilot, name=f"site{count}", queue=f"q-site{count}")
         for i in range(1, count + 1):
             Node.objects.create(site=site, name=f"node{i}", host="127.0.0.1", username="fxpilot", simulated=True)
         return site
@@ -27,6 +29,8 @@ def site_of(signed_pilot):
 def test_every_step_depends_only_on_earlier_steps_and_ends_with_evaluate_and_report(signed_pilot, site_of, number,
                                                                                     nodes):
     open_gate(signed_pilot.pilot, number, signed_pilot)
+    if number == 4:
+        traces.upload(signed_pilot.pilot.gate(4), sample_trace(), "ours.csv", signed_pilot.bob, "customer")
     job = start_gate_run(signed_pilot.pilot.gate(number), signed_pilot.alice, site=site_of(nodes))
     steps = list(job.steps.order_by("seq"))
     for step in steps:
@@ -58,11 +62,39 @@ def test_levels_are_spread_heaviest_first_keeping_the_arms_of_a_level_together()
         {"fx": [32], "local_nvme": [32]}, {"fx": [16], "local_nvme": [16]}, {"fx": [8], "local_nvme": [8]}]
 
 
-def test_g4_without_a_customer_trace_replays_a_sample_and_says_so(signed_pilot, site_of):
+def test_g4_without_the_customers_trace_is_refused_unless_the_plan_allows_a_sample(signed_pilot, site_of):
+    from runners.models import Job
+
     open_gate(signed_pilot.pilot, 4, signed_pilot)
-    job = start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(2))
+    with pytest.raises(RunRefused, match="G4 needs the customer's session trace: upload it on the G4 page"):
+        start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(2))
+    assert not Job.objects.exists()
+
+
+def test_g4_replays_the_uploaded_trace_and_says_whose_it_is(signed_pilot, site_of):
+    open_gate(signed_pilot.pilot, 4, signed_pilot)
+    uploaded = traces.upload(signed_pilot.pilot.gate(4), sample_trace(), "ours.csv", signed_pilot.bob, "customer")
+    job = start_gate_run(signed_pilot.pilot.gate(4), signed_pilot.alice, site=site_of(1))
+    kept = job.artifacts.get(kind="trace")
+    assert kept.name == "customer-trace.csv" and kept.sha256 == uploaded.sha256
+    assert f"the customer's trace ours.csv uploaded by {signed_pilot.bob}" in "".join(
+        job.chunks.values_list("text", flat=True))
+
+
+def test_g4_replays_a_sample_only_when_the_signed_plan_says_so_and_says_it(demo, site_of):
+    from gates import lifecycle
+
+    version = demo.pilot.latest_plan
+    traces.allow_sample(version, demo.alice)
+    lifecycle.sign_plan(version, demo.alice)
+    lifecycle.sign_plan(version, demo.bob)
+    with pytest.raises(TransitionRefused, match="only be allowed in a draft"):
+        traces.allow_sample(version, demo.alice)
+    open_gate(demo.pilot, 4, demo)
+    job = start_gate_run(demo.pilot.gate(4), demo.alice, site=site_of(2))
     assert job.artifacts.filter(name="sample-trace.csv", kind="trace").exists()
-    assert "generated sample trace" in "".join(job.chunks.values_list("text", flat=True))
+    assert "generated sample trace (sample-trace.csv) — not the customer's traffic" in "".join(
+        job.chunks.values_list("text", flat=True))
     names = list(job.steps.order_by("seq").values_list("name", flat=True))
     assert {"replay", "share", "soak", "fault"} <= set(names)
 

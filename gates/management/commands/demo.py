@@ -308,10 +308,14 @@ class Command(BaseCommand):
 
     def run_pilot(self, pilot: Pilot, time_scale: float, gate_timeout: float, processes: Processes, language: str) -> None:
         from runners.orchestration import start_gate_run, wait_for
+        from runners.traces import allow_sample
 
         User = get_user_model()
         alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
         version = pilot.latest_plan
+        # The demo has no customer traffic: its plan says so, and every G4 page and report names the sample.
+        allow_sample(version, alice)
+        self.say("The demo's plan allows G4 to replay a generated sample trace — not a customer's traffic.")
         lifecycle.sign_plan(version, alice, comment="Default plan reviewed with the customer.")
         lifecycle.sign_plan(version, bob, comment="Thresholds agreed.")
         self.say(f"Plan v{version.number} signed by {alice.get_full_name()} (vendor lead) and {bob.get_full_name()} (approver).")

@@ -77,7 +77,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-follow", dest="follow", action="store_false", help="start it and return")
         parser.add_argument("--time-scale", type=float, help="time scale of simulated nodes (1.0 = real time)")
         parser.add_argument("--params", help='JSON object of run parameters, e.g. {"repetitions": 2}')
-        parser.add_argument("--trace", help="G4: the customer's session trace CSV (default: a generated sample trace)")
+        parser.add_argument("--trace", help="G4: the customer's session trace CSV (default: the trace uploaded on the G4 page; a generated sample trace only if the signed plan allows it)")
         parser.add_argument("--as", dest="actor", default="run_gate", help="who is starting it, for the audit log")
 
     def handle(self, *args, pilot: str, gate: str, site: str | None, follow: bool, time_scale: float | None,

@@ -45,6 +45,11 @@ class PilotAdmin(admin.ModelAdmin):
     readonly_fields = ("code", "state", "current_gate", "halted_reason")
     inlines = [GateInline]
 
+    def has_add_permission(self, request) -> bool:
+        """No "Add pilot" here: a pilot without its plan and gates is broken. A vendor lead creates one on the
+        portal's New pilot page (/pilots/new/), which goes through gates.lifecycle.create_pilot."""
+        return False
+
 
 def _frozen(version) -> bool:
     return version is not None and version.pk is not None and version.is_frozen

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from gates.models import Criterion, SignOff
+from gates.models import Criterion, Organisation, Pilot, SignOff
+from gates.plan import PLANS_DIR
 
 OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
 MAX_REPORT_BYTES = 100 * 1024 * 1024
@@ -105,3 +109,39 @@ class PdfUploadForm(forms.Form):
         if head != b"%PDF-":
             raise ValidationError(_("This file is not a PDF (it does not start with %%PDF-)."))
         return upload
+
+
+def plan_templates() -> list[tuple[str, str]]:
+    """The plan templates a new pilot may start from: gates/plans/*.yaml, by name."""
+    return [(path.stem, path.stem) for path in sorted(PLANS_DIR.glob("*.yaml"))]
+
+
+class NewPilotForm(forms.Form):
+    """A vendor lead's new pilot: its customer, plan template, start date and the customer's people.
+
+    Only customer organisations that have no pilot with another vendor are offered, and only people who
+    belong to no organisation yet or to one of those customers, so the form shows nothing of other vendors.
+    """
+
+    name = forms.CharField(label=_("Pilot name"), max_length=200)
+    customer = forms.ModelChoiceField(label=_("Customer organisation"), queryset=Organisation.objects.none())
+    plan = forms.ChoiceField(label=_("Plan template"), choices=())
+    start_date = forms.DateField(label=_("Start date"), widget=forms.DateInput(attrs={"type": "date"}))
+    customer_engineers = forms.ModelMultipleChoiceField(label=_("Customer engineers"), required=False,
+                                                        queryset=get_user_model().objects.none())
+    customer_approvers = forms.ModelMultipleChoiceField(label=_("Customer approvers"), required=False,
+                                                        queryset=get_user_model().objects.none())
+
+    def __init__(self, vendor: Organisation, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        customers = (Organisation.objects.filter(kind=Organisation.Kind.CUSTOMER)
+                     .exclude(customer_pilots__in=Pilot.objects.exclude(vendor=vendor))
+                     .order_by("name"))
+        self.fields["customer"].queryset = customers
+        people = (get_user_model().objects.filter(is_active=True)
+                  .filter(Q(memberships__isnull=True) | Q(memberships__organisation__in=customers))
+                  .distinct().order_by("username"))
+        self.fields["customer_engineers"].queryset = people
+        self.fields["customer_approvers"].queryset = people
+        self.fields["plan"].choices = plan_templates()
+        self.fields["start_date"].initial = timezone.localdate()

@@ -9,6 +9,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("language/", views.set_language, name="set_language"),
     path("notifications/read/", views.notifications_read, name="notifications_read"),
+    path("pilots/new/", views.pilot_new, name="pilot_new"),
     path("pilots/<uuid:code>/", views.pilot_detail, name="pilot"),
     path("pilots/<uuid:code>/plan/", views.plan_detail, name="plan"),
     path("pilots/<uuid:code>/plan/criteria/<slug:key>/", views.criterion_edit, name="criterion_edit"),

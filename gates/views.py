@@ -15,8 +15,9 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -28,7 +29,15 @@ from django.views.decorators.http import require_POST
 from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.evaluation import extension_history
-from gates.forms import MAX_REPORT_BYTES, CriterionForm, GateSignOffForm, PdfUploadForm, PlanSignForm, TraceUploadForm
+from gates.forms import (
+    MAX_REPORT_BYTES,
+    CriterionForm,
+    GateSignOffForm,
+    NewPilotForm,
+    PdfUploadForm,
+    PlanSignForm,
+    TraceUploadForm,
+)
 from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
@@ -46,6 +55,7 @@ from gates.models import (
     Role,
     SignOff,
 )
+from gates.plan import PlanError, load_plan
 from gates.reports import charts
 from gates.reports.context import TRACE_GATE, trace_of_job
 from gates.reports.service import (
@@ -149,8 +159,43 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "gates/home.html",
-        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes},
+        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes,
+         "may_create": _vendor_led_by(request.user) is not None},
     )
+
+
+def _vendor_led_by(user):
+    """The vendor organisation `user` leads (the first by name), or None."""
+    membership = (Membership.objects.filter(user=user, role=Role.VENDOR_LEAD, organisation__kind="vendor")
+                  .select_related("organisation").order_by("organisation__name").first())
+    return membership.organisation if membership else None
+
+
+@login_required
+def pilot_new(request: HttpRequest) -> HttpResponse:
+    """A vendor lead's new pilot, made by the lifecycle with its plan and four gates; the customer's people added."""
+    vendor = _vendor_led_by(request.user)
+    if vendor is None:
+        raise PermissionDenied(_("Only a vendor lead may create a pilot."))
+    form = NewPilotForm(vendor, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            plan = load_plan(data["plan"])
+        except PlanError as error:
+            form.add_error("plan", str(error))
+        else:
+            with transaction.atomic():
+                pilot = lifecycle.create_pilot(name=data["name"], customer=data["customer"], vendor=vendor,
+                                               who=request.user, plan=plan, start_date=data["start_date"])
+                for field_name, role in (("customer_engineers", Role.CUSTOMER_ENGINEER),
+                                         ("customer_approvers", Role.CUSTOMER_APPROVER)):
+                    for person in data[field_name]:
+                        lifecycle.add_member(person, data["customer"], role)
+            messages.success(request, _("Pilot %(name)s created with plan %(plan)s and its four gates.")
+                             % {"name": pilot.name, "plan": data["plan"]})
+            return redirect("pilot", pilot.code)
+    return render(request, "gates/pilot_new.html", {"form": form, "vendor": vendor})
 
 
 @login_required

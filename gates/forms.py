@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -14,7 +15,6 @@ from gates.models import Criterion, Organisation, Pilot, SignOff
 from gates.plan import PLANS_DIR
 
 OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
-MAX_REPORT_BYTES = 100 * 1024 * 1024
 
 
 class CriterionForm(forms.Form):
@@ -95,14 +95,21 @@ class TraceUploadForm(forms.Form):
                             help_text=_("Columns session_id, turn, prompt_tokens, output_tokens, arrival_offset_s."))
 
 
+def max_report_bytes() -> int:
+    """The project's upload limit (FXPILOT_UPLOAD_MAX_BYTES, 25 MB by default) bounds a PDF to verify."""
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
 class PdfUploadForm(forms.Form):
     file = forms.FileField(label=_("Signed PDF report"))
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
-        if upload.size > MAX_REPORT_BYTES:
+        limit = max_report_bytes()
+        if upload.size > limit:
             raise ValidationError(
-                _("The file is larger than %(limit)s MB."), params={"limit": MAX_REPORT_BYTES // 2**20}
+                _("The file is %(size)s MB, larger than the upload limit of %(limit)s MB (FXPILOT_UPLOAD_MAX_BYTES)."),
+                params={"size": f"{upload.size / 2**20:.1f}", "limit": f"{limit / 2**20:g}"},
             )
         head = upload.read(5)
         upload.seek(0)

@@ -608,3 +608,40 @@ class ApiToken(models.Model):
         key = "fxp_" + secrets.token_urlsafe(32)
         token = cls.objects.create(user=user, name=name, prefix=key[:12], key_sha256=hashlib.sha256(key.encode()).hexdigest())
         return token, key
+
+
+class UploadVerification(models.Model):
+    """A PDF someone uploaded to be verified: kept in the upload area with its SHA-256, checked by a worker.
+
+    Only the person who uploaded it may see it. `error` is infrastructure trouble (no trust root, the file gone,
+    the worker failing), never a verdict on the PDF; `done` carries the verification result as JSON.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Verifying")
+        DONE = "done", _("Done")
+        ERROR = "error", _("Error")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                     related_name="upload_verifications")
+    created = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+    filename = models.CharField(max_length=255, blank=True)
+    size = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64)
+    path = models.CharField(max_length=500)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in (self.State.DONE, self.State.ERROR)
+
+    def __str__(self) -> str:
+        return f"{self.requested_by}: {self.filename} ({self.state})"

@@ -23,6 +23,7 @@ urlpatterns = [
     path("pilots/<uuid:code>/audit/", views.audit_log, name="audit"),
     path("reports/<uuid:code>/download/", views.report_download, name="report_download"),
     path("reports/verify/", views.report_verify, name="report_verify"),
+    path("reports/verify/<uuid:code>/", views.report_verification, name="report_verification"),
     path("reports/<uuid:code>/countersign/", views.report_countersign, name="report_countersign"),
     path("pilots/<uuid:code>/procurement/", views.procurement_make, name="procurement_make"),
     path("reports/<uuid:code>/check/", views.report_check, name="report_check"),

@@ -30,13 +30,13 @@ from gates import access, lifecycle, notifications
 from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
 from gates.evaluation import extension_history
 from gates.forms import (
-    MAX_REPORT_BYTES,
     CriterionForm,
     GateSignOffForm,
     NewPilotForm,
     PdfUploadForm,
     PlanSignForm,
     TraceUploadForm,
+    max_report_bytes,
 )
 from gates.judge import planner
 from gates.models import (
@@ -54,6 +54,7 @@ from gates.models import (
     Report,
     Role,
     SignOff,
+    UploadVerification,
 )
 from gates.plan import PlanError, load_plan
 from gates.reports import charts
@@ -68,6 +69,7 @@ from gates.reports.service import (
     trust_roots,
     verify_report_bytes,
 )
+from gates.tasks import NOT_CARRIED_OUT, queue_upload_verification
 from runners import orchestration
 from runners.models import Job, Node
 
@@ -747,16 +749,32 @@ def _verify(data: bytes) -> tuple[object | None, str | None]:
 
 @login_required
 def report_verify(request: HttpRequest) -> HttpResponse:
-    """Upload a PDF: signatures, whole-file coverage and attachment hashes checked against our trust root."""
-    result = error = None
+    """Upload a PDF: kept in the upload area with its SHA-256 and verified by a worker; the page follows it."""
     form = PdfUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        result, error = _verify(form.cleaned_data["file"].read())
-    return render(
-        request,
-        "gates/verify.html",
-        {"form": form, "result": result, "error": error, "max_mb": MAX_REPORT_BYTES // 2**20},
-    )
+        row = queue_upload_verification(form.cleaned_data["file"], request.user)
+        return redirect("report_verification", code=row.code)
+    return render(request, "gates/verify.html", {"form": form, "max_mb": max_report_bytes() // 2**20})
+
+
+def _error_text(error: str) -> str:
+    """A worker's reason in the reader's language: a known sentence whole, else its known start and the detail."""
+    if error.startswith(NOT_CARRIED_OUT):
+        return _(NOT_CARRIED_OUT) + error[len(NOT_CARRIED_OUT):]
+    return _(error)
+
+
+@login_required
+def report_verification(request: HttpRequest, code: UUID) -> HttpResponse:
+    """One uploaded PDF's verification: "verifying…" until the worker is done, then its result. Only the uploader's."""
+    row = get_object_or_404(UploadVerification, code=code, requested_by=request.user)
+    context = {"form": PdfUploadForm(), "max_mb": max_report_bytes() // 2**20, "verification": row,
+               "result": row.result if row.state == UploadVerification.State.DONE else None,
+               "error": _error_text(row.error) if row.state == UploadVerification.State.ERROR else None,
+               "poll_seconds": 2}
+    if request.headers.get("HX-Request"):
+        return render(request, "gates/_verification.html", context)
+    return render(request, "gates/verify.html", context)
 
 
 @login_required
@@ -776,7 +794,7 @@ def report_check(request: HttpRequest, code: UUID) -> HttpResponse:
             "form": PdfUploadForm(),
             "result": result,
             "error": error,
-            "max_mb": MAX_REPORT_BYTES // 2**20,
+            "max_mb": max_report_bytes() // 2**20,
             "report": report,
         },
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from gates import forms as portal_forms
+from gates.models import UploadVerification
+from gates.tasks import verify_upload
 
 
 def login(client, username: str, password: str):
@@ -60,11 +61,11 @@ def test_a_file_that_is_not_a_pdf_is_refused_at_verification(client, world):
     assert "not a PDF" in page
 
 
-def test_a_pdf_larger_than_the_limit_is_refused(client, world, monkeypatch):
-    monkeypatch.setattr(portal_forms, "MAX_REPORT_BYTES", 10)
+def test_a_pdf_larger_than_the_limit_is_refused(client, world, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 2**20
     client.force_login(world.carol)
-    upload = SimpleUploadedFile("report.pdf", b"%PDF-1.7 and more than ten bytes", content_type="application/pdf")
-    assert "larger than" in client.post(reverse("report_verify"), {"file": upload}).content.decode()
+    upload = SimpleUploadedFile("report.pdf", b"%PDF-1.7" + b"0" * 3 * 2**20, content_type="application/pdf")
+    assert "larger than the upload limit" in client.post(reverse("report_verify"), {"file": upload}).content.decode()
 
 
 def test_a_damaged_pdf_gets_a_message_not_a_server_error(client, world):
@@ -73,10 +74,10 @@ def test_a_damaged_pdf_gets_a_message_not_a_server_error(client, world):
     vendor_signer()  # the embedded signing authority, so that there is a trust root to check against
     client.force_login(world.carol)
     upload = SimpleUploadedFile("report.pdf", b"%PDF-1.7\n garbage", content_type="application/pdf")
-    response = client.post(reverse("report_verify"), {"file": upload})
-    assert response.status_code == 200 and (
-        "could not be read" in response.content.decode() or "Not verified" in response.content.decode()
-    )
+    response = client.post(reverse("report_verify"), {"file": upload}, follow=True)
+    verify_upload(UploadVerification.objects.get(requested_by=world.carol).pk)  # what the worker does
+    page = client.get(response.redirect_chain[-1][0]).content.decode()
+    assert response.status_code == 200 and ("could not be read" in page or "Not verified" in page)
 
 
 def test_no_page_shows_the_secret_key_or_the_session_id(client, world, settings):
@@ -87,17 +88,24 @@ def test_no_page_shows_the_secret_key_or_the_session_id(client, world, settings)
         assert settings.SECRET_KEY not in page and session not in page
 
 
+def _verified(client, data: bytes) -> str:
+    """Upload, run the verification as the worker would, and read the result page."""
+    location = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", data)})["Location"]
+    verify_upload(UploadVerification.objects.order_by("-pk").first().pk)
+    return client.get(location).content.decode()
+
+
 def test_a_signed_report_downloaded_from_the_portal_verifies_and_a_changed_byte_does_not(client, world):
     from gates.reports.service import create_gate_report
 
     report = create_gate_report(world.gate, world.evaluation)
     client.force_login(world.bob)
     data = b"".join(client.get(reverse("report_download", args=[report.code])).streaming_content)
-    page = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", data)}).content.decode()
+    page = _verified(client, data)
     assert "Verified" in page and "Not verified" not in page
     assert "Verified" in client.get(reverse("report_check", args=[report.code])).content.decode()
     tampered = data[:-200] + bytes([data[-200] ^ 1]) + data[-199:]
-    page = client.post(reverse("report_verify"), {"file": SimpleUploadedFile("r.pdf", tampered)}).content.decode()
+    page = _verified(client, tampered)
     assert "Not verified" in page or "could not be read" in page
 
 

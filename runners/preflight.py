@@ -9,8 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from django.utils.translation import gettext
-from django.utils.translation import gettext_noop as _noop
+from django.utils.translation import gettext, gettext_noop
 
 from runners.config import ARMS, DeploymentSettings
 from runners.ssh import shell_path
@@ -20,33 +19,33 @@ REPORT_NAME = "preflight.tsv"
 
 # What to install, as runners.inventory.TOOL_HINTS says it (marked here for translation).
 _HINTS = {
-    "amd-smi": _noop("install ROCm's amd-smi"), "rocm-smi": _noop("install ROCm's rocm-smi"),
-    "nvme": _noop("install nvme-cli"), "fio": _noop("install fio"), "ethtool": _noop("install ethtool"),
-    "ibv_devinfo": _noop("install rdma-core's ibverbs-utils"), "rdma": _noop("install iproute2's rdma tool"),
-    "ip": _noop("install iproute2"), "mount": _noop("install util-linux"), "python3": _noop("install Python 3"),
-    "tar": _noop("install tar"), "sha256sum": _noop("install coreutils"),
-    "vllm": _noop("install vLLM or set how it is launched (deployment launch setting)"), "sudo": _noop("install sudo"),
+    "amd-smi": gettext_noop("install ROCm's amd-smi"), "rocm-smi": gettext_noop("install ROCm's rocm-smi"),
+    "nvme": gettext_noop("install nvme-cli"), "fio": gettext_noop("install fio"), "ethtool": gettext_noop("install ethtool"),
+    "ibv_devinfo": gettext_noop("install rdma-core's ibverbs-utils"), "rdma": gettext_noop("install iproute2's rdma tool"),
+    "ip": gettext_noop("install iproute2"), "mount": gettext_noop("install util-linux"), "python3": gettext_noop("install Python 3"),
+    "tar": gettext_noop("install tar"), "sha256sum": gettext_noop("install coreutils"),
+    "vllm": gettext_noop("install vLLM or set how it is launched (deployment launch setting)"), "sudo": gettext_noop("install sudo"),
 }
 
 MESSAGES = {
-    "tool_missing": _noop("`%(tool)s` is not installed on %(node)s: %(hint)s"),
-    "sudo_denied": _noop("sudo asks the SSH user of %(node)s for a password (%(detail)s): allow password-less sudo "
+    "tool_missing": gettext_noop("`%(tool)s` is not installed on %(node)s: %(hint)s"),
+    "sudo_denied": gettext_noop("sudo asks the SSH user of %(node)s for a password (%(detail)s): allow password-less sudo "
                          "for nvme, mount and mkfs.xfs"),
-    "vllm_missing": _noop("vLLM (`%(command)s`) is not found on %(node)s: install it or set how it is launched"),
-    "vllm_failed": _noop("`%(command)s --version` fails on %(node)s: %(detail)s"),
-    "model_missing": _noop("the model %(model)s is not on %(node)s (looked in %(path)s): download it before the "
+    "vllm_missing": gettext_noop("vLLM (`%(command)s`) is not found on %(node)s: install it or set how it is launched"),
+    "vllm_failed": gettext_noop("`%(command)s --version` fails on %(node)s: %(detail)s"),
+    "model_missing": gettext_noop("the model %(model)s is not on %(node)s (looked in %(path)s): download it before the "
                            "gate, which never downloads it"),
-    "port_busy": _noop("port %(port)s on %(node)s is already in use: stop what listens there or choose other ports"),
-    "fx_unreachable": _noop("the FX target %(target)s is not reachable from %(node)s (%(detail)s)"),
-    "fx_not_offered": _noop("the FX target %(target)s does not offer %(nqn)s to %(node)s"),
-    "mount_notdir": _noop("%(path)s (%(name)s) on %(node)s exists but is not a folder"),
-    "mount_readonly": _noop("%(path)s (%(name)s) on %(node)s is not writable by the SSH user"),
-    "mount_blocked": _noop("%(path)s (%(name)s) cannot be created on %(node)s"),
-    "mount_absent": _noop("the FX mount point %(path)s does not exist on %(node)s: create it (the deploy never does, "
+    "port_busy": gettext_noop("port %(port)s on %(node)s is already in use: stop what listens there or choose other ports"),
+    "fx_unreachable": gettext_noop("the FX target %(target)s is not reachable from %(node)s (%(detail)s)"),
+    "fx_not_offered": gettext_noop("the FX target %(target)s does not offer %(nqn)s to %(node)s"),
+    "mount_notdir": gettext_noop("%(path)s (%(name)s) on %(node)s exists but is not a folder"),
+    "mount_readonly": gettext_noop("%(path)s (%(name)s) on %(node)s is not writable by the SSH user"),
+    "mount_blocked": gettext_noop("%(path)s (%(name)s) cannot be created on %(node)s"),
+    "mount_absent": gettext_noop("the FX mount point %(path)s does not exist on %(node)s: create it (the deploy never does, "
                           "so that a mistyped path fails)"),
-    "gpus_too_few": _noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
-    "gpus_mixed": _noop("%(node)s mixes GPU models (%(models)s): one server's tensor-parallel GPUs must be alike"),
-    "no_report": _noop("the preflight left no report on %(node)s"),
+    "gpus_too_few": gettext_noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
+    "gpus_mixed": gettext_noop("%(node)s mixes GPU models (%(models)s): one server's tensor-parallel GPUs must be alike"),
+    "no_report": gettext_noop("the preflight left no report on %(node)s"),
 }
 
 
@@ -103,7 +102,7 @@ def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: Depl
     for tool in sorted(missing):
         if tool == "rocm-smi" or (tool == "amd-smi" and "rocm-smi" not in missing):
             continue  # either GPU tool will do; the probe falls back to rocm-smi
-        blockers.append(_blocker("tool_missing", tool=tool, node=node, hint=_HINTS.get(tool, _noop("install it"))))
+        blockers.append(_blocker("tool_missing", tool=tool, node=node, hint=_HINTS.get(tool, gettext_noop("install it"))))
     sudo = status.get(("sudo", "nopasswd"))
     if sudo and sudo["status"] == "denied":
         blockers.append(_blocker("sudo_denied", node=node, detail=sudo["detail"] or "sudo -n true"))

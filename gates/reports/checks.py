@@ -24,6 +24,9 @@ TITLES = {
     "client-not-bottleneck": gettext_lazy("The load client was not the bottleneck"),
     "output-hashes-present": gettext_lazy("Probe outputs hashed"),
     "share-read-on-another-instance": gettext_lazy("Shared sessions read on another instance"),
+    "enough-requests-for-rates": gettext_lazy("Enough requests to show every rate bar"),
+    "inventory-complete": gettext_lazy("Every GPU and RDMA port recorded"),
+    "hit-counters-agree": gettext_lazy("Records and the server's counters agree on cache hits"),
 }
 
 _HIT = re.compile(r"^(?P<where>[\w.-]+/[\w.-]+)(?: /metrics:)? (?P<ratio>[\d.]+%) (?:of prompt tokens cached|external hits)$")
@@ -47,6 +50,13 @@ def detail(name: str, ok: bool, text: str) -> str:
         "all inputs are simulated": _("all inputs are simulated"),
         "all inputs are real": _("all inputs are real"),
         "no request appears twice": _("no request appears twice"),
+        "no request appears twice (compared by content)": _("no request appears twice (compared by content)"),
+        "no rate bar to show": _("no rate bar to show"),
+        "every node records its GPUs one by one and its RDMA port states":
+            _("every node records its GPUs one by one and its RDMA port states"),
+        "at least 2 repetitions for every TTFT, throughput and CV criterion; enough soak windows for drift":
+            _("at least 2 repetitions for every TTFT, throughput and CV criterion; enough soak windows for drift"),
+        "no phase summary with /metrics deltas": _("no phase summary with /metrics deltas"),
         "every arm, phase and concurrency level the criteria compare is present":
             _("every arm, phase and concurrency level the criteria compare is present"),
         "enough repetitions for every spread and drift criterion":
@@ -73,7 +83,28 @@ def detail(name: str, ok: bool, text: str) -> str:
         return _("vLLM %(v)s, LMCache %(l)s (phase summary)") % {"v": match.group(1), "l": match.group(2)}
     if name == "hit-behaviour-matches-arm":
         return "; ".join(_hits(part) for part in text.split(";"))
+    if name == "enough-requests-for-rates":
+        return "; ".join(_rate_cell(part) for part in text.split("; "))
+    if name == "hit-counters-agree":
+        return "; ".join(_counters(part) for part in text.split("; "))
     return text
+
+
+def _rate_cell(part: str) -> str:
+    if match := re.fullmatch(r"(\S+) (\S+): ([\d,]+) requests", part):
+        return _("%(criterion)s %(cell)s: %(n)s requests") % {"criterion": match.group(1), "cell": match.group(2),
+                                                              "n": match.group(3)}
+    return part
+
+
+def _counters(part: str) -> str:
+    if match := re.fullmatch(r"records and /metrics agree on cached tokens in (\d+) window\(s\)", part):
+        return _("records and /metrics agree on cached tokens in %(n)s window(s)") % {"n": match.group(1)}
+    if match := re.fullmatch(r"(\d+) successful request\(s\) without cached_tokens counted as misses \(0\)", part):
+        return _("%(n)s successful request(s) without cached_tokens counted as misses (0)") % {"n": match.group(1)}
+    if part.startswith("not cross-checked: "):
+        return _("not cross-checked: %(why)s") % {"why": part[len("not cross-checked: "):]}
+    return part
 
 
 def localised(validity: dict[str, Any] | None) -> dict[str, Any] | None:

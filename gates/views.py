@@ -70,6 +70,7 @@ from gates.reports.service import (
     verify_report_bytes,
 )
 from gates.tasks import NOT_CARRIED_OUT, queue_upload_verification
+from gates.templatetags.portal import simulated_pilot_ids
 from runners import orchestration
 from runners.models import Job, Node
 
@@ -138,6 +139,7 @@ def home(request: HttpRequest) -> HttpResponse:
     page = Paginator(access.pilots_for(request).defer("deployment"), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
     mine = _my_roles_by_pilot(request.user, pilots)
+    simulated = simulated_pilot_ids(pilots)
     gates = lifecycle.current_gates(pilots)
     pending = lifecycle.pending_actions_by_pilot(pilots, gates)
     todo = []
@@ -147,6 +149,7 @@ def home(request: HttpRequest) -> HttpResponse:
             gate.pilot = pilot
         pilot.current = gate
         pilot.my_roles = mine[pilot.pk]
+        pilot.simulated = pilot.pk in simulated
         pilot.actions = [
             {**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
             for a in pending.get(pilot.pk, [])

@@ -9,7 +9,7 @@ from django.utils import formats, translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
-from gates.models import Gate
+from gates.models import Gate, Pilot
 from gates.reports.checks import localised
 from gates.reports.context import root_certificate
 
@@ -108,3 +108,20 @@ def checks(validity: Any) -> Any:
 def vendor_root() -> dict:
     """The vendor root a reader must trust: subject and SHA-256 fingerprint."""
     return root_certificate()
+
+
+def simulated_pilot_ids(pilots) -> set[int]:
+    """The pilots among `pilots` whose data is simulated: a simulated evaluation or a simulated node (two queries)."""
+    ids = [p.pk for p in pilots]
+    return (set(Pilot.objects.filter(pk__in=ids, gates__evaluations__simulated=True).values_list("pk", flat=True))
+            | set(Pilot.objects.filter(pk__in=ids, sites__nodes__simulated=True).values_list("pk", flat=True)))
+
+
+@register.filter
+def simulated(pilot) -> bool:
+    """Whether the pilot shows simulated data (its pages then say "Simulated — not evidence" in words)."""
+    known = getattr(pilot, "simulated", None)
+    if isinstance(known, bool):
+        return known
+    pilot.simulated = bool(simulated_pilot_ids([pilot]))
+    return pilot.simulated

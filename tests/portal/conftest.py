@@ -157,8 +157,14 @@ def build_world(demo) -> SimpleNamespace:
         simulated=True,
     )
     gate.refresh_from_db()
+    from gates.models import UploadVerification
+
+    verification = UploadVerification.objects.create(requested_by=demo.alice, filename="r.pdf", sha256="0" * 64,
+                                                      path="none", state=UploadVerification.State.ERROR,
+                                                      error="a fixture row: nothing was uploaded")
     return SimpleNamespace(
         **vars(demo),
+        verification=verification,
         site=site,
         node=node,
         credential=credential,

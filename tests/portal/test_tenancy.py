@@ -39,7 +39,9 @@ def id_taking_patterns() -> list[tuple[str, URLPattern]]:
 def _kwargs(route: str, pattern: URLPattern, world) -> dict:
     kwargs = {}
     for name in pattern.pattern.converters:
-        if name == "code":
+        if name == "code" and route.startswith("reports/verify/"):
+            kwargs[name] = world.verification.code  # alice's upload: only she may see it
+        elif name == "code":
             first = route.split("/", 1)[0]
             assert first in CODE_OF, f"{route}: add its object to CODE_OF so the tenancy walk covers it"
             kwargs[name] = CODE_OF[first](world)

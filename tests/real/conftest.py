@@ -154,10 +154,14 @@ def real_servers(real_site):
                     teardown_arm(site.jobs[deployment.arm], None, site.node, deployment)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "/tests/real/" in str(item.fspath):
-            item.add_marker(pytest.mark.real_engine)
+    """Mark the tier and run it last: its session-wide pilot, site and credential are committed rows, which the
+    other tests (counting credentials, re-encrypting them) must never see."""
+    real = [item for item in items if "/tests/real/" in str(item.fspath)]
+    for item in real:
+        item.add_marker(pytest.mark.real_engine)
+    items[:] = [item for item in items if item not in real] + real
 
 
 __all__ = ["SSHD", "Sshd", "_free_port", "os"]

@@ -11,10 +11,11 @@ from runners import detached, ssh
 from runners.deploy import DeployError, Deployment, teardown_arm
 
 
-def established(port: int) -> int:
+def established(port: int) -> set[str]:
+    """The established client connections to ``port`` on this host, as ``ss`` lines."""
     out = subprocess.run(["ss", "-Htn", "state", "established", f"( dport = :{port} )"], capture_output=True,
                          text=True, check=True).stdout
-    return len([line for line in out.splitlines() if line.strip()])
+    return {" ".join(line.split()) for line in out.splitlines() if line.strip()}
 
 
 def test_the_pid_of_a_detached_command_is_the_command_itself_not_its_wrapper(simnodes, make_node):
@@ -38,14 +39,16 @@ def test_the_pid_of_a_detached_command_is_the_command_itself_not_its_wrapper(sim
 def test_a_connection_used_as_a_context_manager_is_opened_once_and_closed(simnodes, make_node):
     server = simnodes(1)[0]
     node = make_node(server)
+    # A connection another test left open to an earlier server that had this port is not ours.
+    before = established(server.port)
     for _ in range(3):
         with ssh.connect(node) as conn:
             conn.run("true", echo=False)
-            assert established(server.port) == 1
+            assert len(established(server.port) - before) == 1
     deadline = time.monotonic() + 5
-    while established(server.port) and time.monotonic() < deadline:
+    while established(server.port) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert established(server.port) == 0
+    assert not established(server.port) - before
 
 
 def test_teardown_runs_every_part_and_reports_every_failure(simnodes, make_node, job, monkeypatch):

@@ -35,7 +35,7 @@ from gates.models import (
     Role,
     SignOff,
 )
-from gates.plan import Plan, document_without_criteria, load_plan
+from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
 
 
 class TransitionRefused(Exception):
@@ -170,6 +170,39 @@ def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
     audit(pilot, who, "criterion.edited", criterion, detail_key=criterion.key,
           before=_jsonable(before), after=_jsonable(changes))
     return criterion
+
+
+@transaction.atomic
+def set_sample_trace(version: PlanVersion, allowed: bool, who) -> PlanVersion:
+    """Allow (or no longer allow) G4 to replay a generated sample trace in a draft plan; audited.
+
+    The permission is a value of G4's plan like any threshold: hashed with the plan, so both parties sign
+    it, and frozen with it. For a demo or a rehearsal without the customer's traffic.
+    """
+    version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
+    pilot = version.pilot
+    actor = as_actor(who)
+    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
+        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
+    if pilot.state in FINAL:
+        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
+    _require_editable(version)
+    allowed = bool(allowed)
+    before = version.to_plan().gate(TRACE_GATE).sample_trace
+    if before == allowed:
+        return version
+    document = json.loads(json.dumps(version.document))
+    for item in document.get("gates", []):
+        if item.get("number") == TRACE_GATE:
+            item.pop("sample_trace", None)
+            if allowed:
+                item["sample_trace"] = True
+    version.document = document
+    version.save(update_fields=["document"])
+    version.to_plan()  # still a valid plan
+    audit(pilot, who, "plan.sample_trace", version, detail_key=f"G{TRACE_GATE}",
+          before={"sample_trace": before}, after={"sample_trace": allowed})
+    return version
 
 
 def _jsonable(values: dict) -> dict:

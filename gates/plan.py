@@ -33,6 +33,9 @@ COMPARISONS = {"absolute", "speedup", "reduction", "gain", "drift"}
 OPERATORS = {">=", "<=", ">", "<", "=="}
 PHASES = {"populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "any"}
 GATE_NUMBERS = (1, 2, 3, 4)
+TRACE_GATE = 4
+"""The gate that replays the customer's session trace; only its plan may allow a generated sample trace."""
+SAMPLE_TRACE_WORDS = {"allowed": True, "refused": False}
 
 
 class PlanError(ValueError):
@@ -71,6 +74,8 @@ class GatePlan:
     name_zh: str = ""
     proves: str = ""
     proves_zh: str = ""
+    # G4 only: both parties allow G4 to replay a generated sample trace instead of the customer's own.
+    sample_trace: bool = False
 
     @property
     def label(self) -> str:
@@ -106,6 +111,9 @@ class Plan:
         data.pop("source")
         if not data["planning"]:
             data.pop("planning")  # plans written before the planner hash as they always did
+        for gate in data["gates"]:
+            if not gate["sample_trace"]:
+                gate.pop("sample_trace")  # plans that do not allow the sample hash as they always did
         return data
 
     def canonical_json(self) -> str:
@@ -209,6 +217,7 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
             proves_zh=_text(raw, "proves_zh", source, where),
             arms=tuple(arms),
             criteria=tuple(criteria),
+            sample_trace=_sample_trace(raw, number, source, where),
         )
     missing = [f"G{n}" for n in GATE_NUMBERS if n not in gates]
     if missing:
@@ -231,6 +240,21 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
         source=source,
         planning=_planning(data.get("planning") or {}, source),
     )
+
+
+def _sample_trace(raw: dict, number: int, source: str, where: str) -> bool:
+    """`sample_trace: allowed` (or true) lets G4 replay a generated sample trace; absent, `refused` or false: not."""
+    value = raw.get("sample_trace", False)
+    if isinstance(value, str) and value.strip().lower() in SAMPLE_TRACE_WORDS:
+        value = SAMPLE_TRACE_WORDS[value.strip().lower()]
+    if value is None:
+        value = False
+    if not isinstance(value, bool):
+        raise PlanError(source, f"{where} › sample_trace", f"{value!r} must be allowed or refused (or true or false)")
+    if value and number != TRACE_GATE:
+        raise PlanError(source, f"{where} › sample_trace",
+                        f"only G{TRACE_GATE} replays a trace; a sample trace cannot be allowed for G{number}")
+    return value
 
 
 def _planning(raw: dict, source: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("pilots/<uuid:code>/", views.pilot_detail, name="pilot"),
     path("pilots/<uuid:code>/plan/", views.plan_detail, name="plan"),
     path("pilots/<uuid:code>/plan/criteria/<slug:key>/", views.criterion_edit, name="criterion_edit"),
+    path("pilots/<uuid:code>/plan/sample-trace/", views.plan_sample_trace, name="plan_sample_trace"),
     path("pilots/<uuid:code>/plan/sign/", views.plan_sign, name="plan_sign"),
     path("pilots/<uuid:code>/plan/amend/", views.plan_amend, name="plan_amend"),
     path("pilots/<uuid:code>/gates/<int:number>/", views.gate_detail, name="gate"),

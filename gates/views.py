@@ -18,6 +18,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -351,8 +352,16 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
         criterion.form = CriterionForm.for_criterion(criterion) if editable else None
         groups[-1]["criteria"].append(criterion)
     edits = AuditEvent.objects.filter(
-        pilot=pilot, action="criterion.edited", object_id__in=[str(c.pk) for c in criteria]
+        Q(action="criterion.edited", object_id__in=[str(c.pk) for c in criteria])
+        | Q(action__in=("plan.sample_trace", "plan.sample_trace_unsigned"), object_id=str(version.pk)),
+        pilot=pilot,
     ).select_related("actor")[:30]
+    try:
+        sample_trace = version.to_plan().gate(TRACE_GATE).sample_trace
+    except ValueError:
+        sample_trace = False
+    for group in groups:
+        group["trace_gate"] = group["number"] == TRACE_GATE
     can_amend = (
         versions[0].state != PlanVersion.State.DRAFT
         and bool(roles & EDIT_PLAN)
@@ -375,6 +384,7 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "plan_sha256": version.sha256
             or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else ""),
             "planner": planner_figures(pilot, version),
+            "sample_trace": sample_trace,
         },
     )
 
@@ -450,6 +460,23 @@ def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
         else:
             messages.success(request, _("%(key)s updated.") % {"key": criterion.key})
     return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
+
+
+@login_required
+@require_POST
+def plan_sample_trace(request: HttpRequest, code: UUID) -> HttpResponse:
+    """Allow (or not) G4 to replay a generated sample trace: a value of the draft plan, signed with it."""
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    allowed = request.POST.get("sample_trace") == "allowed"
+    try:
+        lifecycle.set_sample_trace(pilot.latest_plan, allowed, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("G4 may replay a generated sample trace.") if allowed
+                         else _("G4 replays the customer's trace only."))
+    return redirect(reverse("plan", args=[pilot.code]) + f"#g{TRACE_GATE}-h")
 
 
 @login_required

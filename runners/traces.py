@@ -15,13 +15,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from gates.lifecycle import TransitionRefused, audit, plan_editable
-from gates.models import CustomerTrace, Gate, Party, PlanVersion
+from gates.lifecycle import audit, set_sample_trace
+from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
+from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
-
-TRACE_GATE = 4
 
 
 class TraceRefused(ValueError):
@@ -97,29 +96,23 @@ def read(trace: CustomerTrace) -> bytes:
 
 
 def sample_allowed(gate: Gate) -> bool:
-    """Whether the signed plan's G4 explicitly allows a generated sample trace (`sample_trace: allowed`)."""
+    """Whether the plan both parties signed lets G4 replay a generated sample trace.
+
+    Read from the signed plan as verified against the signatures (its hash covers the permission): a draft
+    that allows it does not count, and a signed plan whose contents no longer hash to what was signed
+    raises PlanTamperedError.
+    """
     version = gate.pilot.signed_plan
-    for item in (version.document.get("gates", []) if version else []):
-        if item.get("number") == gate.number:
-            return str(item.get("sample_trace", "")).strip().lower() == "allowed"
-    return False
+    return version is not None and version.verified_plan().gate(gate.number).sample_trace
 
 
-def allow_sample(version: PlanVersion, who) -> PlanVersion:
-    """Write `sample_trace: allowed` into a draft plan's G4, before either party approves it; audited.
+def allow_sample(version: PlanVersion, who, allowed: bool = True) -> PlanVersion:
+    """Let a draft plan's G4 replay a generated sample trace (`gates.lifecycle.set_sample_trace`, audited).
 
     For a demo or a rehearsal without the customer's traffic: both parties then sign a plan that says so,
     and every page and report of the G4 run says "generated sample trace — not the customer's traffic".
     """
-    if not plan_editable(version):
-        raise TransitionRefused("plan-frozen", f"plan v{version.number} is already approved or signed; "
-                                               "a sample trace can only be allowed in a draft")
-    for item in version.document.get("gates", []):
-        if item.get("number") == TRACE_GATE:
-            item["sample_trace"] = "allowed"
-    version.save(update_fields=["document"])
-    audit(version.pilot, who, "plan.sample_trace_allowed", version, gate=TRACE_GATE)
-    return version
+    return set_sample_trace(version, allowed, who)
 
 
 def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
@@ -127,7 +120,11 @@ def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
     trace = current(gate)
     if trace is not None:
         return read(trace), trace
-    if sample_allowed(gate):
+    try:
+        allowed = sample_allowed(gate)
+    except PlanTamperedError as exc:
+        raise TraceRefused(str(exc)) from None
+    if allowed:
         return None, None
     raise TraceRefused(f"{gate.label} needs the customer's session trace: upload it on the {gate.label} page or give "
                        "run_gate --trace FILE (the signed plan does not allow a generated sample trace)")

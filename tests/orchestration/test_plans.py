@@ -88,7 +88,7 @@ def test_g4_replays_a_sample_only_when_the_signed_plan_says_so_and_says_it(demo,
     traces.allow_sample(version, demo.alice)
     lifecycle.sign_plan(version, demo.alice)
     lifecycle.sign_plan(version, demo.bob)
-    with pytest.raises(TransitionRefused, match="only be allowed in a draft"):
+    with pytest.raises(TransitionRefused, match="signed and frozen"):
         traces.allow_sample(version, demo.alice)
     open_gate(demo.pilot, 4, demo)
     job = start_gate_run(demo.pilot.gate(4), demo.alice, site=site_of(2))

@@ -34,6 +34,7 @@ ROUTES = [
     ),
     ("plan_sign", "post", lambda w: [w.pilot.code], SIGNERS, {"comment": ""}),
     ("plan_amend", "post", lambda w: [w.pilot.code], SIGNERS, {}),
+    ("plan_sample_trace", "post", lambda w: [w.pilot.code], SIGNERS, {"sample_trace": "allowed"}),
     ("gate_signoff", "post", lambda w: [w.pilot.code, 1], SIGNERS, {"decision": "approve", "comment": "ok"}),
     ("gate_extend", "post", lambda w: [w.pilot.code, 1], SIGNERS, {}),
     ("run_start", "post", lambda w: [w.pilot.code, 1], OPERATORS, {}),

@@ -14,7 +14,6 @@ from django.utils.translation import gettext_noop
 
 from gates.models import UploadVerification
 from gates.notifications import sweep
-from gates.reports.service import trust_roots, verify_report_bytes
 
 log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
@@ -60,6 +59,10 @@ def verify_upload(pk: int) -> str:
     if not UploadVerification.objects.filter(pk=pk, state=UploadVerification.State.QUEUED).update(
             state=UploadVerification.State.RUNNING):
         return "not queued"  # already taken by another delivery, or gone
+    # Imported here: a site worker imports this module too (task discovery), and must not need WeasyPrint,
+    # pyHanko, Pango or fonts to start.
+    from gates.reports.service import trust_roots, verify_report_bytes
+
     row = UploadVerification.objects.get(pk=pk)
     state, result, error = UploadVerification.State.ERROR, None, ""
     try:

@@ -485,8 +485,14 @@ def repetitions_seen(gate, frame: pd.DataFrame) -> int:
 
 
 def can_extend(verdict: dict, plan: Plan, repetitions_done: int) -> bool:
-    """A marginal run may get more repetitions until planned + judging.max_extra_repetitions are done."""
+    """A marginal run may get more repetitions until planned + judging.max_extra_repetitions are done.
+
+    `planned` is what the judge counted the looks from (the run's own repetitions when it set them): capping at
+    the plan's repetitions instead would let a run started with fewer take more looks than the error budget
+    was shared among."""
     if verdict.get("verdict") != "marginal":
         return False
-    cap = planned_repetitions(plan, int(verdict["gate"])) + int(plan.judging.get("max_extra_repetitions", 0))
+    planned = (verdict.get("extension") or {}).get("planned_repetitions") \
+        or planned_repetitions(plan, int(verdict["gate"]))
+    cap = int(planned) + int(plan.judging.get("max_extra_repetitions", 0))
     return repetitions_done < cap

@@ -185,3 +185,14 @@ def test_an_open_loop_replay_below_its_cap_is_not_a_client_bottleneck():
             summary["max_in_flight"] = 3
     files = files_of(frame, summaries=False) + [("s.json", synthetic.jsonl(summaries))]
     assert evaluate(PLAN, 4, files)["verdict"] == "pass"
+
+
+def test_a_run_started_with_fewer_repetitions_than_the_plan_gets_no_more_looks_than_the_budget_allows():
+    """The looks are counted from the run's own repetitions, so the cap is too: 3 planned + 2 extra, not 24 + 2."""
+    frame = synthetic.table1_frame(seed=2, requests_per_cell=8, noise=0.25)
+    verdict = evaluate(PLAN, 3, files_of(frame))
+    assert verdict["verdict"] == "marginal"
+    run_of_three = {**verdict, "extension": {**verdict["extension"], "planned_repetitions": 3}}
+    assert can_extend(run_of_three, PLAN, 3) and can_extend(run_of_three, PLAN, 4)
+    assert not can_extend(run_of_three, PLAN, 5)
+    assert not can_extend(run_of_three, PLAN, 20)

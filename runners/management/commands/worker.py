@@ -47,4 +47,10 @@ class Command(BaseCommand):
         # means a cold shutdown after CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT: running tasks get that long,
         # then they are stopped and their messages go back to the queue (the reconcile sweep resumes
         # their steps), the embedded beat and the pool processes stop with it.
-        os.execve(sys.executable, argv, {**os.environ, "REMAP_SIGTERM": "SIGQUIT"})
+        env = {**os.environ, "REMAP_SIGTERM": "SIGQUIT"}
+        if CONTROL_QUEUE not in names:
+            # A site worker (a jump host) does only node work. Celery's Django fix-up would run the system checks,
+            # which import the portal's URLs and views and with them the PDF renderer and signer: a jump host
+            # then needed Pango and fonts to start. The web tier and the control worker run the checks.
+            env["CELERY_SKIP_CHECKS"] = "1"
+        os.execve(sys.executable, argv, env)

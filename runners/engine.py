@@ -180,9 +180,7 @@ def execute_step(step_id: int, worker: str) -> str:
     ctx = StepContext(step, token)
     ctx.say(f"{step_label(step)} started (attempt {step.attempts}, {worker})")
     if step.attempts > 1 and not kind.detached:
-        # An unfinished attempt's evidence is dropped so the new attempt's own files take its names
-        # (the bytes stay in the content-addressed store; the judge never saw them).
-        Artifact.objects.filter(job_id=job.pk, step=step).delete()
+        _set_aside_earlier_attempt(job, step)
     try:
         if kind.detached:
             with _Heartbeat(step.pk, token):
@@ -197,6 +195,20 @@ def execute_step(step_id: int, worker: str) -> str:
         _handle_exception(step, token, kind, exc)
     dispatch_advance(job.pk)
     return "ran"
+
+
+SUPERSEDED = "superseded"
+
+
+def _set_aside_earlier_attempt(job: Job, step: Step) -> None:
+    """An unfinished attempt's files make room for the new attempt's, which take their names; they stay listed
+    (renamed under `attempt-N/`, outcome `superseded`, never judged), so nothing collected is lost even when the
+    new attempt cannot reach the node."""
+    earlier = step.attempts - 1
+    for artifact in Artifact.objects.filter(job_id=job.pk, step=step).exclude(outcome=SUPERSEDED):
+        artifact.name = f"attempt-{earlier}/{artifact.name}"[:200]
+        artifact.outcome = SUPERSEDED
+        artifact.save(update_fields=["name", "outcome"])
 
 
 def _is_transient(exc: BaseException) -> bool:

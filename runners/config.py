@@ -44,6 +44,16 @@ _RESERVED_ENV = {"VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "PATH", "HO
                  "PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP",
                  "PYTHONHOME", "PYTHONINSPECT", "VIRTUAL_ENV", "CONDA_PREFIX", "VLLM_PLUGINS"}
 _RESERVED_ENV_PREFIXES = ("LMCACHE_", "FXPILOT_", "BASH_FUNC_")
+# The deploy step has an hour (runners.steps); the health wait gets at most 50 minutes of it, so a slow start is
+# refused as too slow by the wait itself, with the server log's tail, not cut off by the step's time limit.
+DEPLOY_TIME_LIMIT_S = 3600
+HEALTH_TIMEOUT_MAX_S = 3000
+# A prefix word that sets a variable: `env NAME=value`, `docker run -e NAME=value`, `-eNAME=value`, `--env=NAME=value`.
+_PREFIX_ASSIGNMENT = re.compile(r"^(?:--env=|-e)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def _reserved_env(name: str) -> bool:
+    return name in _RESERVED_ENV or name.startswith(_RESERVED_ENV_PREFIXES)
 
 
 class DeploymentSettingsError(ValueError):
@@ -255,7 +265,7 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
         use_odirect=use_odirect, drop_page_cache=drop_page_cache,
         mkfs_if_empty=_bool(data.get("mkfs_if_empty", False), "mkfs_if_empty"),
         roce_interface=roce, extra_vllm_flags=_flags(data.get("extra_vllm_flags", [])),
-        health_timeout_s=_int(data.get("health_timeout_s", 1800), "health_timeout_s", 1, 24 * 3600),
+        health_timeout_s=_int(data.get("health_timeout_s", 1800), "health_timeout_s", 1, HEALTH_TIMEOUT_MAX_S),
         fabric_addresses=_fabric_addresses(_mapping(data.get("fabric_addresses", {}), "fabric_addresses")),
         launcher=_launcher(_mapping(data.get("launcher") or {}, "launcher")),
         kv_connector=_kv_connector(data.get("kv_connector", "LMCacheConnectorV1")),
@@ -324,6 +334,11 @@ def _launcher(data: dict) -> Launcher:
             if not isinstance(word, str) or not _WORD.match(word):
                 raise DeploymentSettingsError(f"launcher.prefix[{index}]", _("%(value)r is not a word of letters, digits "
                                                                              "and . _ : / , + @ %% = -") % {"value": word})
+            assigned = _PREFIX_ASSIGNMENT.match(word)
+            if assigned and _reserved_env(assigned.group(1).upper()):
+                raise DeploymentSettingsError(f"launcher.prefix[{index}]", _(
+                    "%(value)r sets %(name)s, which the deploy step sets itself or which would let the shell or the "
+                    "loader run other code") % {"value": word, "name": assigned.group(1)})
         prefix = tuple(words)
     env = _mapping(data.get("env") or {}, "launcher.env")
     pairs = []
@@ -331,7 +346,7 @@ def _launcher(data: dict) -> Launcher:
         where = f"launcher.env.{name}"
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             raise DeploymentSettingsError(where, _("is not an environment variable name (A–Z, 0–9, _)"))
-        if name in _RESERVED_ENV or name.startswith(_RESERVED_ENV_PREFIXES):
+        if _reserved_env(name):
             raise DeploymentSettingsError(where, _("is set by the deploy step itself or would let the shell or the "
                                                    "loader run other code"))
         if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not _ENV_VALUE.match(str(value)):

@@ -24,6 +24,7 @@ from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate, Report
 from runners import detached, gateplans, ssh
 from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
+from runners.config import DEPLOY_TIME_LIMIT_S
 from runners.deploy import (
     DeployError,
     Deployment,
@@ -341,7 +342,7 @@ def run_note(ctx: StepContext) -> dict:
 
 GATE_RUN_KINDS = [
     StepKind("probe", run=run_probe, soft_time_limit=1800),
-    StepKind("deploy", run=run_deploy, soft_time_limit=3600),
+    StepKind("deploy", run=run_deploy, soft_time_limit=DEPLOY_TIME_LIMIT_S),
     StepKind("collect", run=run_collect, soft_time_limit=1800),
     StepKind("teardown", run=run_teardown, soft_time_limit=900),
     StepKind("evaluate", run=run_evaluate, soft_time_limit=900),

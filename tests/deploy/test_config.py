@@ -79,6 +79,11 @@ def test_home_paths_expand_under_the_ssh_users_home():
     ("mkfs_if_empty", 1, "mkfs_if_empty"),
     ("roce_interface", "eth0; reboot", "roce_interface"),
     ("health_timeout_s", -5, "health_timeout_s"),
+    ("health_timeout_s", 3600, "health_timeout_s"),
+    ("launcher", {"prefix": ["env", "LD_PRELOAD=/tmp/x.so"]}, "launcher.prefix[1]"),
+    ("launcher", {"prefix": ["docker", "run", "-e", "VLLM_PLUGINS=evil", "img"]}, "launcher.prefix[3]"),
+    ("launcher", {"prefix": ["docker", "run", "--env=LMCACHE_CONFIG_FILE=/x", "img"]}, "launcher.prefix[2]"),
+    ("launcher", {"prefix": ["podman", "run", "-eVLLM_SERVER_DEV_MODE=1", "img"]}, "launcher.prefix[2]"),
     ("extra_vllm_flags", "--enforce-eager", "extra_vllm_flags"),
     ("extra_vllm_flags", ["--port=9"], "extra_vllm_flags[0]"),
     ("extra_vllm_flags", ["--max-model-len", "131072", "4096"], "extra_vllm_flags[2]"),
@@ -102,6 +107,20 @@ def test_each_bad_value_is_refused_naming_its_field(path, value, field):
 ])
 def test_a_hostile_shell_value_never_passes_the_validator(path, value):
     refused(path, value)
+
+
+def test_a_prefix_may_set_an_ordinary_variable_and_docker_options():
+    settings = validate_deployment(settings_with("launcher", {"prefix": [
+        "docker", "run", "--rm", "--network=host", "-e", "HIP_VISIBLE_DEVICES=0,1", "rocm/vllm:latest"]}))
+    assert settings.launcher.prefix[-2:] == ("HIP_VISIBLE_DEVICES=0,1", "rocm/vllm:latest")
+
+
+def test_the_health_wait_ends_before_the_deploy_steps_time_limit():
+    from runners.config import HEALTH_TIMEOUT_MAX_S
+    from runners.kinds import get_kind
+
+    assert HEALTH_TIMEOUT_MAX_S + 300 <= get_kind("deploy").soft_time_limit
+    assert validate_deployment(settings_with("health_timeout_s", HEALTH_TIMEOUT_MAX_S)).health_timeout_s == 3000
 
 
 def test_turning_off_both_odirect_and_the_page_cache_drop_is_refused():

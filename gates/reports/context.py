@@ -297,7 +297,7 @@ def projections(evaluations: dict[int, Evaluation], concurrency: int, *, custome
                    "comparison": criterion.get("comparison"), "candidate": criterion.get("candidate"),
                    "baseline": criterion.get("baseline"), "phase": criterion.get("phase"),
                    "verdict": criterion.get("verdict"), "unit": criterion.get("unit", ""),
-                   "levels": sorted(int(c["concurrency"]) for c in cells)}
+                   "confidence": criterion.get("confidence"), "levels": sorted(int(c["concurrency"]) for c in cells)}
             if criterion.get("phase") == "replay" or not cells:
                 # A replay of the customer's own trace already is their traffic: no projection needed.
                 how = ("own-traffic" if customer_trace else "sample-trace") if criterion.get("phase") == "replay" \
@@ -358,7 +358,8 @@ def recompute_speedup(evaluations: dict[int, Evaluation], concurrency: int) -> d
     if not cells:
         return None
     row = {"key": criterion.get("key"), "verdict": criterion.get("verdict"), "threshold": criterion.get("threshold"),
-           "levels": [int(c["concurrency"]) for c in cells], "concurrency": concurrency}
+           "confidence": criterion.get("confidence"), "levels": [int(c["concurrency"]) for c in cells],
+           "concurrency": concurrency}
     exact = next((c for c in cells if int(c["concurrency"]) == concurrency), None)
     if exact is not None:
         return dict(row, how="measured", value=exact["value"], ci=list(exact.get("ci") or [None, None]), at=concurrency)

@@ -20,8 +20,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
 from fxpilot.celery import app
 app.loader.import_default_modules()
 import gates.tasks, runners.tasks
-print(",".join(m for m in %r if m in sys.modules))
-""" % (HEAVY,)
+print(",".join(m for m in HEAVY if m in sys.modules))
+""".replace("HEAVY", repr(HEAVY))
 
 
 def worker_env(monkeypatch, queues: str) -> dict:

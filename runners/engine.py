@@ -31,7 +31,19 @@ from gates import lifecycle
 from runners import ssh
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
-from runners.models import FINISHED, UNFINISHED, Artifact, Job, Node, Status, Step, release_nodes
+from runners.models import (
+    FINISHED,
+    UNFINISHED,
+    Artifact,
+    Job,
+    LeaseRefused,
+    Node,
+    Status,
+    Step,
+    job_nodes,
+    release_nodes,
+    take_nodes,
+)
 from runners.output import system_line
 
 log = logging.getLogger(__name__)
@@ -73,9 +85,11 @@ def advance(job_id: int) -> Job:
     job = Job.objects.get(pk=job_id)
     if job.is_finished:
         return job
+    halting = _halting(job)
+    if job.waiting_for and not halting and not _take_waited_nodes(job):
+        return job
     steps = list(job.steps.select_related("node__site").order_by("seq"))
     by_seq = {step.seq: step for step in steps}
-    halting = _halting(job)
     stale = _stale_before()
     for step in steps:
         if step.status == Status.PENDING:
@@ -98,6 +112,30 @@ def advance(job_id: int) -> Job:
     return job
 
 
+def _take_waited_nodes(job: Job) -> bool:
+    """A waiting run takes its nodes if they are free now (True), else it says what it still waits for.
+
+    Called by every advance: the holding run's close wakes its waiters, and the reconcile sweep advances
+    every unfinished run, so a waiting run starts without anything polling for it.
+    """
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk, status=Status.PENDING).first()
+        if locked is None or not locked.waiting_for:
+            return True
+        try:
+            take_nodes(locked, job_nodes(locked))
+        except LeaseRefused as exc:
+            line = exc.waiting[:400]
+            if line != locked.waiting_for or exc.holder != locked.waiting_on:
+                Job.objects.filter(pk=job.pk).update(waiting_for=line, waiting_on=exc.holder)
+                system_line(job, exc.waiting)
+            return False
+        Job.objects.filter(pk=job.pk).update(waiting_for="", waiting_on=None)
+    job.waiting_for, job.waiting_on = "", None
+    system_line(job, "its nodes are free now: the run starts")
+    return True
+
+
 def _close(job: Job, steps: list[Step]) -> None:
     if job.cancel_requested:
         status = Status.CANCELED
@@ -109,9 +147,13 @@ def _close(job: Job, steps: list[Step]) -> None:
         status = Status.SUCCESSFUL
     now = timezone.now()
     if Job.objects.filter(pk=job.pk, status__in=UNFINISHED).update(status=status, finished=now,
-                                                                    started=job.started or now):
+                                                                    started=job.started or now, waiting_for="",
+                                                                    waiting_on=None):
         job.refresh_from_db()
         released = release_nodes(job)
+        # Runs waiting for these nodes look again as soon as this commits (the sweep would, later).
+        for waiter in Job.objects.filter(waiting_on=job, status=Status.PENDING).values_list("pk", flat=True):
+            transaction.on_commit(lambda waiter=waiter: dispatch_advance(waiter))
         detail = f": {job.error}" if status == Status.ERROR and job.error else ""
         system_line(job, f"run {status}{detail}" + (" (its nodes are free again)" if released else ""))
         lifecycle.audit(job.pilot, "orchestrator", "run.finished", job, Status.RUNNING, status,

@@ -147,6 +147,12 @@ class Job(models.Model):
     params = models.JSONField(default=dict, blank=True, help_text="Time scale, repetitions, workload overrides")
     error = models.TextField(blank=True, help_text="What broke, when status is error")
     cancel_requested = models.BooleanField(default=False)
+    # A run started while another run holds one of its machines waits (pending, nothing dispatched) until
+    # that run gives them back; then the engine takes them and starts it. Blank once it holds its nodes.
+    waiting_for = models.CharField(max_length=400, blank=True, default="", editable=False,
+                                   help_text="why the run has not started: the node and the run holding it")
+    waiting_on = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="waiters",
+                                   editable=False)
     chunk_count = models.PositiveIntegerField(default=0, editable=False, help_text="Output chunks numbered so far")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created = models.DateTimeField(default=timezone.now)
@@ -263,11 +269,19 @@ def artifact_path(sha256: str) -> Path:
 
 
 class LeaseRefused(Exception):
-    """A node is held by another unfinished run; the message names that run."""
+    """A node is held by another unfinished run; the message names that run (`holder`) and the node."""
 
-    def __init__(self, message: str, *, holder: Job | None = None) -> None:
-        self.holder = holder
+    def __init__(self, message: str, *, holder: Job | None = None, node: Node | None = None) -> None:
+        self.holder, self.node = holder, node
         super().__init__(message)
+
+    @property
+    def waiting(self) -> str:
+        """The line a waiting run shows: which node, held by which run."""
+        if self.holder is None or self.node is None:
+            return f"waiting for its nodes: {self}"
+        return (f"waiting for node {self.node.name} ({self.node.host}:{self.node.port}) held by "
+                f"{describe_holder(self.holder)}; it starts by itself once that run has finished")
 
 
 class NodeLease(models.Model):
@@ -301,8 +315,8 @@ def lease_keys(node: Node) -> list[str]:
 
 
 def describe_holder(job: Job) -> str:
-    what = job.gate.label if job.gate_id else job.get_kind_display()
-    return f"{what} run {str(job.code)[:8]} of pilot {job.pilot.name} ({job.status})"
+    what = f"{job.gate.label} run" if job.gate_id else job.kind.replace("_", " ")  # log lines are English
+    return f"{what} {str(job.code)[:8]} of pilot {job.pilot.name} ({job.status})"
 
 
 def take_nodes(job: Job, nodes) -> list[NodeLease]:
@@ -322,20 +336,25 @@ def take_nodes(job: Job, nodes) -> list[NodeLease]:
                     if held.job.status not in FINISHED:
                         raise LeaseRefused(f"node {node.name} ({node.host}:{node.port}) is in use by "
                                            f"{describe_holder(held.job)}; start this run once that one has finished "
-                                           "or been canceled", holder=held.job)
+                                           "or been canceled", holder=held.job, node=node)
                     held.delete()  # its run finished without giving it back
                 try:
                     with transaction.atomic():
                         leases.append(NodeLease.objects.create(resource=key, node=node, job=job))
                 except IntegrityError:
                     raise LeaseRefused(f"node {node.name} ({node.host}:{node.port}) is being taken by another run "
-                                       "right now; try again once it has finished") from None
+                                       "right now; try again once it has finished", node=node) from None
     return leases
 
 
 def release_nodes(job: Job) -> int:
     """Give back every node `job` holds (idempotent)."""
     return NodeLease.objects.filter(job=job).delete()[0]
+
+
+def job_nodes(job: Job) -> list[Node]:
+    """The machines a run's steps use: what it must hold before any of them runs."""
+    return list(Node.objects.filter(pk__in=job.steps.exclude(node=None).values("node")).order_by("pk"))
 
 
 def lease_holder(node: Node) -> Job | None:

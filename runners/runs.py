@@ -85,8 +85,11 @@ def validate_params(params: dict) -> dict:
 
 @transaction.atomic
 def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: dict | None = None,
-                   trace: bytes | None = None) -> Job:
+                   trace: bytes | None = None, wait: bool = True) -> Job:
     """Create a gate run with its steps and dispatch it once the transaction commits.
+
+    A node held by another run: with `wait` the run is created waiting (its log and page say for which node
+    and run) and the engine starts it once that run gives the node back; without, RunRefused names the run.
 
     `trace` is the customer's session trace CSV for G4's replay; without one G4 replays the trace uploaded
     on its page, and without that it is refused unless the signed plan's G4 says `sample_trace: allowed`
@@ -110,11 +113,16 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     params.setdefault("time_scale", 1.0)
     job = Job.objects.create(pilot=gate.pilot, gate=gate, site=site, kind=Job.Kind.GATE_RUN, params=params,
                              created_by=actor.user)
+    waiting = None
     try:
         # The machines are this run's until it finishes (rolled back with the job if anything below refuses).
         take_nodes(job, nodes)
     except LeaseRefused as exc:
-        raise RunRefused(str(exc)) from None
+        if not wait:
+            raise RunRefused(str(exc)) from None
+        waiting = exc
+        job.waiting_for, job.waiting_on = exc.waiting[:400], exc.holder
+        job.save(update_fields=["waiting_for", "waiting_on"])
     if gate.number == traces.TRACE_GATE:
         uploaded = None
         if not trace:
@@ -137,6 +145,8 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
                     steps=len(steps.steps), site=site.name)
     system_line(job, f"{gate.label} run {job.code} created by {actor.name}: {len(steps.steps)} steps on "
                      f"{', '.join(n.name for n in nodes)} (site {site.name}, queue {site.queue})")
+    if waiting is not None:
+        system_line(job, waiting.waiting)
     transaction.on_commit(lambda: dispatch_advance(job.pk))
     return job
 

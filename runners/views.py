@@ -29,7 +29,7 @@ from runners.credentials import create_credential
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
 from runners.forms import CredentialForm, NodeForm, SiteForm
-from runners.models import Credential, Job, Node, Site, Status
+from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run
 from runners.ssh import accept_host_key
@@ -77,12 +77,23 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
         and not job.is_finished
         and not job.cancel_requested,
         "waiting_queue": _waiting_queue(job),
+        "waiting_nodes": _waiting_nodes(job),
     }
+
+
+def _waiting_nodes(job: Job) -> dict | None:
+    """A run waiting for nodes another run holds: which node, and that run (gate and short code only)."""
+    if job.is_finished or not job.waiting_for:
+        return None
+    holder = job.waiting_on
+    node = next((n for n in job_nodes(job) if holder is not None and lease_holder(n) == holder), None)
+    return {"node": node.name if node else "", "run": str(holder.code)[:8] if holder else "",
+            "gate": (holder.gate.label if holder.gate_id else holder.get_kind_display()) if holder else ""}
 
 
 def _waiting_queue(job: Job) -> str:
     """The worker queue of a run that nobody has picked up for a minute (no step started), else ''."""
-    if job.is_finished or job.site_id is None or timezone.now() - job.created < timedelta(seconds=60):
+    if job.is_finished or job.site_id is None or job.waiting_for or timezone.now() - job.created < timedelta(seconds=60):
         return ""
     if job.steps.exclude(status=Status.PENDING).exists() or job.steps.filter(started__isnull=False).exists():
         return ""

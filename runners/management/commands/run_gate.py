@@ -2,6 +2,8 @@
 
 Exit codes: 0 successful, 1 failed (a bar was missed), 2 error (the infrastructure broke),
 3 canceled, 4 the run could not start (closed gate, unsigned plan, no nodes, a run already going).
+A node held by another run makes the run wait for it (the log says which node and run); with --no-wait
+it is refused instead, naming that run.
 """
 from __future__ import annotations
 
@@ -78,10 +80,12 @@ class Command(BaseCommand):
         parser.add_argument("--time-scale", type=float, help="time scale of simulated nodes (1.0 = real time)")
         parser.add_argument("--params", help='JSON object of run parameters, e.g. {"repetitions": 2}')
         parser.add_argument("--trace", help="G4: the customer's session trace CSV (default: the trace uploaded on the G4 page; a generated sample trace only if the signed plan allows it)")
+        parser.add_argument("--no-wait", dest="wait", action="store_false", default=True,
+                            help="refuse (exit 3) when another run holds one of the nodes, instead of waiting for it")
         parser.add_argument("--as", dest="actor", default="run_gate", help="who is starting it, for the audit log")
 
     def handle(self, *args, pilot: str, gate: str, site: str | None, follow: bool, time_scale: float | None,
-               params: str | None, trace: str | None, actor: str, **options) -> None:
+               params: str | None, trace: str | None, actor: str, wait: bool = True, **options) -> None:
         the_pilot = find_pilot(pilot)
         try:
             number = parse_gate_label(gate)
@@ -114,12 +118,15 @@ class Command(BaseCommand):
             except ValidationError as exc:
                 raise CommandError(f"--trace {trace}: {' '.join(exc.messages)}", returncode=REFUSED) from None
         try:
-            job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params, trace=trace_bytes)
+            job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params, trace=trace_bytes,
+                                 wait=wait)
         except (TransitionRefused, RunRefused) as exc:
             raise CommandError(f"cannot start G{number}: {exc}", returncode=REFUSED) from None
         self.stdout.write(f"G{number} run {job.code} started")
         self.stdout.flush()
         if not follow:
+            if job.waiting_for:
+                self.stdout.write(job.waiting_for)
             return
         write = self._writer()
         try:

@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone, translation
 
 from gates.lifecycle import audit
-from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role
+from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role, SignOff
 from gates.reports import sign
 from gates.reports.context import gate_report_context, procurement_report_context, root_certificate
 from gates.reports.render import ReportError, render_pdf
@@ -185,9 +185,25 @@ def countersign(report: Report, user) -> Report:
         gate = Gate.objects.select_related("pilot").get(pk=report.gate_id)  # its state now, not when first reported
         context = gate_report_context(gate, Evaluation.objects.get(pk=report.evaluation_id))
     else:
+        _refuse_stale_procurement(report)
         context = procurement_report_context(pilot)
     return _make(context, pilot=Pilot.objects.get(pk=pilot.pk), gate=report.gate, evaluation=report.evaluation,
                  language=report.language, who=user, countersigner=user, supersedes=report)
+
+
+def _refuse_stale_procurement(report: Report) -> None:
+    """A procurement report is rendered again for the countersignature from the pilot as it stands: refuse when
+    that is no longer what the approver read (a later report, or evidence or decisions recorded since)."""
+    pilot = report.pilot
+    newer = pilot.reports.filter(kind=Report.Kind.PROCUREMENT, language=report.language, created__gt=report.created)
+    if newer.exists():
+        raise ReportError(f"report {report.code} is not the pilot's latest procurement report; countersign "
+                          f"{newer.order_by('-created').first().code}")
+    changed = (Evaluation.objects.filter(gate__pilot=pilot, created__gt=report.created).exists()
+               or SignOff.objects.filter(pilot=pilot, created__gt=report.created).exists())
+    if changed:
+        raise ReportError(f"the pilot's evidence or sign-offs changed after report {report.code} was made; make a new "
+                          "procurement report, read it, and countersign that one")
 
 
 def latest_versions(reports) -> list[Report]:

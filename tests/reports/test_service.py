@@ -168,3 +168,16 @@ def test_make_report_prints_the_stored_file_and_names_a_bad_argument(signed_pilo
         call_command("make_report", "no such pilot", "G3")
     with pytest.raises(CommandError, match="G7"):
         call_command("make_report", signed_pilot.pilot.name, "G7")
+
+
+def test_a_procurement_report_is_countersigned_only_while_it_is_what_the_approver_read(signed_pilot):
+    pilot = signed_pilot.pilot
+    early = service.create_procurement_report(pilot)
+    _evaluate(pilot, 3)  # evidence recorded after the report was made: re-rendering it would sign something unseen
+    with pytest.raises(service.ReportError, match="changed after report"):
+        service.countersign(early, signed_pilot.bob)
+    later = service.create_procurement_report(pilot)
+    with pytest.raises(service.ReportError, match="not the pilot's latest procurement report"):
+        service.countersign(early, signed_pilot.bob)
+    signed = service.countersign(later, signed_pilot.bob)
+    assert signed.supersedes == later and signed.signatures == 2

@@ -615,6 +615,7 @@ class Parsed:
     request_id: str | None = None
     done: bool = False
     usage: bool = False      # the stream carried a usage object
+    timing: dict | None = None  # the simulated server's modelled delays (its final event's simulated_timing)
 
 
 STREAM_SHAPE = re.compile(rb"(?:data: \{[^\n]*\}\n\n)+data: \[DONE\]\n\n")
@@ -640,10 +641,11 @@ def parse_stream(body: bytes) -> Parsed:
     usage_at = body.rfind(b'"usage":{')
     try:
         first = json.loads(body[6:first_end])
-        usage = None
+        usage = timing = None
         if usage_at >= 0:
             start = body.rfind(b"\n\ndata: ", 0, usage_at) + 8
-            usage = json.loads(body[start:body.find(b"\n\n", usage_at)]).get("usage")
+            final = json.loads(body[start:body.find(b"\n\n", usage_at)])
+            usage, timing = final.get("usage"), final.get("simulated_timing")
         text = json.loads(b'"' + b"".join(texts) + b'"')
         ids_found = IDS_RE.findall(body)
         ids = json.loads(b"[" + b",".join([i for i in ids_found if i.strip()] if b"" in ids_found else ids_found)
@@ -652,7 +654,7 @@ def parse_stream(body: bytes) -> Parsed:
         return parse_stream_slow(body)
     if not isinstance(first, dict):
         return parse_stream_slow(body)
-    p = Parsed(done=True)
+    p = Parsed(done=True, timing=timing if isinstance(timing, dict) else None)
     p.request_id = first.get("id") if isinstance(first.get("id"), str) else None
     first_token = TOKEN_HINT.search(body)
     if first_token is not None:
@@ -720,6 +722,8 @@ def parse_stream_slow(body: bytes) -> Parsed:
             p.request_id = obj["id"]
         if obj.get("usage"):
             usage = obj["usage"]
+        if isinstance(obj.get("simulated_timing"), dict):
+            p.timing = obj["simulated_timing"]
         choices = obj.get("choices")
         if not choices:
             continue
@@ -804,6 +808,7 @@ def outcome(raw: _Raw, details: bool = True) -> dict:
         out["status"] = "ok"
     if out["status"] == "ok":
         out["t_end"] = raw.time_at(p.last)
+        out["simulated_timing"] = p.timing
     elif out["t_end"] is None:
         out["t_end"] = raw.block_t[-1]
     return out
@@ -1154,12 +1159,47 @@ class Finalizer:
             "status": result["status"], "error": result["error"], "output_sha256": result["output_sha256"],
             "request_id": result["request_id"], "simulated": ctx.simulated,
         }
+        if ctx.simulated and result.get("simulated_timing") is not None:
+            simulated_clock(record, result["simulated_timing"])
         ctx.recorder.write(record)
         st.requests += 1
         st.errors += result["status"] != "ok"
         st.tokens += result["output_tokens"]
         st.t_first = min(st.t_first, t_send)
         st.t_last = max(st.t_last, record["t_end"])
+
+
+# A simulated server reports its modelled delays no later than a client can see them; this much of clock
+# rounding (server and kernel stamps) is allowed before its report counts as inconsistent.
+SIMULATED_CLOCK_TOLERANCE = 0.002
+
+
+def simulated_clock(record: dict, timing: Any) -> None:
+    """A simulated server's record on the simulated node's clock, cross-checked against what was measured.
+
+    The simulator's model clock stands still while it runs behind (its CPU shared with other work), so
+    its modelled delays are what the simulated hardware took; what this client measured is that plus
+    the simulator's scheduling delays. The record keeps both: t_first_token / t_end become t_send plus
+    the modelled delays (clock "simulated"), the measured stamps stay in t_first_token_wall /
+    t_end_wall. A report that claims more time than was measured cannot be right: the request is an
+    error, saying so. Never used for a real server (it sends no simulated_timing)."""
+    measured_first, measured_end = record["t_first_token"], record["t_end"]
+    try:
+        ttft, e2e = float(timing["ttft_s"]), float(timing["e2e_s"])
+    except (KeyError, TypeError, ValueError):
+        ttft = e2e = math.nan
+    record["t_first_token_wall"], record["t_end_wall"] = measured_first, measured_end
+    if (not (math.isfinite(ttft) and math.isfinite(e2e)) or measured_first is None or not 0 <= ttft <= e2e
+            or ttft > measured_first - record["t_send"] + SIMULATED_CLOCK_TOLERANCE
+            or e2e > measured_end - record["t_send"] + SIMULATED_CLOCK_TOLERANCE):
+        record["status"] = "error"
+        record["error"] = (f"the simulated server's timing {json.dumps(timing)[:160]} does not fit what was measured "
+                           f"(first token after {(measured_first or record['t_send']) - record['t_send']:.6f} s, "
+                           f"end after {measured_end - record['t_send']:.6f} s)")
+        return
+    record["clock"] = "simulated"
+    record["t_first_token"] = round(record["t_send"] + ttft, 6)
+    record["t_end"] = round(record["t_send"] + e2e, 6)
 
 
 async def send_one(ctx: RunContext, client: StreamClient, req: PlannedRequest, phase: str, st: PhaseStats) -> None:

@@ -3,6 +3,14 @@
 Every response says it is simulated (``"simulated": true`` in JSON, ``X-Fxpilot-Simulated: 1``);
 /metrics carries ``fxpilot_simulated 1`` and ``fxpilot_sim_time_scale``. Tokens leave when the
 engine's model clock, mapped to the wall clock by the time scale, reaches them.
+
+The model clock runs only while the simulator waits (its event loop in select()): the wall time it
+spends working — reading and parsing prompts, hashing, writing streams — or waiting for a CPU it
+shares with other work stands still on the model clock, and an engine event found overdue (a wake-up
+that came late) is processed at its own model time, the clock set back to it. So the simulator's own
+CPU time and scheduling delays are not modelled as time the GPUs spent. The final event of every stream
+reports the request's modelled delays (``simulated_timing``), which the workload client takes as the
+record's timing on the simulated node's clock after checking them against what it measured.
 """
 from __future__ import annotations
 
@@ -133,6 +141,9 @@ class SimServer:
         self.counters = Counters()
         self.requests_seen = 0
         self.clock0 = time.monotonic()
+        self.slip = 0.0                   # wall seconds of late wake-ups taken off the model clock
+        self.busy = 0.0                   # wall seconds the event loop worked (outside select): off the model clock
+        self.awake_since: float | None = self.clock0   # when the loop last woke (None while it waits)
         self.scale = config.time_scale
         self.gathering: list[SimRequest] | None = None
         lm = config.lmcache
@@ -159,7 +170,46 @@ class SimServer:
 
     # --- clock and engine ----------------------------------------------------------------------------
     def model_now(self) -> float:
-        return (time.monotonic() - self.clock0) / self.scale
+        """Model seconds so far: the wall time spent waiting, less late wake-ups, over the scale. While the loop
+        works the clock stands at the instant it woke."""
+        now = self.awake_since if self.awake_since is not None else time.monotonic()
+        return (now - self.clock0 - self.busy - self.slip) / self.scale
+
+    def waiting(self) -> None:
+        """The event loop goes into select(): what it worked since it woke comes off the model clock."""
+        if self.awake_since is not None:
+            self.busy += time.monotonic() - self.awake_since
+            self.awake_since = None
+
+    def woke(self) -> None:
+        self.awake_since = time.monotonic()
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the model clock from `loop`'s waits (its selector's select())."""
+        selector = loop._selector  # noqa: SLF001 - the one place the loop waits
+        select = selector.select
+
+        def timed_select(timeout=None):
+            self.waiting()
+            try:
+                return select(timeout)
+            finally:
+                self.woke()
+
+        selector.select = timed_select
+
+    def sync(self) -> float:
+        """Bring the engine to the model clock's now and return it. An event found overdue means the simulator
+        ran behind (it was not scheduled, or was busy with other requests): the clock slips back to that
+        event, so the lost wall time never becomes model time — neither in that request's delays nor in
+        the arrival times of the requests that come in meanwhile."""
+        now = self.model_now()
+        upcoming = self.engine.next_event_time()
+        if upcoming is not None and now > upcoming:
+            self.slip += (now - upcoming) * self.scale
+            now = upcoming
+        self.engine.advance_to(now)
+        return now
 
     def _bandwidth(self, device: str) -> float:
         faults = self.config.node.faults()
@@ -181,11 +231,11 @@ class SimServer:
             self.gathering.append(request)
             return
         if not self.engine.idle():
-            self.engine.advance_to(self.model_now())
+            self.sync()
             self.engine.submit(request)
             self.wake.set()
             return
-        opened = self.model_now()
+        opened = self.sync()
         self.gathering = [request]
         await asyncio.sleep(GATHER_SECONDS)
         batch, self.gathering = self.gathering, None
@@ -205,18 +255,28 @@ class SimServer:
 
     async def _drive(self) -> None:
         while True:
-            self.engine.advance_to(self.model_now())
+            self.sync()
             upcoming = self.engine.next_event_time()
             self.wake.clear()
             if upcoming is None:
                 await self.wake.wait()
                 continue
-            delay = self.clock0 + upcoming * self.scale - time.monotonic()
+            delay = (upcoming - self.model_now()) * self.scale
             if delay > 0:
                 try:
                     await asyncio.wait_for(self.wake.wait(), delay)
                 except TimeoutError:
                     pass
+
+    def timing(self, request: SimRequest, arrived: float) -> dict:
+        """The request's modelled delays, in wall seconds at the time scale, from its own arrival: what its
+        first token and its end would have taken on the wall had the simulator never run behind. Never
+        more than a client measures (the server sends nothing before its model time), less by the slip."""
+        start = max(arrived, request.arrival)
+        first = request.first_token_at if request.first_token_at is not None else start
+        end = request.finished_at if request.finished_at is not None else first
+        return {"clock": "simulated", "time_scale": self.scale, "ttft_s": round(max(first - start, 0.0) * self.scale, 6),
+                "e2e_s": round(max(end - start, 0.0) * self.scale, 6)}
 
     # --- the prefix index ----------------------------------------------------------------------------
     def _kv_seed(self) -> str:
@@ -353,7 +413,11 @@ class SimServer:
                  "# HELP fxpilot_simulated 1 when this server is the fxpilot simulator.",
                  "# TYPE fxpilot_simulated gauge", "fxpilot_simulated 1",
                  "# HELP fxpilot_sim_time_scale Wall seconds per model second.",
-                 "# TYPE fxpilot_sim_time_scale gauge", f"fxpilot_sim_time_scale {self.scale:g}"]
+                 "# TYPE fxpilot_sim_time_scale gauge", f"fxpilot_sim_time_scale {self.scale:g}",
+                 "# HELP fxpilot_sim_clock_slip_seconds_total Wall seconds the model clock stood still while "
+                 "the simulator ran behind.",
+                 "# TYPE fxpilot_sim_clock_slip_seconds_total counter",
+                 f"fxpilot_sim_clock_slip_seconds_total {self.slip:.6f}"]
         counters = ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
                     "vllm:prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
                     "vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_cached_total",
@@ -513,8 +577,8 @@ def build_app(server: SimServer) -> web.Application:
         crash = server.crash_due()
         data = prompt.tobytes()
         tokens = output_tokens(data, max_tokens, temperature, seed if isinstance(seed, int) else None)
-        if server.gathering is None:
-            server.engine.advance_to(server.model_now())
+        # the request's own arrival on the model clock (a wave gathered by admit() starts earlier, together)
+        arrived = server.sync() if server.gathering is None else server.model_now()
         sim = server.lookup(rid, prompt, data)
         sim.output_tokens = max_tokens
         queue: asyncio.Queue = asyncio.Queue()
@@ -567,7 +631,8 @@ def build_app(server: SimServer) -> web.Application:
         if stream:
             if usage_in_stream:
                 final = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                         "created": created, "model": name, "choices": [], "usage": usage, "simulated": True}
+                         "created": created, "model": name, "choices": [], "usage": usage, "simulated": True,
+                         "simulated_timing": server.timing(sim, arrived)}
                 await response.write(b"data: " + json.dumps(final, separators=(",", ":")).encode() + b"\n\n")
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
@@ -659,9 +724,11 @@ def run(config: ServeConfig) -> None:
     server = SimServer(config)
     vllm_log("INFO", describe(server))
     app = build_app(server)
+    loop = asyncio.new_event_loop()
+    server.watch(loop)
     try:
         web.run_app(app, host=config.host, port=config.port, print=lambda message: vllm_log("INFO", message),
-                    access_log=None, handle_signals=True)
+                    access_log=None, handle_signals=True, loop=loop)
     except OSError as error:
         print(f"ERROR: cannot listen on {config.host}:{config.port}: {error.strerror or error}", file=sys.stderr,
               flush=True)

@@ -351,22 +351,41 @@ def by_window(metrics: list[dict[str, Any]], field: str, phase: str) -> list[Poi
     return [Point(x=float(r.get("repetition") or i + 1), y=float(r[field])) for i, r in enumerate(rows)]
 
 
-def soak_charts(verdict: dict[str, Any]) -> list[Chart]:
-    """The soak as a time series: TTFT p50 and p99 per window, with the drift bar on p50 (first window × (1 + bar))."""
-    metrics = verdict.get("metrics") or []
-    p50, p99 = by_window(metrics, "ttft_p50", "soak"), by_window(metrics, "ttft_p99", "soak")
-    if len(p50) < 2:
-        return []
+def soak_series(verdict: dict[str, Any]) -> tuple[dict[str, list[Point]], list[tuple[str, list[Point]]], int]:
+    """The soak drawn the way the drift criterion judges it: the criterion's own statistic per steady window
+    (warm-up windows left out, as the judge leaves them out) and the bar at the early steady windows' level ×
+    (1 + bar) over the late windows; TTFT p50 of every window, warm-up included, for context.
+    Returns (series, bars, warm-up windows)."""
+    p50 = by_window(verdict.get("metrics") or [], "ttft_p50", "soak")
+    criterion = next((c for c in verdict.get("criteria") or [] if c.get("comparison") == "drift"
+                      and c.get("phase") == "soak" and c.get("metric") == "ttft"), None)
+    cell = next((c for c in (criterion or {}).get("cells") or [] if c.get("per_window")), None)
+    if cell is None:
+        return ({"p50": p50} if len(p50) >= 2 else {}), [], 0
+    steady = list(cell.get("early_windows") or []) + list(cell.get("late_windows") or [])
+    judged = [Point(x=float(w), y=float(v)) for w, v in zip(steady, cell["per_window"]) if v is not None]
+    used = str(cell.get("statistic_used") or criterion.get("statistic") or "")
+    series = {_("%(statistic)s, judged") % {"statistic": used}: judged, _("p50, every window"): p50}
     bars = []
-    for criterion in verdict.get("criteria") or []:
-        if criterion.get("comparison") == "drift" and criterion.get("phase") == "soak" and criterion.get("metric") == "ttft":
-            limit = p50[0].y * (1 + float(criterion.get("threshold") or 0))
-            bars.append((_("bar: first window × %(k)s") % {"k": _fmt(1 + float(criterion.get("threshold") or 0))},
-                         [Point(x=p.x, y=limit) for p in p50]))
+    if cell.get("first_value") is not None:
+        k = 1 + float(criterion.get("threshold") or 0)
+        limit = float(cell["first_value"]) * k
+        bars.append((_("bar: early steady windows × %(k)s") % {"k": _fmt(k)},
+                     [Point(x=float(w), y=limit) for w in cell.get("late_windows") or []]))
+    return series, bars, int(cell.get("warmup_windows") or 0)
+
+
+def soak_charts(verdict: dict[str, Any]) -> list[Chart]:
+    series, bars, warmup = soak_series(verdict)
+    if not series:
+        return []
     title = _("Soak: TTFT per window")
+    x_label = _("Window (the first %(n)s: warm-up, not judged)") % {"n": warmup} if warmup else _("Window")
+    names = list(series)
+    colours = {names[0]: ARM_COLOURS["fx"], **({names[1]: "#94a3b8"} if len(names) > 1 else {})}
     return [Chart("soak-windows", title, line_chart(
-        {"p50": p50, "p99": p99}, title=title, x_label=_("Window"), y_label=_("TTFT (s)"),
-        colours={"p50": ARM_COLOURS["fx"], "p99": "#0369a1"}, log_note=_(" (log scale)"), bars=bars))]
+        series, title=title, x_label=x_label, y_label=_("TTFT (s)"), colours=colours, log_note=_(" (log scale)"),
+        bars=bars))]
 
 
 def cut_charts(verdict: dict[str, Any]) -> list[Chart]:

@@ -40,7 +40,7 @@ VERDICT_LABELS = {
 COMPARISON_LABELS = {
     "absolute": gettext_lazy("absolute value"), "speedup": gettext_lazy("speed-up (baseline ÷ candidate)"),
     "reduction": gettext_lazy("reduction (1 − candidate ÷ baseline)"), "gain": gettext_lazy("gain (candidate ÷ baseline − 1)"),
-    "drift": gettext_lazy("drift (last window ÷ first window − 1)"),
+    "drift": gettext_lazy("drift (late steady windows ÷ early steady windows − 1)"),
 }
 OPS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 TEMPLATES = {"gate": "reports/gate.html", "procurement": "reports/procurement.html"}

@@ -60,3 +60,25 @@ def test_distribution_keys_name_arm_concurrency_and_phase():
 
 def test_an_empty_verdict_has_no_charts():
     assert gate_charts({}) == []
+
+
+def test_the_soak_chart_draws_the_drift_criterions_own_statistic_and_bar_without_the_warm_up():
+    from gates.judge import synthetic, verdicts
+    from gates.plan import load_plan
+    from gates.reports.charts import soak_series
+
+    verdict = verdicts.evaluate(load_plan(), 4, synthetic.gate_inputs(4))
+    criterion = next(c for c in verdict["criteria"] if c["comparison"] == "drift")
+    cell = next(c for c in criterion["cells"] if c.get("per_window"))
+    series, bars, warmup = soak_series(verdict)
+    judged, context = series.values()
+    assert warmup == cell["warmup_windows"] >= 1
+    # The judged line starts after the warm-up and carries the statistic the judge used, window by window.
+    assert [p.x for p in judged] == [float(w) for w in cell["early_windows"] + cell["late_windows"]]
+    assert min(p.x for p in judged) > warmup and [p.y for p in judged] == cell["per_window"]
+    assert list(series)[0].startswith(cell["statistic_used"])
+    # The bar: the early steady windows' level × (1 + bar), over the late windows — not the first window's p50.
+    (label, points), = bars
+    assert {p.y for p in points} == {cell["first_value"] * (1 + criterion["threshold"])}
+    assert [p.x for p in points] == [float(w) for w in cell["late_windows"]]
+    assert len(context) == cell["windows"]  # every window, warm-up included, for context

@@ -363,7 +363,7 @@ def soak_series(verdict: dict[str, Any]) -> tuple[dict[str, list[Point]], list[t
     if cell is None:
         return ({"p50": p50} if len(p50) >= 2 else {}), [], 0
     steady = list(cell.get("early_windows") or []) + list(cell.get("late_windows") or [])
-    judged = [Point(x=float(w), y=float(v)) for w, v in zip(steady, cell["per_window"]) if v is not None]
+    judged = [Point(x=float(w), y=float(v)) for w, v in zip(steady, cell["per_window"], strict=False) if v is not None]
     used = str(cell.get("statistic_used") or criterion.get("statistic") or "")
     series = {_("%(statistic)s, judged") % {"statistic": used}: judged, _("p50, every window"): p50}
     bars = []

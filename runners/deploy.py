@@ -20,7 +20,7 @@ from typing import Any
 from runners import detached, ssh
 from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
-from runners.models import Artifact, Job, Node, Step, lease_holder
+from runners.models import Artifact, Job, Node, Step, describe_holder, lease_holder
 from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
@@ -424,7 +424,7 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
             holder = lease_holder(node)
             if holder is not None and holder.pk != job.pk:
                 _say(job, step, node, f"{deployment.arm}: the FX array is left attached: node {node.name} is now held "
-                                      f"by run {str(holder.code)[:8]}")
+                                      f"by {describe_holder(holder, job)}")
             else:
                 parts.run("detaching the FX array", lambda conn: _script(
                     conn, job, step, node, deployment, "attach_fx.sh", "detach", f"{deployment.run_dir}/fx.env",

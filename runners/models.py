@@ -271,17 +271,18 @@ def artifact_path(sha256: str) -> Path:
 class LeaseRefused(Exception):
     """A node is held by another unfinished run; the message names that run (`holder`) and the node."""
 
-    def __init__(self, message: str, *, holder: Job | None = None, node: Node | None = None) -> None:
-        self.holder, self.node = holder, node
+    def __init__(self, message: str, *, holder: Job | None = None, node: Node | None = None,
+                 for_job: Job | None = None) -> None:
+        self.holder, self.node, self.for_job = holder, node, for_job
         super().__init__(message)
 
     @property
     def waiting(self) -> str:
-        """The line a waiting run shows: which node, held by which run."""
+        """The line a waiting run shows: which node, held by which run (another pilot's run is not named)."""
         if self.holder is None or self.node is None:
             return f"waiting for its nodes: {self}"
         return (f"waiting for node {self.node.name} ({self.node.host}:{self.node.port}) held by "
-                f"{describe_holder(self.holder)}; it starts by itself once that run has finished")
+                f"{describe_holder(self.holder, self.for_job)}; it starts by itself once that run has finished")
 
 
 class NodeLease(models.Model):
@@ -314,9 +315,20 @@ def lease_keys(node: Node) -> list[str]:
     return keys
 
 
-def describe_holder(job: Job) -> str:
+def describe_holder(job: Job, for_job: Job | None = None) -> str:
+    """The run holding a machine, as told to `for_job`'s people. It is named only when everyone who may read
+    `for_job` may read it too (both pilots have the same customer and the same vendor); otherwise it is "a run
+    of another pilot", never its pilot's name, gate or code."""
+    if for_job is not None and not same_parties(job, for_job):
+        return "a run of another pilot"
     what = f"{job.gate.label} run" if job.gate_id else job.kind.replace("_", " ")  # log lines are English
     return f"{what} {str(job.code)[:8]} of pilot {job.pilot.name} ({job.status})"
+
+
+def same_parties(job: Job, other: Job) -> bool:
+    """Whether the two runs' pilots have the same customer and vendor (access is by organisation)."""
+    a, b = job.pilot, other.pilot
+    return a.customer_id == b.customer_id and a.vendor_id == b.vendor_id
 
 
 def take_nodes(job: Job, nodes) -> list[NodeLease]:
@@ -335,8 +347,8 @@ def take_nodes(job: Job, nodes) -> list[NodeLease]:
                 if held is not None:
                     if held.job.status not in FINISHED:
                         raise LeaseRefused(f"node {node.name} ({node.host}:{node.port}) is in use by "
-                                           f"{describe_holder(held.job)}; start this run once that one has finished "
-                                           "or been canceled", holder=held.job, node=node)
+                                           f"{describe_holder(held.job, job)}; start this run once that one has "
+                                           "finished or been canceled", holder=held.job, node=node, for_job=job)
                     held.delete()  # its run finished without giving it back
                 try:
                     with transaction.atomic():

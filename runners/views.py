@@ -29,7 +29,7 @@ from runners.credentials import create_credential
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
 from runners.forms import CredentialForm, NodeForm, SiteForm
-from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder
+from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder, same_parties
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run
 from runners.ssh import accept_host_key
@@ -87,6 +87,9 @@ def _waiting_nodes(job: Job) -> dict | None:
         return None
     holder = job.waiting_on
     node = next((n for n in job_nodes(job) if holder is not None and lease_holder(n) == holder), None)
+    if holder is not None and not same_parties(holder, job):
+        # Another pilot's run (perhaps another organisation's): neither its code nor its gate is told.
+        return {"node": node.name if node else "", "other_pilot": True, "run": "", "gate": ""}
     return {"node": node.name if node else "", "run": str(holder.code)[:8] if holder else "",
             "gate": (holder.gate.label if holder.gate_id else holder.get_kind_display()) if holder else ""}
 

@@ -35,12 +35,24 @@ def test_a_second_pilot_on_the_same_machines_is_refused_naming_the_run_that_hold
     with pytest.raises(LeaseRefused) as refused:
         take_nodes(job_b, nodes_b)
     assert refused.value.holder == job_a
-    assert f"run {str(job_a.code)[:8]} of pilot Pilot A" in str(refused.value) and "10.0.0.2:22" in str(refused.value)
+    # Pilot B's people (another customer) are not told pilot A's name or its run's code.
+    assert "in use by a run of another pilot" in str(refused.value) and "10.0.0.2:22" in str(refused.value)
+    assert "Pilot A" not in str(refused.value) and str(job_a.code)[:8] not in str(refused.value)
     assert not NodeLease.objects.filter(job=job_b).exists()  # all or nothing
     assert lease_holder(nodes_b[1]) == job_a and lease_holder(nodes_b[0]) is None
     release_nodes(job_a)
     take_nodes(job_b, nodes_b)
     assert lease_holder(nodes_a[1]) == job_b
+
+
+def test_a_run_of_a_pilot_with_the_same_parties_is_named():
+    a = _pilot("G")
+    b = type(a).objects.create(name="Pilot G2", vendor=a.vendor, customer=a.customer)
+    job_a = Job.objects.create(pilot=a, status=Status.RUNNING)
+    take_nodes(job_a, _nodes(a))
+    with pytest.raises(LeaseRefused) as refused:
+        take_nodes(Job.objects.create(pilot=b), _nodes(b))
+    assert f"run {str(job_a.code)[:8]} of pilot Pilot G" in str(refused.value)
 
 
 def test_the_same_host_key_behind_another_address_is_the_same_machine():
@@ -80,7 +92,7 @@ def _holder_and_waiter(signed_pilot):
         Node.objects.create(site=site, name=f"gpu{i}", host=host, port=22, username="fx", simulated=True)
     with pytest.raises(RunRefused) as refused:
         start_gate_run(pilot.gate(1), signed_pilot.alice, site=site, wait=False)
-    assert f"in use by probe {str(job_a.code)[:8]} of pilot Pilot Holder" in str(refused.value)
+    assert "in use by a run of another pilot" in str(refused.value) and "Pilot Holder" not in str(refused.value)
     assert not Job.objects.filter(pilot=pilot).exists()
     job_b = start_gate_run(pilot.gate(1), signed_pilot.alice, site=site)
     return job_a, job_b
@@ -95,23 +107,22 @@ def test_a_run_started_on_held_nodes_waits_naming_the_node_and_the_run_then_star
     from runners import engine
 
     job_a, job_b = _holder_and_waiter(signed_pilot)
-    waiting = f"waiting for node gpu1 (10.0.0.1:22) held by probe {str(job_a.code)[:8]} of pilot Pilot Holder"
+    waiting = "waiting for node gpu1 (10.0.0.1:22) held by a run of another pilot"
     assert job_b.status == Status.PENDING and job_b.waiting_on == job_a and job_b.waiting_for.startswith(waiting)
     assert _log(job_b).count(waiting) == 1
     assert not NodeLease.objects.filter(job=job_b).exists()
 
-    # The run's page says it too, in English and in Chinese (gate and run only: not the other pilot's name).
+    # The run's page says it too, in English and in Chinese, without naming the other customer's pilot or run.
     from django.test import Client
     from django.urls import reverse
 
     client = Client()
     client.force_login(signed_pilot.alice)
     page = client.get(reverse("run", args=[job_b.code])).content.decode()
-    assert f"Waiting for node gpu1, held by Probe run <code>{str(job_a.code)[:8]}</code>" in page, page
-    assert "Pilot Holder" not in page.split('id="run-waiting-nodes"')[1].split("</p>")[0]
+    assert "Waiting for node gpu1, in use by a run of another pilot." in page, page
+    assert "Pilot Holder" not in page and str(job_a.code)[:8] not in page
     client.post(reverse("set_language"), {"language": "zh-hans"})
-    assert f"正在等待节点 gpu1：它被 探测 运行 <code>{str(job_a.code)[:8]}</code> 占用" in client.get(
-        reverse("run", args=[job_b.code])).content.decode()
+    assert "正在等待节点 gpu1，它正被另一个试点的运行占用" in client.get(reverse("run", args=[job_b.code])).content.decode()
     from django.utils import translation
 
     translation.activate("en")

@@ -505,7 +505,11 @@ def _keep_recorded(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnec
 
 
 def fx_path_intact(conn: ssh.NodeConnection, deployment: Deployment) -> str | None:
-    """None when the FX mount this run attached is still mounted; otherwise what is wrong, in words."""
+    """None when the FX mount this run attached is still the mount it attached; otherwise what is wrong, in words.
+
+    Gone, detached, or unmounted and mounted again meanwhile (a new mount ID, as findmnt shows it): whatever
+    the run measured on FX may have missed its cache for a reason outside the run.
+    """
     res = conn.run(f"cat {ssh.shell_path(deployment.run_dir + '/fx-attach.json')} 2>/dev/null", echo=False, check=False,
                    timeout=30)
     try:
@@ -518,6 +522,13 @@ def fx_path_intact(conn: ssh.NodeConnection, deployment: Deployment) -> str | No
     listing = conn.run("mount", echo=False, check=False, timeout=30).stdout
     if not any(len(parts) >= 3 and parts[1] == "on" and parts[2] == mount for parts in map(str.split, listing.splitlines())):
         return f"the FX mount {mount} is no longer mounted"
+    attached_as = str(record.get("mount_id") or "")
+    if attached_as:
+        now = conn.run(f"findmnt -rn -o ID --mountpoint {ssh.shell_path(mount)} 2>/dev/null | head -n 1", echo=False,
+                       check=False, timeout=30).stdout.strip()
+        if now and now != attached_as:
+            return (f"the FX mount {mount} was unmounted and mounted again while the run used it (mount ID "
+                    f"{attached_as} when attached, {now} now)")
     return None
 
 

@@ -30,7 +30,8 @@ fi
 host_nqn_args=()
 [[ -n "${FX_HOST_NQN:-}" ]] && host_nqn_args=(--hostnqn "$FX_HOST_NQN")
 
-# The record: {"nqn", "mount", "namespace", "connected_by_run", "mounted_by_run", "users": [...], "detached"}.
+# The record: {"nqn", "mount", "namespace", "mount_id", "connected_by_run", "mounted_by_run", "users": [...],
+# "detached"}.
 record_get() {
     python3 - "$record" "$1" <<'PY'
 import json, sys
@@ -233,7 +234,10 @@ attach() {
         record_set "mounted_by_run=true" >/dev/null
         say "mounted $namespace at $FX_MOUNT"
     fi
-    record_set "namespace=$namespace" "transport=$transports" >/dev/null
+    # The kernel's ID of this mount: a path unmounted and mounted again meanwhile (by anyone) has a new one.
+    local mount_id
+    mount_id=$(findmnt -rn -o ID --mountpoint "$FX_MOUNT" 2>/dev/null | head -n 1 || true)
+    record_set "namespace=$namespace" "transport=$transports" "mount_id=$mount_id" >/dev/null
     check_writable
     say "FX attached: $FX_NQN over $transports, $namespace at $FX_MOUNT, writable"
 }

@@ -77,15 +77,17 @@ def fx_mount(state: dict) -> str | None:
 
 def mounts(state: dict) -> list[dict]:
     """Mounts the simulated node shows: the root fs, the local NVMe, and FX when mounted."""
-    rows = [{"device": "/dev/sda2", "path": "/", "fstype": "ext4", "options": "rw,relatime"}]
+    rows = [{"device": "/dev/sda2", "path": "/", "fstype": "ext4", "options": "rw,relatime", "id": 21}]
     local = state.get("local_nvme", {})
     if local.get("path"):
         rows.append({"device": local["namespace"], "path": local["path"], "fstype": "xfs",
-                     "options": "rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota"})
+                     "options": "rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota", "id": 22})
     fx_path = fx_mount(state)
     if fx_path:
+        # As the kernel's mount ID: a new one for every mount, so an unmount and mount again shows.
         rows.append({"device": state["fx"]["namespace"], "path": fx_path, "fstype": "xfs",
-                     "options": "rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota"})
+                     "options": "rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota",
+                     "id": 100 + int(state["fx"].get("mounts", 1))})
     return rows
 
 

@@ -312,7 +312,34 @@ def mount(args: list[str]) -> None:
         raise ToolError(f"mount: {target}: wrong fs type, bad option, bad superblock on {device}.", 32)
     link_shared_fx(target, state)
     state["fx"]["mounted_at"] = target
+    state["fx"]["mounts"] = int(state["fx"].get("mounts", 1)) + 1
     _save(state)
+
+
+FINDMNT_COLUMNS = {"ID": "id", "TARGET": "path", "SOURCE": "device", "FSTYPE": "fstype", "OPTIONS": "options"}
+
+
+def findmnt(args: list[str]) -> None:
+    """`findmnt [-r] [-n] [-o COLUMNS] [--mountpoint] DIRECTORY`: the simulated node's mounts (ID as the kernel's)."""
+    columns, target, rest = ["TARGET", "SOURCE", "FSTYPE", "OPTIONS"], None, list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-o", "--output") and rest:
+            columns = [c.strip().upper() for c in rest.pop(0).split(",")]
+        elif arg in ("-M", "--mountpoint") and rest:
+            target = rest.pop(0)
+        elif not arg.startswith("-"):
+            target = arg
+    unknown = [c for c in columns if c not in FINDMNT_COLUMNS]
+    if unknown:
+        raise ToolError(f"findmnt: unknown column: {unknown[0]}", 1)
+    state = _state()
+    rows = [row for row in mounts(state)
+            if target is None or _expand(target) in (row["path"], os.path.realpath(row["path"]))]
+    if not rows:
+        raise SystemExit(1)
+    for row in rows:
+        print(" ".join(str(row[FINDMNT_COLUMNS[c]]) for c in columns))
 
 
 def umount(args: list[str]) -> None:
@@ -643,7 +670,7 @@ def _fio_dir(io_bytes: int, bw_bytes: float, iops: float, runtime: float, ios: i
 
 
 TOOLS = {
-    "amd-smi": amd_smi, "rocm-smi": rocm_smi, "nvme": nvme, "mount": mount, "umount": umount, "mkfs.xfs": mkfs_xfs,
+    "amd-smi": amd_smi, "rocm-smi": rocm_smi, "nvme": nvme, "mount": mount, "umount": umount, "findmnt": findmnt, "mkfs.xfs": mkfs_xfs,
     "ip": ip, "ethtool": ethtool, "ibv_devinfo": ibv_devinfo, "rdma": rdma, "nproc": nproc, "free": free, "df": df,
     "fio": fio,
 }

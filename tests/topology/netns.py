@@ -57,8 +57,37 @@ class CustomerNetwork:
         self._stop.set()
         for listener in self._listeners:
             listener.close()
+        self.kill_everything_inside()
         subprocess.run(["ip", "link", "del", self.web_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+    def pids(self) -> list[int]:
+        """Every process living in the customer network (whatever session or group it made for itself)."""
+        found = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
+        return [int(pid) for pid in found.stdout.split() if pid.isdigit()] if found.returncode == 0 else []
+
+    def kill_everything_inside(self, timeout: float = 10) -> None:
+        """SIGTERM, then SIGKILL, to whatever still runs in the namespace: it is the test's own, all of it
+        (servers the simulated nodes detached with setsid escape their parent's process group, not this)."""
+        import signal
+        import time
+
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+    def exists(self) -> bool:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        return self.name in listed
 
     def argv(self, argv: list[str], *, hide: list[str] = ()) -> list[str]:
         """argv run inside the customer network; each folder in `hide` is covered by an empty tmpfs there."""

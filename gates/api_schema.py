@@ -55,7 +55,8 @@ COMPONENTS = {
         "size": {"type": "integer"}, "simulated": {"type": "boolean"}, "signatures": {"type": "integer"},
         "created": TIME, "download": TEXT,
     }),
-    "LogChunk": _obj({"seq": {"type": "integer"}, "stream": {"enum": ["stdout", "stderr", "system"]}, "text": TEXT}),
+    "LogChunk": _obj({"seq": {"type": "integer"}, "stream": {"enum": ["stdout", "stderr", "system"]}, "text": TEXT,
+                      "label": TEXT, "continues": {"type": "boolean"}}),
 }
 
 

@@ -19,6 +19,8 @@ urlpatterns = [
     path("pilots/<uuid:code>/gates/<int:number>/", views.gate_detail, name="gate"),
     path("pilots/<uuid:code>/gates/<int:number>/signoff/", views.gate_signoff, name="gate_signoff"),
     path("pilots/<uuid:code>/gates/<int:number>/trace/", views.gate_trace, name="gate_trace"),
+    path("pilots/<uuid:code>/gates/<int:number>/trace/<int:trace>/", views.gate_trace_download,
+         name="gate_trace_download"),
     path("pilots/<uuid:code>/gates/<int:number>/extend/", views.gate_extend, name="gate_extend"),
     path("pilots/<uuid:code>/reports/", views.reports_list, name="reports"),
     path("pilots/<uuid:code>/audit/", views.audit_log, name="audit"),

@@ -589,6 +589,7 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "can_upload_trace": bool(roles & TRACE_UPLOAD) and gate.number == TRACE_GATE
             and gate.state in (Gate.State.PENDING, Gate.State.OPEN) and pilot.state in (Pilot.State.DRAFT, Pilot.State.ACTIVE),
             "trace_form": TraceUploadForm(),
+            "can_download_trace": bool(roles & TRACE_UPLOAD),
             "replayed": trace_of_job(evaluation.job) if evaluation is not None and gate.number == TRACE_GATE else None,
             "pilot": pilot,
             "gate": gate,
@@ -633,6 +634,15 @@ def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             messages.success(request, _("The trace %(name)s is kept: %(n)s sessions, SHA-256 %(sha)s.")
                              % {"name": trace.name, "n": trace.sessions, "sha": trace.sha256})
     return redirect("gate", gate.pilot.code, gate.number)
+
+
+@login_required
+def gate_trace_download(request: HttpRequest, code: UUID, number: int, trace: int) -> HttpResponse:
+    """The uploaded trace from the evidence store, re-hashed as it streams (404 if it no longer matches)."""
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    row = get_object_or_404(gate.traces, pk=trace)
+    return access.serve_stored(row.path, row.sha256, filename=row.name, content_type="text/csv", size=row.size)
 
 
 @login_required

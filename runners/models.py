@@ -77,6 +77,8 @@ class Node(models.Model):
     pending_host_key = models.TextField(blank=True, editable=False)
     pending_host_key_fingerprint = models.CharField(max_length=100, blank=True, editable=False)
     host_key_accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    host_key_accepted_label = models.CharField(max_length=150, blank=True, editable=False,
+                                               help_text="Who accepted it when no signed-in person did, e.g. the command line (user@host)")
     host_key_accepted_at = models.DateTimeField(null=True, blank=True, editable=False)
     # "Contact the node": done by the site's worker (the portal never opens SSH to a node); its answer lands here.
     contact_state = models.CharField(max_length=12, blank=True, default="", editable=False,
@@ -155,6 +157,8 @@ class Job(models.Model):
                                    editable=False)
     chunk_count = models.PositiveIntegerField(default=0, editable=False, help_text="Output chunks numbered so far")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by_label = models.CharField(max_length=150, blank=True, editable=False,
+                                        help_text="Who started it when no signed-in person did, e.g. the command line (user@host)")
     created = models.DateTimeField(default=timezone.now)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from django.db.models import Max
 from django.utils import timezone
 
-from runners.models import FINISHED, Job, Status
+from runners.models import FINISHED, Job, OutputChunk, Status
 
 LOG_BATCH = 500
 """The most chunks one read of the live log returns."""
@@ -65,11 +66,32 @@ def job_progress(job: Job) -> dict[str, Any]:
 
 
 class Chunk(NamedTuple):
-    """One numbered piece of a run's live log."""
+    """One numbered piece of a run's live log.
+
+    `label` names the step a node's output came from ("node1 replay/fx"); steps run in parallel, so their
+    lines interleave and each line says whose it is. It is empty for the run's own lines (system lines say
+    where they are from in their words). `continues` is true when the chunk goes on with a line its step
+    started in an earlier chunk (a node's output arrives in pieces that need not end at a line break).
+    """
 
     seq: int
     stream: str
     text: str
+    label: str = ""
+    continues: bool = False
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(label, text) of each piece of a line in this chunk; the label only where a line starts."""
+        out = []
+        for index, line in enumerate(self.text.splitlines(keepends=True)):
+            starts = index > 0 or not self.continues
+            out.append((self.label if starts else "", line))
+        return out
+
+
+def step_output_label(name: str, arm: str, node: str | None) -> str:
+    """How a step's output lines are labelled in the live log: node, step and arm."""
+    return " ".join(part for part in (node or "", f"{name}/{arm}" if arm else name) if part)
 
 
 def log_since(job: Job, after_seq: int = 0, limit: int = LOG_BATCH) -> list[Chunk]:
@@ -78,15 +100,33 @@ def log_since(job: Job, after_seq: int = 0, limit: int = LOG_BATCH) -> list[Chun
     The gap rule: chunks are numbered 1, 2, 3 … per job, so a reader that has `after_seq` asks for the
     next number; a number not yet visible (its transaction has not committed) ends the batch, and the
     next read starts there, so no reader ever skips a chunk. The page, its poll, the API and the
-    run_gate command all read the log through this function.
+    run_gate command all read the log through this function. A node's output carries its step's label.
     """
-    rows = job.chunks.filter(seq__gt=after_seq).order_by("seq").values_list("seq", "stream", "text")[:limit]
+    rows = list(job.chunks.filter(seq__gt=after_seq).order_by("seq").values_list(
+        "seq", "stream", "text", "step_id", "step__name", "step__arm", "step__node__name")[:limit])
+    open_line = _open_lines(job, after_seq, {row[3] for row in rows if row[3] is not None})
     chunks = []
-    for expected, row in enumerate(rows, start=after_seq + 1):
-        if row[0] != expected:
+    for expected, (seq, stream, text, step_id, name, arm, node) in enumerate(rows, start=after_seq + 1):
+        if seq != expected:
             break
-        chunks.append(Chunk(*row))
+        if step_id is None or stream == OutputChunk.Stream.SYSTEM:
+            chunks.append(Chunk(seq, stream, text))
+            continue
+        chunks.append(Chunk(seq, stream, text, step_output_label(name, arm, node), open_line.get(step_id, False)))
+        if text:
+            open_line[step_id] = not text.endswith("\n")
     return chunks
+
+
+def _open_lines(job: Job, after_seq: int, steps: set[int]) -> dict[int, bool]:
+    """Step → whether its output up to chunk `after_seq` ended inside a line (two queries, whatever the steps)."""
+    if not after_seq or not steps:
+        return {}
+    output = OutputChunk.objects.filter(job=job, step_id__in=steps, seq__lte=after_seq).exclude(
+        stream=OutputChunk.Stream.SYSTEM)
+    last = output.values("step_id").annotate(last=Max("seq")).values_list("last", flat=True)
+    return {step_id: not text.endswith("\n")
+            for step_id, text in OutputChunk.objects.filter(job=job, seq__in=list(last)).values_list("step_id", "text")}
 
 
 def wait_for(job: Job, timeout: float, *, on_tick: Callable[[Job], None] | None = None, every: float = 0.5) -> Job:

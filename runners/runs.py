@@ -10,11 +10,12 @@ import csv
 import io
 import random
 import re
-import tempfile
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from gates import lifecycle
 from gates.models import Gate
@@ -24,7 +25,6 @@ from runners.dispatch import dispatch_advance
 from runners.gateplans import StepList
 from runners.models import UNFINISHED, Artifact, Job, LeaseRefused, Node, Site, Status, Step, take_nodes
 from runners.output import system_line
-from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
 
 TRACE_NAME = "customer-trace.csv"
@@ -49,37 +49,41 @@ def _levels(value) -> bool:
 
 # Run parameters (job.params): each reaches a node's command line, so each is checked before the run exists.
 PARAMS = {
-    "time_scale": (_positive_number, "a number above 0"),
-    "repetitions": (_positive_int, "a whole number ≥ 1"),
-    "concurrency": (_positive_int, "a whole number ≥ 1"),
+    "time_scale": (_positive_number, gettext_lazy("a number above 0")),
+    "repetitions": (_positive_int, gettext_lazy("a whole number ≥ 1")),
+    "concurrency": (_positive_int, gettext_lazy("a whole number ≥ 1")),
     "levels": (lambda v: isinstance(v, dict) and bool(v) and all(a in ("fx", "local_nvme", "recompute") and _levels(c)
                                                                    for a, c in v.items()),
-               "a mapping of arm (fx, local_nvme, recompute) → list of concurrency levels"),
-    "fio_runtime": (lambda v: _positive_int(v) and v <= 3600, "whole seconds, 1–3600"),
-    "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)), "a size such as 16M or 4G"),
-    "soak_seconds": (_positive_number, "a number of seconds above 0"),
+               gettext_lazy("a mapping of arm (fx, local_nvme, recompute) → list of concurrency levels")),
+    "fio_runtime": (lambda v: _positive_int(v) and v <= 3600, gettext_lazy("whole seconds, 1–3600")),
+    "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)),
+                 gettext_lazy("a size such as 16M or 4G")),
+    "soak_seconds": (_positive_number, gettext_lazy("a number of seconds above 0")),
     "workloads": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
-                  "a mapping of workload name → settings, as in the plan"),
-    "extend_marginal": (lambda v: isinstance(v, bool), "true or false"),
-    "language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
-    "report_language": (lambda v: v in ("en", "zh-hans"), "en or zh-hans"),
+                  gettext_lazy("a mapping of workload name → settings, as in the plan")),
+    "extend_marginal": (lambda v: isinstance(v, bool), gettext_lazy("true or false")),
+    "language": (lambda v: v in ("en", "zh-hans"), gettext_lazy("en or zh-hans")),
+    "report_language": (lambda v: v in ("en", "zh-hans"), gettext_lazy("en or zh-hans")),
 }
 
 
 def validate_params(params: dict) -> dict:
     """The run's parameters, or RunRefused naming the first bad one and what it accepts."""
     if not isinstance(params, dict):
-        raise RunRefused("the run parameters must be a mapping")
+        raise RunRefused(_("the run parameters must be a mapping"))
     for key, value in params.items():
         if key not in PARAMS:
-            raise RunRefused(f"params.{key}: unknown parameter (known: {', '.join(sorted(PARAMS))})")
+            raise RunRefused(_("params.%(key)s: unknown parameter (known: %(known)s)")
+                             % {"key": key, "known": ", ".join(sorted(PARAMS))})
         check, accepts = PARAMS[key]
         if not check(value):
-            raise RunRefused(f"params.{key}: {value!r} is not {accepts}")
+            raise RunRefused(_("params.%(key)s: %(value)r is not %(accepts)s") % {"key": key, "value": value,
+                                                                                   "accepts": accepts})
     for name, values in (params.get("workloads") or {}).items():
         for field_name, value in values.items():
             if not (_positive_number(value) or _levels(value)):
-                raise RunRefused(f"params.workloads.{name}.{field_name}: {value!r} is not a positive number")
+                raise RunRefused(_("params.workloads.%(name)s.%(field)s: %(value)r is not a positive number")
+                                 % {"name": name, "field": field_name, "value": value})
     return params
 
 
@@ -99,20 +103,22 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     lifecycle.require_runnable(gate)
     busy = Job.objects.filter(gate=gate, status__in=UNFINISHED).first()
     if busy is not None:
-        raise RunRefused(f"{gate.label} already has a run going ({str(busy.code)[:8]}, {busy.status}); cancel it first")
+        raise RunRefused(_("%(gate)s already has a run going (%(run)s, %(status)s); cancel it first")
+                         % {"gate": gate.label, "run": str(busy.code)[:8], "status": busy.get_status_display()})
     site = site or gate.pilot.sites.filter(nodes__role=Node.Role.GPU).distinct().order_by("name").first()
     if site is None:
-        raise RunRefused(f"the pilot {gate.pilot} has no site with a GPU node; register nodes first")
+        raise RunRefused(_("the pilot %(pilot)s has no site with a GPU node; register nodes first")
+                         % {"pilot": gate.pilot})
     nodes = list(site.nodes.filter(role=Node.Role.GPU).order_by("name"))
     if not nodes:
-        raise RunRefused(f"the site {site.name} has no GPU node")
+        raise RunRefused(_("the site %(site)s has no GPU node") % {"site": site.name})
     actor = lifecycle.as_actor(who)
     params = validate_params(dict(params or {}))
     if all(node.simulated for node in nodes):
         params.setdefault("time_scale", settings.FXPILOT_SIM_TIME_SCALE)
     params.setdefault("time_scale", 1.0)
     job = Job.objects.create(pilot=gate.pilot, gate=gate, site=site, kind=Job.Kind.GATE_RUN, params=params,
-                             created_by=actor.user)
+                             created_by=actor.user, created_by_label="" if actor.user is not None else actor.name)
     waiting = None
     try:
         # The machines are this run's until it finishes (rolled back with the job if anything below refuses).
@@ -179,14 +185,11 @@ def check_trace(data: bytes) -> None:
     try:
         validate_trace_size(len(data))
     except ValidationError as exc:
-        raise RunRefused(f"the customer trace: {' '.join(exc.messages)}") from None
-    with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
-        handle.write(data)
-        handle.flush()
-        try:
-            load_trace(handle.name)
-        except TraceError as exc:
-            raise RunRefused(f"the customer trace: {str(exc).replace(handle.name, TRACE_NAME)}") from None
+        raise RunRefused(_("the customer trace: %(error)s") % {"error": " ".join(exc.messages)}) from None
+    try:
+        traces.parse(data, TRACE_NAME)
+    except traces.TraceRefused as exc:
+        raise RunRefused(_("the customer trace: %(error)s") % {"error": exc}) from None
 
 
 def attach_trace(job: Job, data: bytes | None) -> Artifact:

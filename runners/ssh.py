@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from runners.artifacts import ArtifactMismatch, sha256_file, store_file
 from runners.credentials import credential_pkey
@@ -199,20 +200,22 @@ def accepted_host_key(node: Node) -> paramiko.PKey | None:
     return paramiko.PKey.from_type_string(node.host_key_type, base64.b64decode(node.host_key))
 
 
-def accept_host_key(node: Node, fingerprint: str, *, user=None) -> Node:
+def accept_host_key(node: Node, fingerprint: str, *, user=None, label: str = "") -> Node:
     """Accept the pending key whose fingerprint the engineer confirmed (out of band) — and only that one."""
     if not node.pending_host_key:
-        raise ValueError(f"{_where(node)}: no host key is waiting; connect once (e.g. run a probe) to record it")
+        raise ValueError(_("%(node)s: no host key is waiting; connect once (e.g. run a probe) to record it")
+                         % {"node": _where(node)})
     if fingerprint != node.pending_host_key_fingerprint:
-        raise ValueError(f"{_where(node)}: the waiting key is {node.pending_host_key_fingerprint}, not {fingerprint}")
+        raise ValueError(_("%(node)s: the waiting key is %(waiting)s, not %(given)s")
+                         % {"node": _where(node), "waiting": node.pending_host_key_fingerprint, "given": fingerprint})
     with transaction.atomic():
         done = Node.objects.filter(pk=node.pk, pending_host_key_fingerprint=fingerprint).update(
             host_key_state=Node.HostKeyState.ACCEPTED, host_key_type=node.pending_host_key_type,
             host_key=node.pending_host_key, host_key_fingerprint=fingerprint, pending_host_key_type="",
             pending_host_key="", pending_host_key_fingerprint="", host_key_accepted_by=user,
-            host_key_accepted_at=timezone.now())
+            host_key_accepted_label="" if user is not None else label[:150], host_key_accepted_at=timezone.now())
     if not done:
-        raise ValueError(f"{_where(node)}: the waiting host key changed meanwhile; look again")
+        raise ValueError(_("%(node)s: the waiting host key changed meanwhile; look again") % {"node": _where(node)})
     node.refresh_from_db()
     return node
 

@@ -168,7 +168,19 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         cut = max(float(params["cut_seconds"]), 0.05)
         args += ["--fault-start", f"{cut:.3f}", "--fault-seconds", f"{cut:.3f}",
                  "--cut-cmd", f"ip link set dev {interface} down", "--restore-cmd", f"ip link set dev {interface} up"]
-    return args
+    return once(args)
+
+
+def once(args: list[str]) -> list[str]:
+    """The workload's arguments with each flag once: the plan's defaults first, the run's own values replace them
+    where they stand (the client would take the last anyway; the command logged is the command run)."""
+    command, rest = args[0], args[1:]
+    if len(rest) % 2 or not all(flag.startswith("--") for flag in rest[::2]):
+        raise StepError(f"the workload arguments are not flag/value pairs: {rest!r}")
+    flags: dict[str, str] = {}
+    for flag, value in zip(rest[::2], rest[1::2], strict=True):
+        flags[flag] = value
+    return [command, *(item for pair in flags.items() for item in pair)]
 
 
 def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:

@@ -1,24 +1,29 @@
 """The customer's session trace for G4: validated as the workload client reads it, hashed, summarised, kept.
 
 A trace is uploaded on the G4 gate page (or given to `run_gate --trace`) before the run. G4 starts only
-with one, unless the signed plan's G4 says `sample_trace: allowed`; then it replays a generated sample
-trace and every page and report says so.
+with one, unless the plan both parties signed allows a generated sample trace (G4's `sample_trace`); then
+it replays a generated sample trace and every page and report says so.
+
+The bytes live in the evidence store with the artifacts and reports (files under DATA_DIR in the embedded
+default, objects in the S3-compatible store in production), hashed on upload and hashed again on every
+read. The run keeps its own copy as an artifact, which the worker that replays it reads from the store.
 """
 from __future__ import annotations
 
 import hashlib
-import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
 
 from gates.lifecycle import audit, set_sample_trace
 from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
 from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
+from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
 
@@ -30,14 +35,58 @@ class TraceRefused(ValueError):
 def parse(data: bytes, name: str = "customer-trace.csv") -> list:
     """The trace's turns, read exactly as the workload client will; errors name `name`, the line and the column."""
     if not data:
-        raise TraceRefused(f"{name}: the file is empty")
+        raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()
         try:
             return load_trace(handle.name)
         except TraceError as error:
-            raise TraceRefused(str(error).replace(handle.name, name)) from None
+            raise TraceRefused(translate_trace_error(str(error).replace(handle.name, name))) from None
+
+
+# The workload client (standard library only, it runs on the node) says what is wrong with a trace in English;
+# the portal says it in the reader's language. Each message: a pattern of the client's words → its gettext.
+_WHERE = re.compile(r"^(?P<name>.*?)(?:, line (?P<line>\d+))?(?:, column (?P<column>[a-z_]+))?: (?P<rest>.*)$", re.S)
+_TRACE_MESSAGES = [
+    (re.compile(r"cannot read the trace: (?P<error>.*)", re.S), lambda: _("cannot read the trace: %(error)s")),
+    (re.compile(r"the file is empty; expected the header (?P<header>.*)"),
+     lambda: _("the file is empty; expected the header %(header)s")),
+    (re.compile(r"missing column\(s\) (?P<missing>.*); expected the header (?P<header>.*)"),
+     lambda: _("missing column(s) %(missing)s; expected the header %(header)s")),
+    (re.compile(r"(?P<fields>\d+) fields where the header has (?P<header>\d+)"),
+     lambda: _("%(fields)s fields where the header has %(header)s")),
+    (re.compile(r"empty"), lambda: _("empty")),
+    (re.compile(r"(?P<value>.*) is not a number"), lambda: _("%(value)s is not a number")),
+    (re.compile(r"(?P<value>.*) must be a finite number ≥ 0"), lambda: _("%(value)s must be a finite number ≥ 0")),
+    (re.compile(r"session (?P<session>.*) turn (?P<turn>\d+) already on line (?P<first>\d+)"),
+     lambda: _("session %(session)s turn %(turn)s already on line %(first)s")),
+    (re.compile(r"the trace has a header but no rows"), lambda: _("the trace has a header but no rows")),
+    (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
+    (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
+]
+
+
+def translate_trace_error(message: str) -> str:
+    """The workload client's words about a bad trace, in the active language (unchanged if not recognised)."""
+    where = _WHERE.match(message)
+    if where is None:
+        return message
+    rest = where["rest"]
+    for pattern, words in _TRACE_MESSAGES:
+        found = pattern.fullmatch(rest)
+        if found:
+            rest = words() % found.groupdict()
+            break
+    else:
+        return message
+    if where["column"]:
+        place = _("%(name)s, line %(line)s, column %(column)s") % where.groupdict()
+    elif where["line"]:
+        place = _("%(name)s, line %(line)s") % where.groupdict()
+    else:
+        place = where["name"]
+    return _("%(name)s: %(error)s") % {"name": place, "error": rest}
 
 
 def summarise(data: bytes, name: str) -> dict[str, Any]:
@@ -46,36 +95,31 @@ def summarise(data: bytes, name: str) -> dict[str, Any]:
     return {"sessions": len(tokens), "turns": len(turns), "lengths": length_summary(tokens)}
 
 
-def _store_file(pilot_code: str, sha256: str, data: bytes) -> str:
-    relative = Path("traces") / pilot_code / f"{sha256}.csv"
-    target = Path(settings.DATA_DIR) / relative
-    if target.exists():
-        return str(relative)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return str(relative)
+def storage_name(pilot_code: str, sha256: str) -> str:
+    """The trace's name in the evidence store: content-addressed under its pilot."""
+    return f"traces/{pilot_code}/{sha256}.csv"
 
 
 def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
     """Validate, hash and keep the customer's trace for `gate` (G4); a bad file is refused and nothing is stored."""
     if gate.number != TRACE_GATE:
-        raise TraceRefused(f"a trace is replayed by G{TRACE_GATE} only, not by {gate.label}")
+        raise TraceRefused(_("a trace is replayed by G%(number)s only, not by %(gate)s")
+                           % {"number": TRACE_GATE, "gate": gate.label})
     name = Path(name or "customer-trace.csv").name[:200]
     try:
         validate_trace_size(len(data))
     except ValidationError as error:
-        raise TraceRefused(f"{name}: " + " ".join(error.messages)) from None
+        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
     summary = summarise(data, name)
     sha256 = hashlib.sha256(data).hexdigest()
+    stored = storage_name(str(gate.pilot.code), sha256)
+    try:
+        put_bytes(stored, data, sha256)
+    except (ArtifactMismatch, OSError) as error:
+        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
+                           % {"name": name, "error": error}) from None
     trace = CustomerTrace.objects.create(
-        pilot=gate.pilot, gate=gate, name=name, path=_store_file(str(gate.pilot.code), sha256, data), sha256=sha256,
+        pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
         size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
         uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
     )
@@ -89,10 +133,11 @@ def current(gate: Gate) -> CustomerTrace | None:
 
 
 def read(trace: CustomerTrace) -> bytes:
-    data = (Path(settings.DATA_DIR) / trace.path).read_bytes()
-    if hashlib.sha256(data).hexdigest() != trace.sha256:
-        raise TraceRefused(f"{trace.name}: the stored file no longer hashes to {trace.sha256}")
-    return data
+    """The uploaded trace from the evidence store, hashed again: a trace altered or lost in the store is refused."""
+    try:
+        return get_bytes(trace.path, trace.sha256)
+    except ArtifactMismatch as error:
+        raise TraceRefused(_("%(name)s cannot be used: %(error)s") % {"name": trace.name, "error": error}) from None
 
 
 def sample_allowed(gate: Gate) -> bool:
@@ -126,5 +171,6 @@ def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
         raise TraceRefused(str(exc)) from None
     if allowed:
         return None, None
-    raise TraceRefused(f"{gate.label} needs the customer's session trace: upload it on the {gate.label} page or give "
-                       "run_gate --trace FILE (the signed plan does not allow a generated sample trace)")
+    raise TraceRefused(_("%(gate)s needs the customer's session trace: upload it on the %(gate)s page or give "
+                         "run_gate --trace FILE (the signed plan does not allow a generated sample trace)")
+                       % {"gate": gate.label})

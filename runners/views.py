@@ -59,7 +59,11 @@ def log_html(chunks: list[Chunk]) -> SafeString:
     """The log lines as HTML, built here rather than in a template loop: a page may carry hundreds of chunks."""
     return mark_safe(
         "".join(  # noqa: S308 - every value is escaped or an integer
-            f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">{escape(c.text)}</span>' for c in chunks
+            f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">'
+            + "".join((f'<span class="lbl">{escape(label)}</span> ' if label else "") + escape(line)
+                      for label, line in c.lines())
+            + "</span>"
+            for c in chunks
         )
     )
 

@@ -125,3 +125,12 @@ def simulated(pilot) -> bool:
         return known
     pilot.simulated = bool(simulated_pilot_ids([pilot]))
     return pilot.simulated
+
+
+@register.filter
+def starter_label(label: str) -> str:
+    """Who acted when no signed-in person did, in the reader's language: "command line (user@host)"."""
+    label = str(label or "")
+    if label.startswith("command line (") and label.endswith(")"):
+        return _("command line (%(where)s)") % {"where": label[len("command line ("):-1]}
+    return label

@@ -11,7 +11,7 @@ import pytest
 from gates.models import Evaluation, Gate
 from runners.artifacts import read_artifact
 from runners.models import Job, Status
-from runners.orchestration import job_progress, start_gate_run, wait_for
+from runners.orchestration import job_progress, log_since, start_gate_run, wait_for
 from tests.orchestration.conftest import FAST_RUN, ROOT, open_gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -95,3 +95,13 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
     assert cells[("fx", 16)] == cells[("recompute", 16)]
     assert len(set(cells.values())) == 2
     assert all(s.attempts == 1 for s in job.steps.all())
+    # Steps ran on both nodes at once: each line of their output says its node and step; each workload command
+    # is logged once, with each flag once.
+    chunks = log_since(job, 0, limit=100000)
+    labels = {c.label for c in chunks if c.label}
+    assert {"node1", "node2"} <= {label.split()[0] for label in labels}, labels
+    commands = [line for c in chunks for line in c.text.splitlines() if "detached: exec python3" in line]
+    assert commands
+    for line in commands:
+        flags = [word for word in line.split() if word.startswith("--")]
+        assert len(flags) == len(set(flags)), line

@@ -85,7 +85,9 @@ def test_a_host_key_accepted_by_the_command_leaves_an_audit_event(world):
     node = world.node
     call_command("accept_host_key", str(node.code), node.pending_host_key_fingerprint)
     event = AuditEvent.objects.get(action="node.host_key_accepted", object_id=str(node.pk))
-    assert event.pilot_id == world.pilot.pk and event.actor_label == "manage.py accept_host_key"
+    assert event.pilot_id == world.pilot.pk and event.actor_label.startswith("command line (")
+    node.refresh_from_db()
+    assert node.host_key_accepted_by is None and node.host_key_accepted_label == event.actor_label
     assert event.detail["fingerprint"] == "SHA256:examplefingerprint"
 
 

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from gates.lifecycle import TransitionRefused
-from gates.management.lookup import REFUSED, find_pilot
+from gates.management.lookup import REFUSED, command_line_actor, find_pilot
 from gates.plan import parse_gate_label
 from runners.models import Job, Site, Status
 from runners.orchestration import RunRefused, job_progress, log_since, start_gate_run
@@ -39,7 +39,7 @@ def follow_job(job: Job, write, *, every: float = 1.0, progress_every: float = 1
             job.refresh_from_db()
             for chunk in log_since(job, seen):
                 seen = chunk.seq
-                write(chunk.text.rstrip("\n"))
+                write("".join(f"[{label}] {line}" if label else line for label, line in chunk.lines()).rstrip("\n"))
             if job.is_finished:
                 return job
             now = time.monotonic()
@@ -82,7 +82,8 @@ class Command(BaseCommand):
         parser.add_argument("--trace", help="G4: the customer's session trace CSV (default: the trace uploaded on the G4 page; a generated sample trace only if the signed plan allows it)")
         parser.add_argument("--no-wait", dest="wait", action="store_false", default=True,
                             help="refuse (exit 3) when another run holds one of the nodes, instead of waiting for it")
-        parser.add_argument("--as", dest="actor", default="run_gate", help="who is starting it, for the audit log")
+        parser.add_argument("--as", dest="actor", default=None,
+                            help="who is starting it, for the run's page and the audit log (default: command line (user@host))")
 
     def handle(self, *args, pilot: str, gate: str, site: str | None, follow: bool, time_scale: float | None,
                params: str | None, trace: str | None, actor: str, wait: bool = True, **options) -> None:
@@ -118,8 +119,8 @@ class Command(BaseCommand):
             except ValidationError as exc:
                 raise CommandError(f"--trace {trace}: {' '.join(exc.messages)}", returncode=REFUSED) from None
         try:
-            job = start_gate_run(the_pilot.gate(number), actor, site=the_site, params=run_params, trace=trace_bytes,
-                                 wait=wait)
+            job = start_gate_run(the_pilot.gate(number), actor or command_line_actor(), site=the_site, params=run_params,
+                                 trace=trace_bytes, wait=wait)
         except (TransitionRefused, RunRefused) as exc:
             raise CommandError(f"cannot start G{number}: {exc}", returncode=REFUSED) from None
         self.stdout.write(f"G{number} run {job.code} started")

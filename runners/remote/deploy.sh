@@ -89,62 +89,146 @@ check_engine() {
     esac
 }
 
+# The python that runs vLLM: where the launcher puts it, or (vLLM on PATH) the interpreter the vllm command's
+# first line names, so a vllm installed in a venv and linked onto PATH is still looked at in its own venv.
+in_engine_python() {
+    if [[ -z "$LAUNCH_KIND" ]]; then
+        local vllm_path first=""
+        vllm_path=$(command -v vllm 2>/dev/null || true)
+        [[ -n "$vllm_path" && -r "$vllm_path" ]] && IFS= read -r first < "$vllm_path" || true
+        if [[ "$first" =~ ^\#\!(/[^[:space:]]*/python[0-9.]*)$ && -x "${BASH_REMATCH[1]}" ]]; then
+            "${BASH_REMATCH[1]}" "$@"
+            return
+        fi
+    fi
+    in_engine python3 "$@"
+}
+
+# vLLM's version from its distribution's metadata (importing vLLM, as `vllm --version` does, takes 10-30 s of
+# CPU); `vllm --version` only when there is no such metadata. LMCache's from its files (LMCACHE_INSPECT).
 versions_json() {
     local vllm_version rocm_version
-    vllm_version=$(in_engine vllm --version 2>/dev/null | tail -n 1 || true)
-    [[ -n "$vllm_version" ]] || vllm_version=$(in_engine python3 -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -n 1 || true)
+    vllm_version=$(in_engine_python -c 'from importlib import metadata; print(metadata.version("vllm"))' 2>/dev/null | tail -n 1 || true)
+    [[ -n "$vllm_version" ]] || vllm_version=$(in_engine vllm --version 2>/dev/null | tail -n 1 || true)
     [[ -n "$vllm_version" ]] || fail "vllm did not run from $(launch_what) on $(hostname): \`vllm --version\` printed nothing (deployment.launcher)"
     rocm_version=$(cat /opt/rocm/.info/version 2>/dev/null || true)
     [[ -n "$rocm_version" ]] || rocm_version=$(amd-smi version 2>/dev/null | sed -n 's/.*ROCm version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1 || true)
     local lmcache
-    lmcache=$(in_engine python3 -c "$LMCACHE_INSPECT" 2>/dev/null | tail -n 1 || true)
+    lmcache=$(in_engine_python -c "$LMCACHE_INSPECT" 2>/dev/null | tail -n 1 || true)
     [[ "$lmcache" == "{"* ]] || lmcache='{"version": null, "commit": null, "hip": null, "error": "python3 did not run where vLLM lives"}'
     VLLM_VERSION="$vllm_version" ROCM_VERSION="$rocm_version" LMCACHE_JSON="$lmcache" python3 -c '
 import json, os, platform
+found = json.loads(os.environ["LMCACHE_JSON"])
+lmcache = {key: found.get(key) for key in ("version", "commit", "hip")}
+if found.get("error"):
+    lmcache["error"] = found["error"]
 print(json.dumps({"vllm": os.environ["VLLM_VERSION"] or None, "rocm": os.environ["ROCM_VERSION"] or None,
-                  "lmcache": json.loads(os.environ["LMCACHE_JSON"]), "python": platform.python_version()}))'
+                  "lmcache": lmcache, "python": platform.python_version()}))'
 }
 
-# LMCache's version, commit and GPU runtime, read where vLLM lives, for 0.3.x and 0.5.x alike: the commit
-# from a git install's direct_url.json, else _version.__commit_id__ (setuptools-scm, 0.5.x: "g3e11e108"),
-# else __commit__, else a +g<hash> local version; the runtime from the native module's linked library
-# (c_ops in 0.3.x; cuda_ops / lmcache_native in 0.5.x), found without importing it.
+# LMCache's version, commit and GPU runtime, read where vLLM lives without importing LMCache (its import pulls
+# in torch) -- the same lookup as probe.sh's, kept identical (tests/deploy/test_lmcache_lookup.py):
+# - version: the distribution's metadata, else lmcache/_version.py (setuptools-scm), else lmcache/__init__.py;
+# - commit: a git install's direct_url.json (vcs_info.commit_id), else _version.py's __commit_id__ ("g3e11e108";
+#   written by 0.3.9 and later, 0.5.x included; 0.3.1-0.3.3 release wheels record no commit at all), else a
+#   +g<hash> local version, else an __init__.py __commit__;
+# - GPU runtime: the library its native modules link (c_ops in 0.3.x; cuda_ops, lmcache_native in 0.5.x; 0.5.x
+#   has no c_ops), read from the files: libamdhip64 is a HIP build, libcudart a CUDA one.
+# LMCACHE_INSPECT begin
 LMCACHE_INSPECT='
-import importlib, importlib.util, json, re
-from importlib import metadata
-lm = {"version": None, "commit": None, "hip": None}
+import ast, json, os, re, sys
 try:
-    dist = metadata.distribution("lmcache")
-    lm["version"] = dist.version
-    vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info", {})
-    commit = vcs.get("commit_id")
-    if not commit:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+from importlib import util
+
+def literals(path):
+    """NAME = "value" assignments of a file, read without running it."""
+    found = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return found
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = value
+    return found
+
+lm = {"installed": False, "version": None, "commit": None, "commit_from": None, "hip": None, "native": None}
+try:
+    spec = util.find_spec("lmcache")
+except (ImportError, ValueError) as exc:
+    spec, lm["error"] = None, type(exc).__name__ + ": " + str(exc)
+if spec is None:
+    lm.setdefault("error", "no module named lmcache for " + sys.executable)
+else:
+    lm["installed"] = True
+    folders = list(spec.submodule_search_locations or [])
+    where = folders[0] if folders else os.path.dirname(spec.origin or "")
+    lm["path"] = where
+    ver = literals(os.path.join(where, "_version.py"))
+    init = literals(os.path.join(where, "__init__.py"))
+    dist = None
+    if metadata is not None:
         try:
-            commit = importlib.import_module("lmcache._version").__dict__.get("__commit_id__")
-        except Exception:
-            commit = None
-    if not commit:
+            dist = metadata.distribution("lmcache")
+        except metadata.PackageNotFoundError:
+            dist = None
+    lm["version"] = (dist.version if dist is not None else None) or ver.get("__version__") or init.get("__version__")
+    candidates = []
+    if dist is not None:
         try:
-            commit = getattr(importlib.import_module("lmcache"), "__commit__", None)
-        except Exception:
-            commit = None
-    match = re.search(r"\+g?([0-9a-f]{7,40})", dist.version)
-    commit = commit or (match.group(1) if match else None)
-    lm["commit"] = re.sub(r"^g(?=[0-9a-f]{7,40}$)", "", commit) if isinstance(commit, str) else None
-    for name in ("lmcache.c_ops", "lmcache.cuda_ops", "lmcache.lmcache_native"):
-        try:
-            spec = importlib.util.find_spec(name)
-        except Exception:
-            spec = None
-        if spec is None or not spec.origin:
+            vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
+        except ValueError:
+            vcs = {}
+        candidates.append(("direct_url.json", vcs.get("commit_id")))
+    candidates.append(("_version.py", ver.get("__commit_id__")))
+    local = re.search(r"\+g?([0-9a-f]{7,40})(?:\.|$)", lm["version"] or "")
+    candidates.append(("version", local.group(1) if local else None))
+    candidates.append(("__init__.py", init.get("__commit__")))
+    for source, value in candidates:
+        if isinstance(value, str) and re.match(r"^g?[0-9a-f]{7,40}$", value):
+            lm["commit"], lm["commit_from"] = re.sub(r"^g", "", value), source
+            break
+    # The GPU runtime the native modules link (c_ops in 0.3.x; cuda_ops, lmcache_native in 0.5.x), read from the
+    # files themselves without loading them: libamdhip64 is a HIP build, libcudart a CUDA one.
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        names = []
+    for name in names:
+        if not re.match(r"^(c_ops|\w+_ops|lmcache_native)\b.*\.(so|py)$", name):
             continue
-        blob = open(spec.origin, "rb").read()
-        lm["hip"] = True if b"amdhip64" in blob else False if b"cudart" in blob else None
-        break
-except Exception as exc:
-    lm["error"] = type(exc).__name__ + ": " + str(exc)
+        runtime = None
+        try:
+            with open(os.path.join(where, name), "rb") as handle:
+                tail = b""
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    chunk = tail + block
+                    if b"amdhip64" in chunk:
+                        runtime = True
+                        break
+                    if b"libcudart" in chunk:
+                        runtime = False
+                    tail = chunk[-16:]
+        except OSError:
+            continue
+        if runtime is not None:
+            lm["hip"], lm["native"] = runtime, name
+            if runtime:
+                break
 print(json.dumps(lm))
+
 '
+# LMCACHE_INSPECT end
 
 preflight() {
     local port="$PORT"

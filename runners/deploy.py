@@ -60,6 +60,7 @@ class Deployment:
     healthy: bool = False
     torn_down: bool = False
     host: str = "127.0.0.1"         # where the server listens: the node's loopback or its fabric address
+    log_checked: dict = field(default_factory=dict)  # server log path → bytes already looked at for LMCache trouble
 
     @property
     def url(self) -> str:
@@ -343,6 +344,92 @@ def server_log_paths(deployment: Deployment) -> list[str]:
     return [server[key] for key in ("stdout", "stderr") if server.get(key)]
 
 
+# LMCache that fails does not stop vLLM: the server stays healthy and every request recomputes (after waiting
+# for a lookup timeout). These are the lines LMCache 0.5.x writes then (lmcache/v1/manager.py,
+# health_monitor/base.py, health_monitor/checks/remote_backend_check.py, gpu_connector/__init__.py). The same
+# extended regular expression is deploy.sh's LMCACHE_FAILED, read at /health; this one is read during the run.
+LMCACHE_TROUBLE = (
+    r"System will operate in degraded mode|entering degraded mode|No supported [A-Za-z]+ connector found"
+    r"|Failed to initiali[sz]e LMCache|Failed during post_init|LMCacheConnectorV1.*(Error|Exception):"
+    r"|LMCache (ERROR|WARNING):.*([Cc]onnection (refused|reset|lost|error|closed|timed out)|[Ff]ailed to connect"
+    r"|Ping (error|timeout))"
+)
+# Run with the node's python3: the complete lines of each log from where the last look stopped, colour codes
+# removed, searched for the first match. A line still being written is left for the next look, so no line is
+# read in halves and none twice (a fault step's lines, passed over, are never read again).
+_SCAN_LOG = r"""
+import json, os, re, sys
+pattern, ansi = re.compile(sys.argv[1]), re.compile(r"\x1b\[[0-9;]*m")
+out = {"checked": {}, "line": None}
+for path, start in json.loads(sys.argv[2]).items():
+    try:
+        handle = open(os.path.expanduser(path), "rb")
+    except OSError:
+        continue
+    with handle:
+        size = handle.seek(0, 2)
+        start = start if 0 <= start <= size else 0
+        handle.seek(start)
+        done, rest = start, b""
+        while done + len(rest) < size:
+            block = handle.read(min(8 << 20, size - done - len(rest)))
+            if not block:
+                break
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                done += len(raw) + 1
+                if out["line"] is None:
+                    text = ansi.sub("", raw.decode("utf-8", "replace"))
+                    if pattern.search(text):
+                        out["line"] = text.strip()[:600]
+    out["checked"][path] = done
+print(json.dumps(out))
+"""
+
+
+def lmcache_trouble(conn: ssh.NodeConnection, deployment: Deployment) -> str | None:
+    """The first server log line, since what an earlier look read (deployment.log_checked), that shows LMCache
+    failing to initialise, running degraded or losing a connection; None when there is none or the arm runs
+    without LMCache. Advances deployment.log_checked (store it with save_log_checked)."""
+    if not deployment.config_path:
+        return None
+    paths = server_log_paths(deployment)
+    if not paths:
+        return None
+    starts = {path: int(deployment.log_checked.get(path, 0)) for path in paths}
+    result = conn.run(f"python3 -c {shlex.quote(_SCAN_LOG)} {shlex.quote(LMCACHE_TROUBLE)} "
+                      f"{shlex.quote(json.dumps(starts))}", echo=False, timeout=120)
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DeployError(f"node {deployment.node}: reading the {deployment.arm} server log gave "
+                          f"{result.stdout[-200:]!r}", deployment=deployment) from None
+    checked = {path: int(value) for path, value in (found.get("checked") or {}).items() if path in starts}
+    deployment.log_checked = {**deployment.log_checked, **checked}
+    return found.get("line") or None
+
+
+def save_log_checked(step: Step | None, deployment: Deployment) -> None:
+    """Keep how far the server log was looked at in the deploy step's stored deployment (that key only)."""
+    if step is None:
+        return
+    step.refresh_from_db(fields=["result"])
+    result = dict(step.result or {})
+    stored = dict(result.get("deployment") or {})
+    if not stored:
+        return
+    stored["log_checked"] = dict(deployment.log_checked)
+    result["deployment"] = stored
+    step.result = result
+    step.save(update_fields=["result"])
+
+
+def lmcache_trouble_message(node: Node, deployment: Deployment, line: str, kept: str = "the records already collected") -> str:
+    return (f"node {node.name}: {deployment.arm}: LMCache stopped working during the run — the server log says: "
+            f"{line[:300]} (infrastructure trouble: {kept} are kept but not judged)")
+
+
 def server_log_tail(conn: ssh.NodeConnection, deployment: Deployment, lines: int = LOG_TAIL_LINES) -> str:
     paths = server_log_paths(deployment)
     if not paths:
@@ -575,12 +662,19 @@ def collect_deployment(job: Job, step: Step | None, node: Node, deployment: Depl
 
     For an arm on the FX array, the FX path is checked after the files are kept: when it was lost meanwhile (a
     reason outside this run: another party detached or unmounted it), DeployError says so — an infrastructure
-    error, so the data is kept but never judged.
+    error, so the data is kept but never judged. So does a server log whose lines since the workload's last look
+    show LMCache degraded, failing to initialise or losing a connection (lmcache_trouble).
     """
     with ssh.connect(node) as conn:
         mapping = _recorded_files(conn, deployment)
     mapping.update({path: f"{deployment.name_prefix}/{path.rsplit('/', 1)[-1]}" for path in extra})
     collected = collect(job, step, node, mapping, deployment=deployment)
+    with ssh.connect(node) as conn:
+        # what the server logged after the workload's last look (or all of it, when nothing looked yet)
+        trouble = lmcache_trouble(conn, deployment)
+    if trouble:
+        raise DeployError(lmcache_trouble_message(node, deployment, trouble, f"the {len(collected)} file(s) collected"),
+                          deployment=deployment)
     if deployment.fx_user:
         with ssh.connect(node) as conn:
             lost = fx_path_intact(conn, deployment)

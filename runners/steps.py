@@ -30,7 +30,10 @@ from runners.deploy import (
     Deployment,
     collect_deployment,
     deploy_arm,
+    lmcache_trouble,
+    lmcache_trouble_message,
     run_id_of,
+    save_log_checked,
     settings_for,
     teardown_arm,
 )
@@ -252,7 +255,13 @@ def poll_workload(ctx: StepContext) -> Poll:
         found = detached.poll(conn, ctx.step.remote)
         ctx.save_remote({**ctx.step.remote, **found.proc.to_dict()})
         server = detached.poll(conn, deployment.server, max_bytes=0) if deployment.server else None
+        trouble = _lmcache_trouble(ctx, conn, deployment)
     done, total = _progress(found.stdout)
+    if trouble:
+        if found.running:
+            with ssh.connect(ctx.node) as conn:
+                detached.cancel(conn, ctx.step.remote, grace_seconds=3)
+        raise StepError(lmcache_trouble_message(ctx.node, deployment, trouble))
     if server is not None and not server.running:
         if found.running:
             with ssh.connect(ctx.node) as conn:
@@ -263,6 +272,17 @@ def poll_workload(ctx: StepContext) -> Poll:
         raise StepError(f"the workload process on {ctx.node.name} {found.state} without an exit code")
     return Poll(running=found.running, exit_code=found.exit_code, requests_done=done, requests_total=total,
                 output=found.stdout, stderr=found.stderr)
+
+
+def _lmcache_trouble(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deployment) -> str | None:
+    """The server log's new lines, looked at for LMCache failing, running degraded or losing a connection (the
+    deploy checked its start; this is the rest of the run). A fault step cuts the path on purpose: what LMCache
+    logs during it is passed over, not held against the run."""
+    if not deployment.config_path:
+        return None
+    line = lmcache_trouble(conn, deployment)
+    save_log_checked(ctx.sibling(ctx.step.params["deploy"]), deployment)
+    return None if ctx.step.name == "fault" else line
 
 
 def finish_workload(ctx: StepContext, found: Poll) -> dict:

@@ -362,8 +362,9 @@ health() {
 }
 
 # LMCache that fails to initialise does not stop vLLM: the server answers /health, every request waits
-# for a lookup timeout and nothing is cached. Its log says so; an LMCache arm is not healthy then.
-LMCACHE_FAILED='System will operate in degraded mode|No supported cpu connector found|Failed to initiali[sz]e LMCache|LMCacheConnectorV1.*(Error|Exception):|entering degraded mode'
+# for a lookup timeout and nothing is cached. Its log says so; an LMCache arm is not healthy then. The same
+# expression is runners/deploy.py's LMCACHE_TROUBLE, which the runner reads during the run.
+LMCACHE_FAILED='System will operate in degraded mode|entering degraded mode|No supported [A-Za-z]+ connector found|Failed to initiali[sz]e LMCache|Failed during post_init|LMCacheConnectorV1.*(Error|Exception):|LMCache (ERROR|WARNING):.*([Cc]onnection (refused|reset|lost|error|closed|timed out)|[Ff]ailed to connect|Ping (error|timeout))'
 
 healthy() {
     local line

@@ -167,6 +167,7 @@ class SimServer:
         self.streams: dict[int, asyncio.Queue] = {}
         self.wake = asyncio.Event()
         self.fx_warned = False
+        self.degraded = False
 
     # --- clock and engine ----------------------------------------------------------------------------
     def model_now(self) -> float:
@@ -295,7 +296,7 @@ class SimServer:
         return True
 
     def lookup(self, rid: str, prompt: np.ndarray, data: bytes) -> SimRequest:
-        lm = self.config.lmcache
+        lm = None if self.degraded else self.config.lmcache
         every = [] if not (self.config.prefix_caching or lm) else chunk_keys(data, HBM_BLOCK, self._kv_seed())
         blocks = every if self.config.prefix_caching else []
         keys = []
@@ -365,7 +366,7 @@ class SimServer:
         """After prefill: the prompt's blocks stay in HBM; LMCache writes its chunks to every enabled tier."""
         blocks, keys = request.keys
         self.hbm.put_many(blocks)
-        lm = self.config.lmcache
+        lm = None if self.degraded else self.config.lmcache
         if lm is None:
             return
         stored = 0
@@ -401,6 +402,16 @@ class SimServer:
                     tier.clear()
 
     # --- faults ----------------------------------------------------------------------------------------
+    def degrade_due(self) -> None:
+        """Fault lmcache_degraded_after_requests=N: LMCache's health monitor finds the system unhealthy after N
+        requests, says so as LMCache 0.5.x does, and every later request recomputes; vLLM keeps serving."""
+        limit = self.config.node.faults().get("lmcache_degraded_after_requests")
+        if self.degraded or self.config.lmcache is None or limit is None or self.requests_seen <= int(limit):
+            return
+        self.degraded = True
+        lmcache_log("HealthMonitor: System unhealthy, entering degraded mode", level="WARNING",
+                    where="base.py:288:lmcache.v1.health_monitor.base", prefix=worker_prefix(0, self.hw.gpus))
+
     def crash_due(self) -> bool:
         limit = self.config.node.faults().get("server_crash_after_requests")
         return limit is not None and self.requests_seen > int(limit)
@@ -574,6 +585,7 @@ def build_app(server: SimServer) -> web.Application:
         want_ids = bool(body.get("return_token_ids"))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         server.requests_seen += 1
+        server.degrade_due()
         crash = server.crash_due()
         data = prompt.tobytes()
         tokens = output_tokens(data, max_tokens, temperature, seed if isinstance(seed, int) else None)

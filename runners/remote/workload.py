@@ -1166,7 +1166,9 @@ class Finalizer:
         st.errors += result["status"] != "ok"
         st.tokens += result["output_tokens"]
         st.t_first = min(st.t_first, t_send)
-        st.t_last = max(st.t_last, record["t_end"])
+        # The phase's span as this client lived it (its CPU use is measured against it): a simulated record's
+        # t_end is on the model clock, which stands still while the simulator runs behind; t_end_wall is not.
+        st.t_last = max(st.t_last, record.get("t_end_wall") or record["t_end"])
 
 
 # A simulated server reports its modelled delays no later than a client can see them; this much of clock

@@ -66,7 +66,7 @@ class CustomerNetwork:
         found = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
         return [int(pid) for pid in found.stdout.split() if pid.isdigit()] if found.returncode == 0 else []
 
-    def kill_everything_inside(self, timeout: float = 10) -> None:
+    def kill_everything_inside(self, timeout: float = 5) -> None:
         """SIGTERM, then SIGKILL, to whatever still runs in the namespace: it is the test's own, all of it
         (servers the simulated nodes detached with setsid escape their parent's process group, not this)."""
         import signal

@@ -158,9 +158,18 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
                        capture_output=True, text=True)
         assert seen.returncode == 0 and seen.stdout == "", seen.stderr
 
+        # Both workers boot at once (each waits for its own "ready"): the control one in a thread meanwhile.
+        import threading
+
+        control = Worker("control", [cluster.control], common, tmp_path)
+        booting = threading.Thread(target=control.start)
+        booting.start()
+        started.append(control)
         site_worker = NamespacedWorker(net, [web_data], "site", [site.queue], customer, tmp_path, concurrency=3)
-        started.append(site_worker.start())
-        started.append(Worker("control", [cluster.control], common, tmp_path).start())
+        started.append(site_worker)
+        site_worker.start()
+        booting.join()
+        assert control.proc is not None and control.proc.poll() is None and " ready." in control.text(), control.text()
         logs = lambda: "\n".join(w.text()[-3000:] for w in started if isinstance(w, Worker))  # noqa: E731
 
         # Evidence is content-addressed: a blob the suite's earlier runs left in the web data folder has the
@@ -169,7 +178,9 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
         jobs = []
         for number in (1, 2, 3):
             gate = pilot.gate(number)
+            began = time.monotonic()
             job = wait_for(start_gate_run(gate, demo.alice, site=site, params=RUNS[number]), 360)
+            print(f"G{number} run {job.status} in {time.monotonic() - began:.1f} s")  # noqa: T201 — durations, with -rP
             jobs.append(job)
             gate.refresh_from_db()
             if number < 3:
@@ -197,6 +208,9 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
         assert all(r.path in keys and verify_report_bytes(report_bytes(r)).ok for r in reports)
     finally:
         for proc in reversed(started):
-            _stop(proc) if isinstance(proc, subprocess.Popen) else proc.stop()
+            if isinstance(proc, subprocess.Popen):
+                _stop(proc)
+            elif proc.proc is not None:
+                proc.stop()
         # What the simulated nodes detached (servers in sessions of their own) is the namespace's to end.
         net.kill_everything_inside()

@@ -162,7 +162,7 @@ def gate_history(gate: Gate, until: Evaluation | None = None) -> list[dict[str, 
                    "canceled": "canceled"}.get(job.status, job.status)
         events.append({"when": _iso(job.created), "at": job.created, "kind": "rerun" if previous else "run",
                        "job": str(job.code), "short": str(job.code)[:8], "status": job.status,
-                       "who": _person(job.created_by) or "", "reason": why,
+                       "who": _person(job.created_by) or job.created_by_label, "reason": why,
                        "repetitions": (job.params or {}).get("repetitions")})
         previous = {"outcome": outcome}
         for step in job.steps.filter(name="evaluate").order_by("seq"):

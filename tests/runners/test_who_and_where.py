@@ -46,6 +46,10 @@ def test_a_run_started_from_the_command_line_says_so_on_its_pages(signed_pilot, 
     client.post(reverse("set_language"), {"language": "zh-hans", "next": "/"})
     page = client.get(reverse("run", args=[job.code])).content.decode()
     assert f"命令行（{where}）" in page
+    # The gate's history in its reports names the command line too.
+    from gates.reports.context import gate_history
+
+    assert [e["who"] for e in gate_history(signed_pilot.pilot.gate(1)) if e["kind"] == "run"] == [command_line_actor()]
 
 
 def test_the_node_page_never_says_none(demo, client):

@@ -20,6 +20,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from runners.processes import kill_group
 from runners.simnode.state import default_state, link_shared_fx, load_state, save_state, state_path
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class SimNodeServer:
         with self._lock:
             transports, processes = list(self._transports), list(self._processes)
         for proc in processes:
-            _kill_group(proc)
+            kill_group(proc)
         # A node that stops takes its detached work with it (those left their session on purpose).
         _kill_sandbox_processes(self.root)
         for transport in transports:
@@ -242,11 +243,11 @@ class SimNodeServer:
         try:
             while proc.poll() is None:
                 if channel.closed or not transport.is_active() or self._stopping.is_set():
-                    _kill_group(proc)
+                    kill_group(proc)
                     return
                 if drop_after is not None and time.monotonic() - started >= float(drop_after):
                     # The fault: the node's network goes away mid-command; the command dies with the session.
-                    _kill_group(proc)
+                    kill_group(proc)
                     transport.close()
                     return
                 time.sleep(0.02)
@@ -256,7 +257,7 @@ class SimNodeServer:
             channel.shutdown_write()
             channel.close()
         except (OSError, EOFError, paramiko.SSHException):
-            _kill_group(proc)
+            kill_group(proc)
         finally:
             with self._lock:
                 self._processes.discard(proc)
@@ -302,17 +303,6 @@ def _kill_sandbox_processes(root: Path) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 class _Interface(paramiko.ServerInterface):

@@ -11,6 +11,7 @@ server, started as programs of their own) are not application code and are not w
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,6 +188,28 @@ def test_no_except_import_error_in_application_code():
 
 def test_imports_inside_functions_are_explained_by_their_module(project):
     assert unexplained_function_imports(project) == []
+
+
+def _project_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_the_simulated_node_imports_nothing_of_the_django_project_and_processes_only_the_stdlib():
+    shared = ("runners.sim.", "runners.simnode.", "runners.processes.")
+    outside = sorted(f"{path.relative_to(ROOT)}: {name}"
+                     for folder in ("runners/sim", "runners/simnode") for path in (ROOT / folder).rglob("*.py")
+                     for name in _project_imports(path)
+                     if name.split(".")[0] in PROJECT and not (name + ".").startswith(shared)
+                     and name != "runners.processes")
+    assert outside == []
+    roots = {name.split(".")[0] for name in _project_imports(ROOT / "runners" / "processes.py")} - {"__future__"}
+    assert roots and roots <= set(sys.stdlib_module_names), roots
 
 
 # ── The checks themselves fail where they should ──────────────────────────────────────────────

@@ -10,6 +10,9 @@ head_dim); the KV dtype from the setting `kv_cache_dtype`, else the deployment's
 flag, else vLLM's default `auto` (the model's activation dtype, bf16 for the FP8 checkpoints named here).
 Nothing published states the usable capacity of one FX100, so `fx_unit_usable_tb` has no default: without
 it the sizing gives the capacity but no number of units, and says which setting is missing.
+`fx_unit_usable_tb_basis` says where the figure comes from: `stated` (the default: the parties set it,
+e.g. from the vendor's quote) or `assumed-example` (a figure assumed for a demo, not a published
+one — the report says that the unit count rests on it).
 """
 from __future__ import annotations
 
@@ -39,9 +42,11 @@ DEFAULTS: dict[str, Any] = {
     "redundancy": 1.0,               # 1.0: the tested layout (RAID0 pool); 2.0 for a mirrored pool
     "headroom": 0.25,                # growth and operating margin on top
     "fx_unit_usable_tb": None,       # usable TB of one FX100 unit: not published, must be set
+    "fx_unit_usable_tb_basis": "stated",  # or "assumed-example": a figure assumed for a demo, not a published one
     "session_statistic": "p90",      # size for the p90 session length (mean also shown)
 }
 FRACTIONS = ("fs_overhead", "headroom")
+UNIT_BASES = ("stated", "assumed-example")
 
 
 class SizingSettingsError(ValueError):
@@ -65,6 +70,10 @@ def validate_settings(data: Mapping[str, Any] | None) -> dict[str, Any]:
             if str(value) not in DTYPE_BYTES and str(value) != "auto":
                 raise SizingSettingsError(key, f"{value!r} is not a KV dtype ({', '.join(['auto', *DTYPE_BYTES])})")
             out[key] = str(value)
+        elif key == "fx_unit_usable_tb_basis":
+            if value not in UNIT_BASES:
+                raise SizingSettingsError(key, f"{value!r}: use {' or '.join(UNIT_BASES)}")
+            out[key] = value
         elif key == "session_statistic":
             if value not in ("mean", "p90", "max"):
                 raise SizingSettingsError(key, f"{value!r}: use mean, p90 or max")
@@ -146,6 +155,7 @@ class Sizing:
     kv_bytes: float | None = None
     capacity_bytes: float | None = None
     fx_unit_usable_tb: float | None = None
+    fx_unit_usable_tb_basis: str = "stated"
     fx_units: int | None = None
     missing: list[str] = field(default_factory=list)
     defaults_used: list[str] = field(default_factory=list)
@@ -193,7 +203,8 @@ def compute(*, model: str, settings: Mapping[str, Any] | None, vllm_flags: Itera
         session_statistic=statistic, session_tokens=session_tokens, chunk_tokens=chunk, stored_tokens=stored_tokens,
         sessions_retained=retained, sessions_retained_source="setting" if s["sessions_retained"] else "pilot",
         fs_overhead=s["fs_overhead"], redundancy=s["redundancy"], headroom=s["headroom"],
-        fx_unit_usable_tb=s["fx_unit_usable_tb"], missing=missing,
+        fx_unit_usable_tb=s["fx_unit_usable_tb"], fx_unit_usable_tb_basis=s["fx_unit_usable_tb_basis"] or "stated",
+        missing=missing,
         defaults_used=[k for k in ("fs_overhead", "redundancy", "headroom", "chunk_tokens") if k not in given],
     )
     if not stored_tokens:

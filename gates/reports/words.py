@@ -143,6 +143,8 @@ def decision_sentence(context: dict[str, Any], units: int | None) -> str:
     else:
         sentence = _("Decision: not yet — %(gate)s has not passed, so the pilot has not proven the gain.") % {
             "gate": label(d["gate"]) if d.get("gate") in names else _("a gate")}
+    if units and (context.get("sizing") or {}).get("fx_unit_usable_tb_basis") == "assumed-example":
+        sentence += " " + _("The unit count rests on an assumed example capacity of one unit, not a published figure.")
     if context.get("simulated"):
         sentence += " " + _("Simulated — not evidence: these results come from simulated nodes.")
     trace = context.get("trace")
@@ -178,6 +180,10 @@ def sizing_sentences(s: dict[str, Any], fx: str) -> list[str]:
     if s.get("fx_units"):
         lines.append(_("That is %(units)s %(fx)s unit(s) of %(each)s usable each.") % {
             "units": s["fx_units"], "fx": fx, "each": f"{s['fx_unit_usable_tb']:,.1f} TB"})
+        if s.get("fx_unit_usable_tb_basis") == "assumed-example":
+            lines.append(_("This unit count rests on an assumed example figure for the demo — %(each)s usable per "
+                           "unit — not a published one: nothing published states the usable capacity of one %(fx)s.") % {
+                "each": f"{s['fx_unit_usable_tb']:,.1f} TB", "fx": fx})
     elif s.get("capacity_bytes"):
         lines.append(_("The number of %(fx)s units cannot be given: the usable capacity of one unit is not published; "
                        "set the sizing setting fx_unit_usable_tb.") % {"fx": fx})

@@ -42,3 +42,23 @@ def test_without_the_unit_capacity_the_sizing_says_which_setting_is_missing():
 def test_a_bad_sizing_setting_is_refused_by_name(settings, named):
     with pytest.raises(SizingSettingsError, match=named):
         validate_settings(settings)
+
+
+def test_an_assumed_example_unit_capacity_is_said_wherever_the_unit_count_shows():
+    from django.utils import translation
+
+    from gates.reports.words import sizing_sentences
+
+    settings = {"kv_cache_dtype": "fp8", "fx_unit_usable_tb": 60, "fx_unit_usable_tb_basis": "assumed-example"}
+    s = compute(model=MODEL, settings=settings, lengths=SessionLengths([50_000], "sample-trace"), sessions_kept=1000)
+    assert s.fx_units == 1 and s.fx_unit_usable_tb_basis == "assumed-example"
+    english = " ".join(sizing_sentences(s.as_dict(), "FX100"))
+    assert "That is 1 FX100 unit(s)" in english and "assumed example figure for the demo" in english
+    with translation.override("zh-hans"):
+        chinese = " ".join(sizing_sentences(s.as_dict(), "FX100"))
+    assert "假设的示例数值" in chinese and "assumed" not in chinese
+    stated = compute(model=MODEL, settings={**settings, "fx_unit_usable_tb_basis": "stated"},
+                     lengths=SessionLengths([50_000], "sample-trace"), sessions_kept=1000)
+    assert "assumed" not in " ".join(sizing_sentences(stated.as_dict(), "FX100"))
+    with pytest.raises(SizingSettingsError, match="fx_unit_usable_tb_basis"):
+        validate_settings({"fx_unit_usable_tb_basis": "published"})

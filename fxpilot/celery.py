@@ -3,9 +3,10 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import beat_embedded_init, worker_init, worker_ready
 
 from fxpilot.broker import use_fxpilot_transport
+from fxpilot.lifetime import STOP_WITH_PARENT, set_death_signal, stop_group_when_orphaned
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
 # Redis URLs use fxpilot.broker.Transport: kombu's, repaired so that a broker restart or a bad
@@ -35,6 +36,28 @@ def schedule_notifications(sender: Celery, **kwargs) -> None:
 
     sender.add_periodic_task(30.0, sender.signature("gates.tasks.notify", queue=settings.CELERY_TASK_DEFAULT_QUEUE),
                              name="notify who must act")
+
+
+# Seconds a worker whose parent died has for its orderly stop (a soft shutdown of 5 s, then the cold one)
+# before its whole process group is killed.
+ORPHAN_GRACE_SECONDS = 15.0
+
+
+@worker_init.connect
+def stop_with_the_process_that_started_it(**kwargs) -> None:
+    """A worker started by a parent that must not leave it behind (the demo sets FXPILOT_STOP_WITH_PARENT to its
+    pid) stops, with its pool and beat, at most ORPHAN_GRACE_SECONDS after that parent died — also when its
+    orderly stop hangs (on a broker that died at the same moment, say)."""
+    parent = os.environ.get(STOP_WITH_PARENT, "")
+    if parent.isdigit():
+        stop_group_when_orphaned(int(parent), ORPHAN_GRACE_SECONDS)
+
+
+@beat_embedded_init.connect
+def beat_stops_with_its_worker(**kwargs) -> None:
+    """The embedded beat is a forked child of the worker: without a death signal it outlives a worker killed with
+    SIGKILL and goes on sending the schedule to a broker nobody serves."""
+    set_death_signal()
 
 
 @worker_ready.connect

@@ -27,10 +27,11 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from fxpilot import broker
-from fxpilot.lifetime import die_with_parent
+from fxpilot.lifetime import STOP_WITH_PARENT, die_with_parent
 from gates import lifecycle
 from gates.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from gates.models import Gate, Pilot, Report
+from runners.processes import kill_group
 
 SCENARIOS = {
     "nominal": "every gate should pass",
@@ -44,6 +45,10 @@ DEMO_SPREAD = 0.01
 # G4's soak must send enough requests to show "failed ≤ 0.1 %" with an exact bound (3,911 error-free at the
 # first look, docs/judge.md): three minutes per node at the demo's time scale send several thousand.
 DEMO_SOAK_SECONDS = 180.0
+# Nothing published states the usable capacity of one FX100. So that the demo's procurement report can show a
+# unit count, the demo pilot's sizing assumes this example figure, and says so wherever the count shows
+# (gates.sizing: fx_unit_usable_tb_basis "assumed-example"). It is not a published figure.
+DEMO_FX_UNIT_USABLE_TB = 60.0
 
 
 class Processes:
@@ -62,24 +67,24 @@ class Processes:
         self.log_dir = log_dir
         self.say = say
         self.running: list[tuple[str, subprocess.Popen]] = []
-        self.specs: dict[str, tuple[list[str], dict | None]] = {}
+        self.specs: dict[str, tuple[list[str], dict | None, tuple[int, ...]]] = {}
         self.restarts: dict[str, int] = {}
         self.on_restart: dict[str, object] = {}
         self.after_restart: dict[str, object] = {}
         self.stopping = False
 
-    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        self.specs[name] = (argv, env)
-        proc = self._spawn(name, argv, env)
+    def start(self, name: str, argv: list[str], env: dict | None = None, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+        self.specs[name] = (argv, env, pass_fds)
+        proc = self._spawn(name, argv, env, pass_fds)
         self.running.append((name, proc))
         return proc
 
-    def _spawn(self, name: str, argv: list[str], env: dict | None) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], env: dict | None, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         try:
             return subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, **(env or {})}, start_new_session=True,
-                                    preexec_fn=die_with_parent())
+                                    preexec_fn=die_with_parent(), pass_fds=pass_fds)
         finally:
             log.close()
 
@@ -95,14 +100,14 @@ class Processes:
                 raise CommandError(f"the {name} process stopped (exit {proc.returncode}) {count - 1} times; "
                                    f"its log ends with:\n{tail}")
             self.restarts[name] = count
-            _kill_group(proc)  # what the dead process left in its group (pool processes) goes with it
+            kill_group(proc)  # what the dead process left in its group (pool processes) goes with it
             self.say(f"  ! the {name} process stopped (exit {proc.returncode}); starting it again "
                      f"(restart {count} of {self.MAX_RESTARTS}; log {self.log_dir / (name + '.log')})")
             hook = self.on_restart.get(name)
             if hook is not None:
                 hook()
-            argv, env = self.specs[name]
-            self.running[index] = (name, self._spawn(name, argv, env))
+            argv, env, pass_fds = self.specs[name]
+            self.running[index] = (name, self._spawn(name, argv, env, pass_fds))
             after = self.after_restart.get(name)
             if after is not None:
                 after()
@@ -121,34 +126,28 @@ class Processes:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _kill_group(proc)
+            kill_group(proc)
         self.running.clear()
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL whatever is left in the process group of a child that ended (or did not end in time)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def stopping_by_signal(command) -> bool:
     return bool(getattr(command, "signal_name", None))
 
 
-def _free_port(preferred: int) -> int:
-    for port in [preferred, *range(preferred + 1, preferred + 50)]:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+def portal_listener(preferred: int) -> socket.socket:
+    """The portal's listening socket, held by the demo for its whole life and handed to gunicorn (and to a
+    restarted one) by file descriptor, so nobody can take the port in between. Port 0: one the kernel
+    picks (parallel demos never collide); otherwise `preferred` or the next free one of 50."""
+    for port in [preferred] if preferred == 0 else [preferred, *range(preferred + 1, preferred + 50)]:
+        sock = socket.socket()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            continue
+        return sock
     raise CommandError(f"no free port near {preferred}")
 
 
@@ -170,7 +169,8 @@ class Command(BaseCommand):
         parser.add_argument("--time-scale", type=float, default=DEMO_TIME_SCALE,
                             help="real seconds per simulated second (default %(default)s: the whole pilot in minutes, "
                                  "slow enough that the simulator's own CPU time does not blur the figures)")
-        parser.add_argument("--port", type=int, default=8000, help="portal port on 127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000,
+                            help="portal port on 127.0.0.1 (the next free one when taken; 0: any free port)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the reports are written (CI)")
         parser.add_argument("--gate-timeout", type=float, default=600, help="seconds allowed per gate run")
         parser.add_argument("--language", default="en", choices=["en", "zh-hans"], help="language of the reports")
@@ -202,9 +202,11 @@ class Command(BaseCommand):
         try:
             self.start_broker(processes, data)
             self.start_cluster(pilot, scenario, time_scale, processes, data)
-            port = _free_port(port)
+            listener = portal_listener(port)
+            port = listener.getsockname()[1]
             processes.start("portal", [str(Path(sys.executable).with_name("gunicorn")), "fxpilot.wsgi",
-                                       "-b", f"127.0.0.1:{port}", "-w", "2", "--access-logfile", "-"])
+                                       "-b", f"fd://{listener.fileno()}", "-w", "2", "--access-logfile", "-"],
+                            pass_fds=(listener.fileno(),))
             self.run_pilot(pilot, time_scale, gate_timeout, processes, language)
             self.summary(pilot, port, time.monotonic() - started)
             if not no_serve:
@@ -302,8 +304,10 @@ class Command(BaseCommand):
         for node in site.nodes.all():
             self.say(f"  {node.name}  {node.username}@{node.host}:{node.port}  host key {node.host_key_fingerprint}")
         # Simulated work finishes in seconds: poll detached steps every second rather than every five.
+        # The worker (pool and beat included) is gone within seconds of the demo's death, whatever its stop waits for.
         processes.start("worker", [sys.executable, "manage.py", "worker", "--beat", "--concurrency", "2"],
-                        env={"FXPILOT_POLL_SECONDS": os.environ.get("FXPILOT_POLL_SECONDS", "1")})
+                        env={"FXPILOT_POLL_SECONDS": os.environ.get("FXPILOT_POLL_SECONDS", "1"),
+                             STOP_WITH_PARENT: str(os.getpid())})
         processes.on_restart["worker"] = self.resume_after_dead_worker
 
     def run_pilot(self, pilot: Pilot, time_scale: float, gate_timeout: float, processes: Processes, language: str) -> None:
@@ -316,6 +320,7 @@ class Command(BaseCommand):
         # The demo has no customer traffic: its plan says so, and every G4 page and report names the sample.
         allow_sample(version, alice)
         self.say("The demo's plan allows G4 to replay a generated sample trace — not a customer's traffic.")
+        self.assume_unit_capacity(pilot, alice)
         lifecycle.sign_plan(version, alice, comment="Default plan reviewed with the customer.")
         lifecycle.sign_plan(version, bob, comment="Thresholds agreed.")
         self.say(f"Plan v{version.number} signed by {alice.get_full_name()} (vendor lead) and {bob.get_full_name()} (approver).")
@@ -366,6 +371,16 @@ class Command(BaseCommand):
 
         report = create_procurement_report(pilot, language=language)
         self.say(f"Procurement report: {settings.DATA_DIR / report.path}")
+
+    def assume_unit_capacity(self, pilot: Pilot, who) -> None:
+        """The demo's sizing: an assumed example capacity of one FX100 (not a published figure), audited and said."""
+        pilot.sizing = {**(pilot.sizing or {}), "fx_unit_usable_tb": DEMO_FX_UNIT_USABLE_TB,
+                        "fx_unit_usable_tb_basis": "assumed-example"}
+        pilot.save(update_fields=["sizing"])
+        lifecycle.audit(pilot, who, "pilot.sizing_set", pilot, fx_unit_usable_tb=DEMO_FX_UNIT_USABLE_TB,
+                        fx_unit_usable_tb_basis="assumed-example")
+        self.say(f"The demo's sizing assumes {DEMO_FX_UNIT_USABLE_TB:g} TB usable per FX100 unit — an example figure "
+                 "for the demo, not a published one; the procurement report's unit count rests on it.")
 
     def countersign(self, gate: Gate, person) -> None:
         report = gate.reports.filter(kind=Report.Kind.GATE).order_by("-created").first()

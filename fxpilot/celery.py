@@ -1,6 +1,7 @@
 """The Celery app. Tasks live in runners.tasks; queues are per customer site (see docs/operations.md)."""
 import logging
 import os
+import signal
 
 from celery import Celery
 from celery.signals import beat_embedded_init, worker_init, worker_ready
@@ -56,8 +57,9 @@ def stop_with_the_process_that_started_it(**kwargs) -> None:
 @beat_embedded_init.connect
 def beat_stops_with_its_worker(**kwargs) -> None:
     """The embedded beat is a forked child of the worker: without a death signal it outlives a worker killed with
-    SIGKILL and goes on sending the schedule to a broker nobody serves."""
-    set_death_signal()
+    SIGKILL and goes on sending the schedule to a broker nobody serves. Beat ignores SIGTERM, so its death
+    signal is SIGKILL (it loses nothing but the last run times of its schedule)."""
+    set_death_signal(signal.SIGKILL)
 
 
 @worker_ready.connect

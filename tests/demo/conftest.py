@@ -116,6 +116,17 @@ class Scenario(threading.Thread):
         except BaseException as error:  # noqa: BLE001 — handed to the tests that read the facts
             self.error = error
 
+    def fact(self, name: str, timeout: float):
+        """One fact, as soon as the scenario has it (the rest of the scenario may still be going)."""
+        deadline = time.monotonic() + timeout
+        while name not in self.facts and self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if name in self.facts:
+            return self.facts[name]
+        if self.error is not None:
+            raise self.error
+        raise AssertionError(f"no {name!r} within {timeout} s:\n{self.demo.text()[-4000:]}")
+
     def result(self, timeout: float) -> dict:
         self.join(timeout)
         if self.is_alive():
@@ -131,6 +142,8 @@ def nominal_steps(demo: Demo, facts: dict) -> None:
     facts["worker_killed"] = True
     demo.wait_for("the worker process stopped (exit -9); starting it again", 60)
     demo.wait_for("resumed what the worker held", 60)
+    demo.wait_for("G1 run ended", 900)
+    facts["g1_ended"] = True
     demo.wait_for("The portal stays up until Ctrl-C.", 2400)
     facts["portal"] = next(line.split()[1] for line in demo.text().splitlines() if line.startswith("Portal: "))
     facts["processes"] = len(marked(demo.mark))

@@ -8,10 +8,12 @@ from runners import ssh
 from runners.deploy import Deployment, collect_deployment, deploy_arm
 from tests.real.conftest import PROMPT_TOKENS
 
-# Cold recovery at concurrency 2: 8 sessions populated, the prefix cache reset, the same 8 prompts measured.
+# Cold recovery at concurrency 2: 8 sessions populated (the judge needs 8 requests per cell), the prefix cache
+# reset, the same 8 prompts measured.
 # The measure resends each context unchanged (--turn-tokens 0): ExampleConnector matches whole prompts only.
+SESSIONS = 8
 COLD = ["--prompt-tokens", str(PROMPT_TOKENS), "--turn-tokens", "0", "--output-tokens", "4", "-c", "2",
-        "--repetitions", "1", "--requests-per-client", "4", "--evict", "reset", "--timeout", "300"]
+        "--repetitions", "1", "--requests-per-client", str(SESSIONS // 2), "--evict", "reset", "--timeout", "300"]
 
 
 def deploy(site, arm: str) -> Deployment:

@@ -23,25 +23,41 @@ from lmcache.v1.config import LMCacheEngineConfig
 for name in list(logging.root.manager.loggerDict):
     if name.startswith("lmcache"):
         logging.getLogger(name).addHandler(Keep())
-config = LMCacheEngineConfig.from_file(sys.argv[1])
-config.validate()
-extra = config.extra_config or {}
-print(json.dumps({"chunk_size": config.chunk_size, "local_cpu": config.local_cpu,
-                  "max_local_cpu_size": config.max_local_cpu_size, "local_disk": config.local_disk,
-                  "max_local_disk_size": config.max_local_disk_size, "remote_url": config.remote_url,
-                  "use_odirect": extra.get("use_odirect"), "fs_connector_use_odirect": extra.get("fs_connector_use_odirect"),
-                  "warnings": [m for m in records if "unknown" in m.lower() or "invalid" in m.lower()]}))
+out = {}
+for path in sys.argv[1:]:
+    del records[:]
+    config = LMCacheEngineConfig.from_file(path)
+    config.validate()
+    extra = config.extra_config or {}
+    out[path] = {"chunk_size": config.chunk_size, "local_cpu": config.local_cpu,
+                 "max_local_cpu_size": config.max_local_cpu_size, "local_disk": config.local_disk,
+                 "max_local_disk_size": config.max_local_disk_size, "remote_url": config.remote_url,
+                 "use_odirect": extra.get("use_odirect"), "fs_connector_use_odirect": extra.get("fs_connector_use_odirect"),
+                 "warnings": [m for m in records if "unknown" in m.lower() or "invalid" in m.lower()]}
+print(json.dumps(out))
 '''
+ARMS = ("local_nvme", "fx")
 
 
-@pytest.mark.parametrize("arm", ["local_nvme", "fx"])
-def test_lmcaches_own_loader_takes_the_rendered_yaml(engine, arm, tmp_path):
+@pytest.fixture(scope="module")
+def loaded(engine, tmp_path_factory) -> dict:
+    """Both cache arms' rendered YAML, read by one run of LMCache's loader (importing LMCache takes seconds)."""
     settings = validate_deployment(default_simulated()).with_home("/home/fxpilot")
-    path = tmp_path / f"{arm}.yaml"
-    path.write_text(render_lmcache_config(settings, arm, run_id="abc123", share_pool=arm == "fx"))
-    result = subprocess.run([str(engine.python), "-c", LOAD, str(path)], capture_output=True, text=True, timeout=300)
+    folder = tmp_path_factory.mktemp("lmcache-yaml")
+    paths = {}
+    for arm in ARMS:
+        paths[arm] = folder / f"{arm}.yaml"
+        paths[arm].write_text(render_lmcache_config(settings, arm, run_id="abc123", share_pool=arm == "fx"))
+    result = subprocess.run([str(engine.python), "-c", LOAD, *map(str, paths.values())], capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    return {arm: out[str(path)] for arm, path in paths.items()}
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_lmcaches_own_loader_takes_the_rendered_yaml(loaded, arm):
+    loaded = loaded[arm]
     root = "/home/fxpilot/mnt/nvme0/fxpilot/kv" if arm == "local_nvme" else "/home/fxpilot/mnt/fx/fxpilot/kv"
     assert loaded["local_disk"].rstrip("/").endswith(f"{root}/abc123")
     assert (loaded["chunk_size"], loaded["local_cpu"], loaded["max_local_cpu_size"], loaded["max_local_disk_size"]) \
@@ -53,3 +69,15 @@ def test_lmcaches_own_loader_takes_the_rendered_yaml(engine, arm, tmp_path):
         assert loaded["fs_connector_use_odirect"] is True
     else:
         assert loaded["remote_url"] is None and loaded["fs_connector_use_odirect"] is None
+
+
+def test_the_probes_lookup_finds_the_real_lmcache_056(engine):
+    """probe.sh's and deploy.sh's LMCache lookup on a real 0.5.6 install (no c_ops, no __commit__)."""
+    from tests.deploy.test_lmcache_lookup import lookup_code
+
+    result = subprocess.run([str(engine.python), "-c", lookup_code("probe.sh")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (found["installed"], found["version"], found["commit"], found["commit_from"]) == (True, "0.5.6", "3e11e108",
+                                                                                            "_version.py")
+    assert found["hip"] is False and found["native"].startswith("cuda_ops.")

@@ -7,14 +7,17 @@ reset the same prompts are served from those files. Both are checked by /metrics
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.db import connection
 
 from gates.judge import counters, evaluate, load_inputs
 from runners import detached, ssh
 from tests.judge.helpers import plan_with
 from tests.real import flow
 from tests.real.conftest import EXTERNAL_HIT, PROMPT_TOKENS
+from tests.real.flow import SESSIONS
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.django_db]
 
@@ -28,14 +31,34 @@ GATE = [
 ]
 
 
+ARMS = ("recompute", "local_nvme")
+
+
+def both_arms(site, action):
+    """action(arm) on both arms at once (each server has its own port and directory), each thread with its own
+    database connection."""
+    def one(arm):
+        try:
+            return action(arm)
+        finally:
+            connection.close()
+
+    with site.blocker.unblock(), ThreadPoolExecutor(len(ARMS)) as pool:
+        futures = {arm: pool.submit(one, arm) for arm in ARMS}
+        return {arm: future.result() for arm, future in futures.items()}
+
+
 @pytest.fixture(scope="module")
 def runs(real_servers):
     """Cold recovery on both arms, then everything each node directory holds, collected as artifacts."""
     site = real_servers.site
-    with site.blocker.unblock():
-        out = {arm: flow.cold_recovery(site, getattr(real_servers, arm)) for arm in ("recompute", "local_nvme")}
-        files = {arm: flow.collect(site, getattr(real_servers, arm)) for arm in ("recompute", "local_nvme")}
-    return out, files
+
+    def run(arm):
+        deployment = getattr(real_servers, arm)
+        return flow.cold_recovery(site, deployment), flow.collect(site, deployment)
+
+    done = both_arms(site, run)
+    return {arm: done[arm][0] for arm in ARMS}, {arm: done[arm][1] for arm in ARMS}
 
 
 def _records(files: dict[str, bytes], suffix: str) -> list[dict]:
@@ -68,7 +91,7 @@ def test_cold_recovery_records_validate_and_hits_match_the_arm(runs):
     for arm in ("recompute", "local_nvme"):
         assert "COLD: " in out[arm], out[arm]
         records = _records(files[arm], ".jsonl")
-        assert len(records) == 16 and all(r["status"] == "ok" for r in records), records
+        assert len(records) == 2 * SESSIONS and all(r["status"] == "ok" for r in records), records
         assert all(r["prompt_tokens"] == PROMPT_TOKENS and r["simulated"] is False for r in records)
         measure = [r for r in records if r["phase"] == "measure"]
         if arm == "recompute":
@@ -80,8 +103,8 @@ def test_cold_recovery_records_validate_and_hits_match_the_arm(runs):
         external = after["vllm:external_prefix_cache_hits_total"] - before.get("vllm:external_prefix_cache_hits_total", 0)
         gpu = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0)
         prompt = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
-        assert prompt == 8 * PROMPT_TOKENS and gpu == 0
-        assert external == (0 if arm == "recompute" else 8 * EXTERNAL_HIT)
+        assert prompt == SESSIONS * PROMPT_TOKENS and gpu == 0
+        assert external == (0 if arm == "recompute" else SESSIONS * EXTERNAL_HIT)
         assert summary["coldness"]["cold"] is True
 
 
@@ -105,9 +128,11 @@ def test_teardown_stops_every_server_process(real_servers):
     from runners.deploy import teardown_arm
 
     site = real_servers.site
+    # both servers at once: each takes vLLM's own shutdown time (several seconds) after TERM
+    torn = both_arms(site, lambda arm: teardown_arm(site.jobs[arm], None, site.node, getattr(real_servers, arm)))
     with site.blocker.unblock():
-        for arm in ("recompute", "local_nvme"):
-            deployment = teardown_arm(site.jobs[arm], None, site.node, getattr(real_servers, arm))
+        for arm in ARMS:
+            deployment = torn[arm]
             assert deployment.torn_down
             status = detached.poll(site.node, deployment.server, max_bytes=0)
             assert not status.running

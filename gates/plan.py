@@ -20,6 +20,8 @@ PLANS_DIR = Path(__file__).resolve().parent / "plans"
 METRICS = {
     # from request records (fxpilot.request/1)
     "ttft", "throughput", "error_rate", "hit_ratio", "output_match",
+    # from phase summaries' /metrics deltas (fxpilot.phase/1): the external tier's share of what HBM missed
+    "external_hit_ratio",
     # from LMCache retrieval records (fxpilot.retrieve/1)
     "read_bw",
     # from node inventories (fxpilot.inventory/1)

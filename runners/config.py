@@ -153,6 +153,9 @@ class DeploymentSettings:
         return self.fabric_addresses.get(node_name, "127.0.0.1")
     launcher: Launcher = field(default_factory=Launcher)
     kv_connector: str = "LMCacheConnectorV1"
+    # The real-engine test tier (tests/real) deploys vLLM's ExampleConnector on a real node: it says so here.
+    # Anywhere else the deploy refuses that connector on real nodes, and the judge never takes it for LMCache.
+    engine_test_tier: bool = False
 
     @property
     def page_cache_method(self) -> str:
@@ -195,6 +198,7 @@ class DeploymentSettings:
             **({"fabric_addresses": dict(self.fabric_addresses)} if self.fabric_addresses else {}),
             "launcher": self.launcher.to_dict(),
             "kv_connector": self.kv_connector,
+            **({"engine_test_tier": True} if self.engine_test_tier else {}),
         }
 
 
@@ -234,7 +238,7 @@ DEFAULT_SIMULATED: dict[str, Any] = {
 
 _TOP_KEYS = {"model", "tensor_parallel_size", "ports", "paths", "sizes", "use_odirect", "drop_page_cache", "fx_target",
              "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s", "fabric_addresses", "launcher",
-             "kv_connector"}
+             "kv_connector", "engine_test_tier"}
 
 
 def default_simulated() -> dict[str, Any]:
@@ -269,6 +273,7 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
         fabric_addresses=_fabric_addresses(_mapping(data.get("fabric_addresses", {}), "fabric_addresses")),
         launcher=_launcher(_mapping(data.get("launcher") or {}, "launcher")),
         kv_connector=_kv_connector(data.get("kv_connector", "LMCacheConnectorV1")),
+        engine_test_tier=_bool(data.get("engine_test_tier", False), "engine_test_tier"),
     )
 
 

@@ -110,6 +110,23 @@ def settings_for(job: Job, node: Node) -> DeploymentSettings:
     return validate_deployment(data)
 
 
+PILOT_CONNECTOR = "LMCacheConnectorV1"
+
+
+def refuse_test_connector(job: Job, node: Node, settings: DeploymentSettings) -> None:
+    """vLLM's ExampleConnector (whole prompts' KV as files, no LMCache) is for checking the pipeline: on simulated
+    nodes, or in the real-engine test tier that says so (`engine_test_tier: true`); never a pilot's real cache arm."""
+    if settings.kv_connector == PILOT_CONNECTOR or settings.engine_test_tier:
+        return
+    real = set(Node.objects.filter(site__pilot_id=job.pilot_id, simulated=False).values_list("name", flat=True))
+    if not node.simulated:
+        real.add(node.name)
+    if real:
+        raise DeployError(f"node {node.name}: deployment.kv_connector is {settings.kv_connector}, vLLM's reference "
+                          f"connector, not LMCache: a pilot with real nodes ({', '.join(sorted(real))}) deploys "
+                          f"{PILOT_CONNECTOR} (only the real-engine test tier sets engine_test_tier: true)")
+
+
 def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None) -> tuple[str | None, str | None]:
     """(LMCache local_disk directory, shared fs pool directory) of an arm; the cache arms differ only in the root."""
     suffix = f"/{run_id}" if run_id else ""
@@ -192,6 +209,7 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
     if arm not in ARMS:
         raise DeployError(f"node {node.name}: unknown arm {arm!r}; arms are {', '.join(ARMS)}")
     settings = settings_for(job, node)
+    refuse_test_connector(job, node, settings)
     run_id = run_id_of(job)
     with ssh.connect(node) as conn:
         home = conn.run('printf %s "$HOME"', echo=False, timeout=30).stdout.strip()

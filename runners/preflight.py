@@ -30,7 +30,7 @@ _HINTS = {
 MESSAGES = {
     "tool_missing": gettext_noop("`%(tool)s` is not installed on %(node)s: %(hint)s"),
     "sudo_denied": gettext_noop("sudo asks the SSH user of %(node)s for a password (%(detail)s): allow password-less sudo "
-                         "for nvme, mount and mkfs.xfs"),
+                         "for nvme, mount, mkfs.xfs and ip link set (G4 cuts the FX path with it)"),
     "vllm_missing": gettext_noop("vLLM (`%(command)s`) is not found on %(node)s: install it or set how it is launched"),
     "vllm_failed": gettext_noop("`%(command)s --version` fails on %(node)s: %(detail)s"),
     "model_missing": gettext_noop("the model %(model)s is not on %(node)s (looked in %(path)s): download it before the "

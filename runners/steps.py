@@ -143,7 +143,10 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
     if command == "evict":
         out = f"{run_dir}/none.jsonl"
     args = [command, "--url", deployment.url, "--arm", deployment.arm, "--out", out, "--run-id", run_id_of(job),
-            "--instance", deployment.instance, "--simulated", "yes" if deployment.simulated else "no",
+            "--instance", deployment.instance,
+            # a node registered as real is asked, not told: the client labels the records simulated when the server
+            # says it is the simulator (its /metrics), so a flag or the server can make them simulated, never real
+            "--simulated", "yes" if deployment.simulated else "auto",
             *plan_args("cold-recovery" if command in ("populate", "evict", "measure") else command, loads)]
     versions = _versions(conn, deployment)
     if versions:
@@ -169,8 +172,11 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
     elif command == "fault":
         interface = _roce_interface(ctx)
         cut = max(float(params["cut_seconds"]), 0.05)
+        # changing a link needs root: through password-less sudo (the preflight checks it), whose refusal is an exit
+        # code the judge reads — a cut that did not happen never passes for a 60 s outage survived
+        link = f"sudo -n ip link set dev {shlex.quote(interface)}"
         args += ["--fault-start", f"{cut:.3f}", "--fault-seconds", f"{cut:.3f}",
-                 "--cut-cmd", f"ip link set dev {interface} down", "--restore-cmd", f"ip link set dev {interface} up"]
+                 "--cut-cmd", f"{link} down", "--restore-cmd", f"{link} up"]
     return once(args)
 
 
@@ -190,14 +196,17 @@ def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     """The versions the deploy's preflight found (manifest.json), for the phase summaries the judge checks."""
     res = conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False, check=False, timeout=30)
     try:
-        found = json.loads(res.stdout).get("versions") or {}
-    except ValueError:
+        manifest = json.loads(res.stdout)
+        found = manifest.get("versions") or {}
+    except (ValueError, AttributeError):
         return {}
     lmcache = found.get("lmcache") or {}
+    # the connector the server was started with: the judge checks a real cache arm ran LMCache's
+    connector = {"kv_connector": manifest.get("kv_connector")}
     if isinstance(lmcache, dict):
         return {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
-                "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm")}
-    return {"vllm": found.get("vllm"), "lmcache": lmcache, "rocm": found.get("rocm")}
+                "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm"), **connector}
+    return {"vllm": found.get("vllm"), "lmcache": lmcache, "rocm": found.get("rocm"), **connector}
 
 
 def _roce_interface(ctx: StepContext) -> str:

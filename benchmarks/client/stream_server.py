@@ -15,7 +15,7 @@ For tests, the model name selects a misbehaviour: `http-500`, `close-mid-stream`
 cached, in usage and as GPU prefix-cache hits in /metrics: a cache still hot in HBM). Any other model
 name behaves. `--hang-after N` makes every request after the N-th hang.
 
-    python3 stream_server.py --port 8020 [--host 127.0.0.1] [--simulated] [--hang-after N]
+    python3 stream_server.py --port 8020 [--host 127.0.0.1] [--simulated] [--hang-after N] [--no-metrics]
     (--port 0 picks a free port; the first line printed says which)
 """
 from __future__ import annotations
@@ -51,8 +51,9 @@ class Stream:
 class Engine:
     """Decode steps over all running streams; one SSE event per stream per step."""
 
-    def __init__(self, simulated: bool, hang_after: int = 0):
+    def __init__(self, simulated: bool, hang_after: int = 0, metrics: bool = True):
         self.hang_after = hang_after
+        self.metrics = metrics
         self.running: list[Stream] = []
         self.stats = Stats()
         self.simulated = simulated
@@ -189,7 +190,7 @@ class Connection(asyncio.Protocol):
         elif path == "/stamps":
             self.reply("200 OK", json.dumps(engine.stats.stamps).encode())
             engine.stats.stamps = []
-        elif path == "/metrics":
+        elif path == "/metrics" and engine.metrics:
             s = engine.stats
             sim = "# fxpilot simulated server\n" if engine.simulated else ""
             text = (f"{sim}vllm:prompt_tokens_total{{model_name=\"mock\"}} {s.prompt_tokens}\n"
@@ -242,8 +243,8 @@ class Connection(asyncio.Protocol):
         engine.add(Stream(self, rid, model, tokens, bool(req.get("return_token_ids")), usage, n_prompt))
 
 
-async def serve(host: str, port: int, simulated: bool = False, hang_after: int = 0) -> None:
-    engine = Engine(simulated, hang_after)
+async def serve(host: str, port: int, simulated: bool = False, hang_after: int = 0, metrics: bool = True) -> None:
+    engine = Engine(simulated, hang_after, metrics)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Connection(engine), host, port, backlog=1024)
     port = server.sockets[0].getsockname()[1]
@@ -258,9 +259,10 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8020)
     p.add_argument("--simulated", action="store_true", help="say so in /metrics")
     p.add_argument("--hang-after", type=int, default=0, help="requests after this many hang (0: never)")
+    p.add_argument("--no-metrics", action="store_true", help="answer 404 on /metrics (a server without them)")
     a = p.parse_args()
     try:
-        asyncio.run(serve(a.host, a.port, a.simulated, a.hang_after))
+        asyncio.run(serve(a.host, a.port, a.simulated, a.hang_after, not a.no_metrics))
     except KeyboardInterrupt:
         pass
 

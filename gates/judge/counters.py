@@ -53,6 +53,43 @@ def metrics_hits(summary: dict) -> float | None:
     return float(sum(part for part in parts if part is not None))
 
 
+EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+
+
+def _shares_window(summary: dict, summaries: list[dict]) -> bool:
+    window = summary.get("metrics_window")
+    if not window:
+        return False
+    key = (summary.get("run_id"), summary.get("instance"), window)
+    return sum(1 for s in summaries if (s.get("run_id"), s.get("instance"), s.get("metrics_window")) == key) > 1
+
+
+def external_hits(summary: dict, summaries: list[dict]) -> tuple[float, float] | None:
+    """(prompt tokens the external tier — the KV connector, LMCache — served, prompt tokens the GPU prefix cache
+    did not serve) over one phase, by /metrics; None when its counters cannot say.
+
+    The phase's own scrapes are its `phase_metrics` pair (a loop that writes several phase labels takes one where
+    a label starts or ends: a fault run's cut and recovery), else its summary's pair when no other phase label
+    shares that window. The denominator is Δ`vllm:external_prefix_cache_queries_total` (vLLM asks the connector
+    only for what HBM missed), else Δprompt − ΔGPU hits: HBM hits of sessions sent again are neither."""
+    pair = summary.get("phase_metrics")
+    if isinstance(pair, dict):
+        before, after = pair.get("before") or {}, pair.get("after") or {}
+    elif _shares_window(summary, summaries):
+        return None
+    else:
+        before, after = summary.get("metrics_before") or {}, summary.get("metrics_after") or {}
+    hits = _delta(before, after, EXTERNAL_HITS)
+    queries = _delta(before, after, EXTERNAL_QUERIES)
+    if queries is None:
+        prompt, gpu = _delta(before, after, PROMPT_TOKENS), _delta(before, after, GPU_HITS)
+        queries = prompt - gpu if prompt is not None and gpu is not None else None
+    if hits is None or queries is None or queries <= 0:
+        return None
+    return hits, queries
+
+
 def cell_name(arm: str, phase: str, concurrency: int, repetition: int) -> str:
     return f"{arm}/{phase}@{concurrency} rep {repetition}"
 

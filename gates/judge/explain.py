@@ -8,11 +8,13 @@ OPS_ZH = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 OPS_EN = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 VERDICT_ZH = {"pass": "通过", "marginal": "临界", "fail": "未通过", "invalid": "无效"}
 METRIC_EN = {"ttft": "TTFT", "throughput": "throughput", "error_rate": "failed-request rate", "hit_ratio": "hit ratio",
+             "external_hit_ratio": "external-tier share of the prompt tokens HBM missed (/metrics)",
              "read_bw": "cold-read bandwidth per GPU", "output_match": "share of sessions with identical outputs",
              "gpu_count": "GPU count", "gpu_model_match": "GPU model match", "rocm_version": "ROCm version",
              "versions_recorded": "versions recorded", "link_speed_gbps": "slowest RDMA link speed",
              "fx_mounted_writable": "FX mounted writable", "fio_read_gbps": "fio sequential read"}
 METRIC_ZH = {"ttft": "TTFT", "throughput": "吞吐量", "error_rate": "失败请求率", "hit_ratio": "命中率",
+             "external_hit_ratio": "HBM 未命中的提示词元中由外部层级提供的比例（/metrics）",
              "read_bw": "每 GPU 冷读带宽", "output_match": "输出一致的会话比例", "gpu_count": "GPU 数量",
              "gpu_model_match": "GPU 型号匹配", "rocm_version": "ROCm 版本", "versions_recorded": "版本已记录",
              "link_speed_gbps": "最慢 RDMA 链路速率", "fx_mounted_writable": "FX 已可写挂载",
@@ -157,13 +159,16 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
         against_en = f" (sessions compared with {spec.baseline})" if spec.baseline else ""
         against_zh = f"（与 {spec.baseline} 逐会话比较）" if spec.baseline else ""
         arm = spec.candidate or "all arms"
-        count = {"output_match": "sessions", "read_bw": "retrievals", "throughput": "repetitions"}.get(spec.metric, "requests")
-        count_zh = {"output_match": "个会话", "read_bw": "次读取", "throughput": "次重复"}.get(spec.metric, "个请求")
+        count = {"output_match": "sessions", "read_bw": "retrievals", "throughput": "repetitions",
+                 "external_hit_ratio": "prompt tokens HBM missed"}.get(spec.metric, "requests")
+        count_zh = {"output_match": "个会话", "read_bw": "次读取", "throughput": "次重复",
+                    "external_hit_ratio": "个 HBM 未命中的提示词元"}.get(spec.metric, "个请求")
         en = (f"{where(cell, spec, 'en')}: {arm} {subject(spec, 'en')}{against_en} = {value} ({span_en}; "
               f"n = {cell.get('n_candidate')} {count}); {bar_en}.")
         zh = (f"{where(cell, spec, 'zh')}，{_zh((spec.candidate or '所有配置') + ' 的', subject(spec, 'zh'))}{against_zh} = {value}"
               f"（{span_zh}；n = {cell.get('n_candidate')} {count_zh}）；{bar_zh}。")
-    if (spec.metric in INVENTORY_METRICS or cell.get("method") == "exact count") and verdict in ("pass", "fail"):
+    if (spec.metric in INVENTORY_METRICS or cell.get("method") == "exact count" or cell.get("exact")) \
+            and verdict in ("pass", "fail"):
         rule_en, rule_zh = rule(verdict, spec.op, spec.threshold, cell.get("ci"), confidence, exact=True)
     else:
         rule_en, rule_zh = SHORT_EN[verdict], SHORT_ZH[verdict]

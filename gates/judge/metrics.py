@@ -15,9 +15,11 @@ REQUEST_METRICS = {"ttft", "hit_ratio", "error_rate"}
 REPETITION_METRICS = {"throughput"}
 # statistics of time: positive, multiplicative, judged on the log scale over repetitions (≥ 2 needed)
 TIMING_METRICS = {"ttft", "throughput"}
-PROPORTIONS = {"hit_ratio", "error_rate", "output_match"}
+PROPORTIONS = {"hit_ratio", "error_rate", "output_match", "external_hit_ratio"}
+# metrics read from the phase summaries' /metrics deltas, not from the request records
+SUMMARY_METRICS = {"external_hit_ratio"}
 INVENTORY_ONLY = INVENTORY_METRICS
-METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction",
+METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction", "external_hit_ratio": "fraction",
                 "read_bw": "GB/s", "output_match": "fraction", "gpu_count": "GPUs", "gpu_model_match": "fraction",
                 "rocm_version": "version", "versions_recorded": "fraction", "link_speed_gbps": "Gb/s",
                 "fx_mounted_writable": "fraction", "fio_read_gbps": "GB/s"}

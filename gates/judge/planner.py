@@ -188,7 +188,7 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                 item.kind = "timing"
                 item.note = "a recorded positive figure: passes with 2 repetitions"
                 item.repetitions_needed, item.power_at_plan = 2, 1.0 if reps >= 2 else 0.0
-            elif spec.metric in ("hit_ratio", "read_bw", "output_match"):
+            elif spec.metric in ("hit_ratio", "read_bw", "output_match", "external_hit_ratio"):
                 item.kind = "proportion"
                 item.note = "decided by the run's own spread; nearly deterministic when the tier works"
             else:

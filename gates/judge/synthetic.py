@@ -131,13 +131,17 @@ def phase_summaries(frame: pd.DataFrame, *, versions: bool = True) -> list[dict]
             "duration_s": float(cell["t_end"].max() - cell["t_send"].min()), "client_cpu_s": 0.01 * len(cell),
             "max_in_flight": int(min(concurrency, len(cell))),
             "metrics_before": {"vllm:prompt_tokens_total": 0.0, "vllm:external_prefix_cache_hits_total": 0.0,
-                               "vllm:prefix_cache_hits_total": 0.0},
+                               "vllm:external_prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0},
             "metrics_after": {"vllm:prompt_tokens_total": prompt, "vllm:external_prefix_cache_hits_total": cached,
-                              "vllm:prefix_cache_hits_total": 0.0},
+                              "vllm:external_prefix_cache_queries_total": prompt, "vllm:prefix_cache_hits_total": 0.0},
             "simulated": bool(cell["simulated"].iloc[0]),
         }
+        if phase in ("fault", "recovery"):  # the path cut as the workload client records it, done and confirmed
+            summary["fault"] = {"cut_exit": 0, "restore_exit": 0, "eviction": {"reset": "prefix cache reset"}}
         if versions:
             summary["versions"] = {"vllm": "0.20.1+rocm721", "lmcache": "0.3.x", "rocm": "7.2.1"}
+            if arm != "recompute":
+                summary["versions"]["kv_connector"] = "LMCacheConnectorV1"
         out.append(summary)
     return out
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gates.judge import intervals
+from gates.judge import counters, intervals
 from gates.judge.metrics import (
     INVENTORY_ONLY,
     REPETITION_METRICS,
@@ -27,6 +27,7 @@ GPU_COLD_MAX_HIT = 0.05       # after eviction the GPU prefix cache must be cold
 HIT_PHASES = ("measure",)     # phases that come right after an eviction
 CLIENT_CPU_MAX = 0.9          # a single-threaded client busy 90 % of the time could not keep up
 OPEN_LOOP_PHASES = ("replay",)  # sent at the trace's arrival times: concurrency is a cap, not a target
+FAULT_PHASES = ("fault", "recovery")  # G4's path cut: during it and after the path is back
 
 
 def select(frame: pd.DataFrame, arm: str, phase: str) -> pd.DataFrame:
@@ -93,20 +94,43 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
     if any(spec.metric in ("gpu_count", "gpu_model_match", "link_speed_gbps") for spec in gate.criteria):
         checks.append(_inventory_complete(gate, inputs))
     checks.append(_hit_behaviour(gate, inputs, frame))
+    checks.append(_connector(gate, inputs, frame))
     checks.append(_client(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
         checks.append(_hashes(gate, inputs.requests, frame))
     if any(spec.phase == "share" for spec in gate.criteria):
         checks.append(_other_instance(inputs.requests))
+    if any(spec.phase in FAULT_PHASES for spec in gate.criteria):
+        checks.append(_fault_cut(gate, inputs))
+    if any(spec.metric == "external_hit_ratio" for spec in gate.criteria):
+        checks.append(_external_hits(gate, inputs))
     return checks
+
+
+SIMULATOR_GAUGE = "fxpilot_simulated"  # the simulated server's /metrics says what it is (runners/sim/server.py)
+
+
+def summary_simulated(summary: dict) -> bool:
+    """A phase summary is simulated when it says so or when the server's /metrics it scraped carry the
+    simulator's gauge: a node registered as real that answers with the simulator is still the simulator."""
+    if summary.get("simulated"):
+        return True
+    return any(SIMULATOR_GAUGE in (summary.get(key) or {}) for key in ("metrics_before", "metrics_after"))
 
 
 def _simulated(inputs: Inputs) -> dict:
     flags = set(inputs.requests["simulated"].unique().tolist()) if len(inputs.requests) else set()
     if len(inputs.retrieves):
         flags |= set(inputs.retrieves["simulated"].astype(bool).unique().tolist())
-    flags |= {bool(s["simulated"]) for s in inputs.summaries} | {bool(i["simulated"]) for i in inputs.inventories}
+    flags |= {summary_simulated(s) for s in inputs.summaries} | {bool(i["simulated"]) for i in inputs.inventories}
     problems = ["simulated and real inputs are mixed: a verdict rests on one or the other"] if len(flags) > 1 else []
+    unmasked = [s for s in inputs.summaries if summary_simulated(s) and not s.get("simulated")]
+    if unmasked:
+        first = unmasked[0]
+        problems.append(f"{len(unmasked)} phase summary(ies) say simulated: false but the server's /metrics carry "
+                        f"{SIMULATOR_GAUGE} (e.g. {first['arm']}/{first['phase']}@{first['concurrency']} rep "
+                        f"{first['repetition']} in {first.get('_source', 'a phase summary')}): the answers came from "
+                        "the simulator")
     kind = "simulated" if flags == {True} else "real"
     return _check("no-simulated-mixed-with-real", problems, f"all inputs are {kind}")
 
@@ -291,6 +315,11 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
             external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
             gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
             prompt = [d for d in (_delta(s, "vllm:prompt_tokens_total") for s in summaries) if d is not None]
+            if arm != RECOMPUTE_ARM and not (prompt and gpu):
+                # cached_tokens count GPU prefix-cache hits too: without /metrics nothing shows HBM was cold
+                problems.append(f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with "
+                                "vllm:prompt_tokens_total and vllm:prefix_cache_hits_total deltas), so nothing shows "
+                                "the GPU prefix cache was cold and the hits came from the tier")
             if prompt and (external or gpu):
                 evidence = True
                 total = max(sum(prompt), 1.0)
@@ -307,6 +336,37 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 problems.append(f"{arm}/{phase}: no cached_tokens in the records and no /metrics deltas in a phase "
                                 "summary, so the arm's cache behaviour cannot be verified")
     return _check("hit-behaviour-matches-arm", problems, "; ".join(seen) or "no measure phase to check")
+
+
+PILOT_CONNECTOR = "LMCacheConnectorV1"
+
+
+def _connector(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
+    """A real cache arm's server ran LMCache: its phase summaries carry the deploy manifest's `kv_connector`
+    (versions.kv_connector). vLLM's ExampleConnector keeps whole prompts' KV as files and is a pipeline check,
+    not the tier on trial; a simulated run is labelled as such and not checked here."""
+    arms = sorted({a for s in gate.criteria for a in (s.candidate, s.baseline)
+                   if a and a != RECOMPUTE_ARM and s.metric not in INVENTORY_ONLY and s.metric != "read_bw"})
+    problems, seen = [], []
+    for arm in arms:
+        summaries = [s for s in inputs.summaries if s["arm"] == arm]
+        real_rows = len(frame) and bool((~inputs.requests.loc[frame.index[frame["arm"] == arm], "simulated"]
+                                         .astype(bool)).any())
+        real_summaries = [s for s in summaries if not summary_simulated(s)]
+        if not real_summaries and not real_rows:
+            continue
+        named = sorted({str((s.get("versions") or {}).get("kv_connector")) for s in real_summaries
+                        if (s.get("versions") or {}).get("kv_connector")})
+        if not named:
+            problems.append(f"{arm}: cannot be verified: no phase summary names the KV connector the server ran "
+                            f"(versions.kv_connector from the deploy manifest); a real cache arm must run {PILOT_CONNECTOR}")
+        elif named != [PILOT_CONNECTOR]:
+            others = ", ".join(n for n in named if n != PILOT_CONNECTOR)
+            problems.append(f"{arm}: the server ran the KV connector {others} (per the deploy manifest), not "
+                            f"{PILOT_CONNECTOR}: its hits are not LMCache's tiers")
+        else:
+            seen.append(f"{arm}: {PILOT_CONNECTOR}")
+    return _check("kv-connector-is-lmcache", problems, "; ".join(seen) or "no real cache arm to check")
 
 
 def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[str]:
@@ -368,3 +428,58 @@ def _other_instance(requests: pd.DataFrame) -> dict:
     problems = [f"{len(same)} share-phase request(s) were answered by the instance that wrote the session "
                 f"(e.g. {same[0]})"] if same else []
     return _check("share-read-on-another-instance", problems, "every shared session was read on another instance")
+
+
+def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
+    """A fault window proves something only if the path was cut and restored, and HBM emptied after the restore:
+    a cut refused for want of root (`RTNETLINK answers: Operation not permitted`) leaves the path up, and
+    "keeps answering during the cut" would then be measured on a path that never went down."""
+    arms = {s.candidate for s in gate.criteria if s.phase in FAULT_PHASES}
+    events: dict[str, tuple[dict, dict]] = {}
+    for summary in inputs.summaries:
+        if summary["arm"] in arms and summary["phase"] in FAULT_PHASES and isinstance(summary.get("fault"), dict):
+            key = f"{summary.get('run_id')}/{summary.get('instance')}/{summary.get('metrics_window')}"
+            events.setdefault(key, (summary, summary["fault"]))
+    if not events:
+        return _check("fault-path-cut-confirmed", [f"no phase summary of {', '.join(sorted(arms))} in phase fault or "
+                                                   "recovery records the path cut (its 'fault' field): the cut cannot "
+                                                   "be confirmed"], "")
+    problems, seen = [], []
+    for summary, fault in events.values():
+        where = f"{summary['arm']} on {summary.get('instance') or summary.get('_source')}"
+        before = len(problems)
+        for step, what in (("cut", "cut"), ("restore", "restored")):
+            code = fault.get(f"{step}_exit")
+            said = fault.get(f"{step}_error")
+            if code is None:
+                problems.append(f"{where}: no {step} command ran (no {step}_exit): the FX path was not {what}")
+            elif code != 0:
+                problems.append(f"{where}: the {step} command exited {code}" + (f" ({said})" if said else "")
+                                + f": the FX path was not {what}")
+        eviction = fault.get("eviction")
+        if not isinstance(eviction, dict) or not eviction:
+            problems.append(f"{where}: no eviction after the restore, so hits after it may be HBM's")
+        elif eviction.get("error"):
+            problems.append(f"{where}: the eviction after the restore failed ({eviction['error']}), so hits after it "
+                            "may be HBM's")
+        if len(problems) == before:
+            seen.append(f"{where}: cut and restore exited 0, evicted after the restore")
+    return _check("fault-path-cut-confirmed", problems, "; ".join(seen))
+
+
+def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
+    """An external-tier hit ratio comes from /metrics alone: without its window's counters there is nothing."""
+    problems, seen = [], []
+    for spec in gate.criteria:
+        if spec.metric != "external_hit_ratio":
+            continue
+        rows = [s for s in inputs.summaries if s["arm"] == spec.candidate
+                and (spec.phase == "any" or s["phase"] == spec.phase)]
+        measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
+        if not measured:
+            problems.append(f"{spec.key}: cannot be verified: no /metrics for {spec.candidate}/{spec.phase} (no phase "
+                            "summary with its own vllm:external_prefix_cache_hits_total and "
+                            "vllm:external_prefix_cache_queries_total deltas)")
+        else:
+            seen.append(f"{spec.key}: {len(measured)} /metrics window(s)")
+    return _check("external-hits-measured", problems, "; ".join(seen))

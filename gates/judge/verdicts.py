@@ -130,6 +130,8 @@ class _Judge:
             return [self.read_bw_cell(spec)]
         if spec.metric == "output_match":
             return [self.output_match_cell(spec)]
+        if spec.metric == "external_hit_ratio":
+            return self.external_hit_cells(spec)
         out = []
         candidate_rows = validity.select(self.frame, spec.candidate, spec.phase)
         baseline_rows = validity.select(self.frame, spec.baseline, spec.phase) if spec.baseline else None
@@ -275,6 +277,40 @@ class _Judge:
         rate, low, high = intervals.clopper_pearson(int(matches.sum()), len(matches), self.confidence(spec))
         cell.update(candidate_value=num(float(rate)), method="Clopper–Pearson over sessions")
         return self.finish(spec, cell, float(rate), float(low), float(high))
+
+    def external_hit_cells(self, spec: CriterionSpec) -> list[dict]:
+        """Per concurrency level: Σ external-tier hit tokens ÷ Σ prompt tokens HBM missed over the candidate's
+        phase windows (/metrics deltas, counters.external_hits). One window is a count of tokens, no sample:
+        its interval is [value, value]; several give a t-interval over the windows' ratios."""
+        windows: dict[int, list[tuple[float, float, int]]] = {}
+        for summary in self.inputs.summaries:
+            if summary["arm"] != spec.candidate or (spec.phase != "any" and summary["phase"] != spec.phase):
+                continue
+            if spec.concurrency and summary["concurrency"] not in spec.concurrency:
+                continue
+            found = counters.external_hits(summary, self.inputs.summaries)
+            if found is not None:
+                windows.setdefault(int(summary["concurrency"]), []).append((*found, int(summary.get("requests") or 0)))
+        if not windows:  # validity says why (external-hits-measured)
+            cell = {"concurrency": None, "n_candidate": 0, "windows": 0, "method": "/metrics deltas"}
+            return [self.finish(spec, cell, math.nan, math.nan, math.nan)]
+        out = []
+        for level in sorted(windows):
+            rows = windows[level]
+            hits, missed = sum(r[0] for r in rows), sum(r[1] for r in rows)
+            value = hits / missed
+            cell = {"concurrency": level, "n_candidate": int(missed), "windows": len(rows),
+                    "external_hit_tokens": num(hits), "requests": sum(r[2] for r in rows),
+                    "per_window": [num(r[0] / r[1]) for r in rows]}
+            if len(rows) >= 2:
+                cell["method"] = "t-interval over /metrics windows"
+                _, low, high = intervals.linear_t(np.array([r[0] / r[1] for r in rows]), self.confidence(spec))
+                low, high = max(float(low), 0.0), min(float(high), 1.0)
+            else:
+                cell.update(method="server counters over one window (a count of tokens, no interval)", exact=True)
+                low = high = value
+            out.append(self.finish(spec, cell, value, low, high))
+        return out
 
     def inventory_cells(self, spec: CriterionSpec) -> list[dict]:
         out = []
@@ -435,7 +471,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     english, chinese = explain.gate_explanation(gate.label, verdict, criteria, failed)
     table = cell_table(frame)
     simulated = bool(inputs.requests["simulated"].any()) if len(inputs.requests) else False
-    simulated |= any(s["simulated"] for s in inputs.summaries) or any(i["simulated"] for i in inputs.inventories)
+    simulated |= any(validity.summary_simulated(s) for s in inputs.summaries) or any(i["simulated"] for i in inputs.inventories)
     if len(inputs.retrieves):
         simulated |= bool(inputs.retrieves["simulated"].astype(bool).any())
     return {

@@ -404,7 +404,7 @@ def cut_charts(verdict: dict[str, Any]) -> list[Chart]:
         hits.append(Point(x=index, y=100.0 * statistics.fmean(ratios) if ratios else 0.0))
     bars = []
     for criterion in verdict.get("criteria") or []:
-        if criterion.get("phase") == "recovery" and criterion.get("metric") == "hit_ratio":
+        if criterion.get("phase") == "recovery" and criterion.get("metric") in ("hit_ratio", "external_hit_ratio"):
             bars.append((_("bar: hit ratio after the cut ≥ %(k)s %%") % {"k": _fmt(100 * float(criterion["threshold"]))},
                          [Point(x=len(phases), y=100 * float(criterion["threshold"]))]))
     title = _("FX path cut: requests answered and cache hits")

@@ -44,8 +44,11 @@ finding() {
 
 simulated=${FXPILOT_SIMULATED:-0}
 sudo_cmd=()
-if [ "$(id -u)" -eq 0 ] || [ "$simulated" = 1 ]; then
-  finding sudo root ok "$( [ "$simulated" = 1 ] && echo simulated || echo "running as root" )"
+# G4's FX path cut runs `sudo -n ip link set` (root too: sudo never asks root for a password), so sudo must be
+# there and password-less. A simulated node's user is never root: its simulated sudo is checked like a real one.
+if [ "$(id -u)" -eq 0 ] && [ "$simulated" != 1 ]; then
+  finding sudo root ok "running as root"
+  command -v sudo > /dev/null 2>&1 || finding tool sudo missing "the FX path cut runs ip link set through sudo -n"
 elif ! command -v sudo > /dev/null 2>&1; then
   finding tool sudo missing
   finding sudo nopasswd missing "sudo is not installed"

@@ -908,7 +908,8 @@ def coldness(before: dict, after: dict) -> dict:
     out: dict[str, Any] = {"cold": None, "prompt_tokens": prompt, "gpu_hit_tokens": gpu, "external_hit_tokens": external,
                            "gpu_hit_ratio": None, "external_hit_ratio": None}
     if not prompt or gpu is None:
-        out["detail"] = ("cannot verify: /metrics has no vllm:prefix_cache_hits_total or no prompt tokens were counted")
+        out["detail"] = ("cannot verify: /metrics has no vllm:prefix_cache_hits_total or no prompt tokens were counted"
+                         if after else "cannot verify: no /metrics from the server")
         return out
     out["gpu_hit_ratio"] = round(gpu / prompt, 6)
     if external is not None:
@@ -1290,8 +1291,11 @@ def _cpu() -> tuple[float, float, float]:
 
 async def run_requests(ctx: RunContext, reqs: Iterable[PlannedRequest] | Callable[[], PlannedRequest | None], concurrency: int, *,
                    labeller: Callable[[float], str] | None = None, extra: dict | None = None,
-                   check_cold: bool = False, endpoint: Endpoint | None = None) -> list[dict]:
-    """Run planned requests closed-loop, scrape /metrics around them, write one summary per phase label."""
+                   check_cold: bool = False, endpoint: Endpoint | None = None,
+                   phase_metrics: dict | None = None) -> list[dict]:
+    """Run planned requests closed-loop, scrape /metrics around them, write one summary per phase label.
+    `phase_metrics`: phase label → {"before", "after"} scrapes taken inside the loop where a label starts or
+    ends (a fault run's cut and recovery); the loop's own scrapes close the open ends."""
     loop = asyncio.get_running_loop()
     target = endpoint or ctx.endpoint
     before, error_before, _ = await loop.run_in_executor(None, scrape, target)
@@ -1300,11 +1304,12 @@ async def run_requests(ctx: RunContext, reqs: Iterable[PlannedRequest] | Callabl
     cpu1 = _cpu()
     after, error_after, _ = await loop.run_in_executor(None, scrape, target)
     return write_summaries(ctx, stats, tuple(b - a for a, b in zip(cpu0, cpu1)), before, after,
-                           error_before or error_after, extra, check_cold)
+                           error_before or error_after, extra, check_cold, phase_metrics)
 
 
 def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, after: dict, metric_error: str | None,
-                    extra: dict | None = None, check_cold: bool = False) -> list[dict]:
+                    extra: dict | None = None, check_cold: bool = False,
+                    phase_metrics: dict | None = None) -> list[dict]:
     summaries = []
     # the CPU of one loop is shared among its phase labels in proportion to their requests
     total = sum(st.requests for st in stats.values()) or 1
@@ -1316,10 +1321,14 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
         summary = _summary(ctx, phase, conc, rep, st, tuple(c * st.requests / total for c in cpu), before, after,
                            metric_error, extra)
         summary["metrics_window"] = window
+        if phase_metrics is not None and phase in phase_metrics:
+            bounds = phase_metrics[phase]
+            summary["phase_metrics"] = {"before": bounds.get("before", before), "after": bounds.get("after", after)}
         if check_cold:
             summary["coldness"] = coldness(before, after)
-            ctx.say(("COLD: " if summary["coldness"]["cold"] is not False else "NOT COLD: ")
-                    + summary["coldness"]["detail"])
+            cold = summary["coldness"]["cold"]
+            # None: /metrics could not say (missing counters, a failed scrape) — never reported as cold
+            ctx.say({True: "COLD: ", False: "NOT COLD: ", None: "UNVERIFIED: "}[cold] + summary["coldness"]["detail"])
         ctx.recorder.write_summary(summary)
         summaries.append(summary)
     ctx.recorder.progress()
@@ -1487,22 +1496,39 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
     start = time.monotonic()
     cut, back = start + a.fault_start, start + a.fault_start + a.fault_seconds
     events: dict[str, Any] = {}
+    loop = asyncio.get_running_loop()
+    # /metrics at the cut and once the restored path is evicted: the recovery's own external-tier hits (the
+    # judge's g4-fault-recovery), apart from HBM hits and from what the loop counted before
+    bounds: dict[str, dict] = {"measure": {}, "fault": {}, "recovery": {}}
 
     def label(now: float) -> str:
         return "measure" if now < cut else "fault" if now < back else "recovery"
 
+    async def scrape_now(what: str) -> dict:
+        found, error, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+        if error:
+            events[f"{what}_metrics_error"] = error
+        return found
+
     async def switch() -> None:
-        loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, cut - time.monotonic()))
         events["cut_at"] = round(time.monotonic(), 6)
+        at_cut = await scrape_now("cut")
+        bounds["measure"]["after"] = bounds["fault"]["before"] = at_cut
         ctx.say("FAULT cut" + (f": {a.cut_cmd}" if a.cut_cmd else ""))
         if a.cut_cmd:
-            events["cut_exit"] = await _shell(a.cut_cmd)
+            events["cut_exit"], said = await _shell(a.cut_cmd)
+            if events["cut_exit"] != 0:
+                events["cut_error"] = said
+                ctx.say(f"FAULT cut failed (exit {events['cut_exit']}): {said}")
         await asyncio.sleep(max(0.0, back - time.monotonic()))
         events["restore_at"] = round(time.monotonic(), 6)
         ctx.say("FAULT restore" + (f": {a.restore_cmd}" if a.restore_cmd else ""))
         if a.restore_cmd:
-            events["restore_exit"] = await _shell(a.restore_cmd)
+            events["restore_exit"], said = await _shell(a.restore_cmd)
+            if events["restore_exit"] != 0:
+                events["restore_error"] = said
+                ctx.say(f"FAULT restore failed (exit {events['restore_exit']}): {said}")
         # what HBM kept during the cut must not pass for hits that returned from FX; the load is still
         # running, so the reset preempts what is in flight
         try:
@@ -1511,11 +1537,14 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
         except WorkloadError as error:
             events["eviction"] = {"error": str(error)}
             ctx.say(f"EVICT failed after the restore: {error}")
+        at_recovery = await scrape_now("recovery")
+        events["recovery_metrics_at"] = round(time.monotonic(), 6)
+        bounds["fault"]["after"] = bounds["recovery"]["before"] = at_recovery
 
     take = _cycling_requests(ctx, sessions, a, conc, start + duration, lambda now: 1)
     switcher = asyncio.ensure_future(switch())
     try:
-        await run_requests(ctx, take, conc, labeller=label, extra={"fault": events})
+        await run_requests(ctx, take, conc, labeller=label, extra={"fault": events}, phase_metrics=bounds)
     finally:
         if not switcher.done():
             switcher.cancel()
@@ -1523,10 +1552,12 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
                 await _shell(a.restore_cmd)
 
 
-async def _shell(command: str) -> int:
+async def _shell(command: str) -> tuple[int, str]:
+    """(exit code, the last lines it printed on stderr) of a shell command."""
     proc = await asyncio.create_subprocess_shell(command, stdout=asyncio.subprocess.DEVNULL,
-                                                 stderr=asyncio.subprocess.DEVNULL)
-    return await proc.wait()
+                                                 stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    return proc.returncode, " | ".join(err.decode("utf-8", "replace").strip().splitlines()[-3:])[:500]
 
 
 # ── Trace replay (G4) ──────────────────────────────────────────────────────────────────────────────
@@ -1825,7 +1856,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.command in ("soak",) and not a.duration_s:
             raise WorkloadError("soak needs --duration-s", 2)
         model = a.model or ("" if a.command == "evict" else _first_model(endpoint))
-        simulated = detect_simulated(endpoint) if a.simulated == "auto" else a.simulated == "yes"
+        # simulated when told so or when the server says it is the simulator: no flag makes the simulator's answers real
+        simulated = a.simulated == "yes" or detect_simulated(endpoint)
         recorder = Recorder(a.out, quiet=a.quiet)
         ctx = RunContext(endpoint, model, a.arm, a.run_id, a.instance or endpoint.name, recorder, simulated,
                          a.timeout, versions=versions, quiet=a.quiet, coalesce=a.coalesce_ms / 1000,

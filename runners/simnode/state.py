@@ -14,6 +14,7 @@ FAULTS = {
     "fx_down": False, "fx_degraded": 1.0, "slow_disk": 1.0, "server_crash_after_requests": None,
     "drop_ssh_after_seconds": None, "slow_command_seconds": 0, "refuse_auth": False, "fx_missing": False,
     "corrupt_transfers": False,  # fxpilot addition: the SFTP server flips the first byte of each file
+    "sudo_password": False,  # fxpilot addition: the simulated sudo asks for a password (sudo -n refuses)
     # fxpilot addition: simulated tools left off the node's PATH, e.g. ["amd-smi", "vllm"] (a tool the host has
     # itself, such as ip or mount, stays reachable there)
     "missing_tools": [],

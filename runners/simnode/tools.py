@@ -2,6 +2,8 @@
 
 Run as ``$FXPILOT_PYTHON -m runners.simnode.tools TOOL ARGS...`` by the wrappers in runners/simnode/bin.
 Standard library only. Commands that would need root on a real node act on the sandbox state instead.
+The node's SSH user is not root: `ip link set` refuses a change, as the real one does, unless it runs through
+the simulated `sudo` (password-less, unless the fault `sudo_password` makes it ask, as a real sudoers rule can).
 """
 from __future__ import annotations
 
@@ -397,6 +399,38 @@ def _links(state: dict) -> list[dict]:
     ]
 
 
+SUDO_ENV = "FXPILOT_SIM_SUDO"  # set by the simulated sudo for the command it runs: that command is root
+
+
+def _as_root() -> bool:
+    return os.environ.get(SUDO_ENV) == "1"
+
+
+def sudo(args: list[str]) -> None:
+    """`sudo [-n] COMMAND…`: runs COMMAND as the simulated root; with the fault sudo_password it needs a password,
+    which `-n` (and a session without a terminal) refuses as the real sudo does."""
+    non_interactive = False
+    while args and args[0].startswith("-"):
+        option = args.pop(0)
+        if option in ("-n", "--non-interactive"):
+            non_interactive = True
+        elif option == "--":
+            break
+        elif option not in ("-E", "-H"):
+            raise ToolError(f"sudo: simulated node knows -n, -E, -H only, not {option}", 1)
+    if not args:
+        raise ToolError("usage: sudo [-n] command [arg ...]", 1)
+    if _state()["faults"].get("sudo_password"):
+        raise ToolError("sudo: a password is required" if non_interactive else
+                        "sudo: a terminal is required to read the password; either use the -S option to read from "
+                        "standard input or configure an askpass helper", 1)
+    env = {**os.environ, SUDO_ENV: "1"}
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError:
+        raise ToolError(f"sudo: {args[0]}: command not found", 1) from None
+
+
 def ip(args: list[str]) -> None:
     state = _state()
     as_json = "-j" in args or "-json" in args
@@ -410,6 +444,8 @@ def ip(args: list[str]) -> None:
         names = [link["ifname"] for link in _links(state)]
         if rest[0] not in names:
             raise ToolError(f'Cannot find device "{rest[0]}"', 1)
+        if not _as_root():  # the device is looked up first; the change itself needs CAP_NET_ADMIN
+            raise ToolError("RTNETLINK answers: Operation not permitted", 2)
         if rest[0] == FX_NIC:
             state["faults"]["fx_down"] = rest[1] == "down"
             _save(state)
@@ -672,7 +708,7 @@ def _fio_dir(io_bytes: int, bw_bytes: float, iops: float, runtime: float, ios: i
 TOOLS = {
     "amd-smi": amd_smi, "rocm-smi": rocm_smi, "nvme": nvme, "mount": mount, "umount": umount, "findmnt": findmnt, "mkfs.xfs": mkfs_xfs,
     "ip": ip, "ethtool": ethtool, "ibv_devinfo": ibv_devinfo, "rdma": rdma, "nproc": nproc, "free": free, "df": df,
-    "fio": fio,
+    "fio": fio, "sudo": sudo,
 }
 
 

@@ -169,3 +169,25 @@ def test_a_failing_restart_hook_stops_the_run_with_its_output(server_url, tmp_pa
                         "--evict", "restart", "--restart-cmd", "echo no such service >&2; exit 5")
     assert result.returncode == 3
     assert "--restart-cmd exited 5: no such service" in result.stderr
+
+
+def test_without_metrics_the_client_says_unverified_never_cold(start_server, tmp_path):
+    out = tmp_path / "fx.jsonl"
+    url = start_server("--no-metrics")
+    result = run_client("measure", "--url", url, "--arm", "fx", "--out", str(out), *SMALL)
+    assert result.returncode == 0, result.stderr
+    verdicts = [line for line in result.stdout.splitlines() if "COLD: " in line or line.startswith("UNVERIFIED: ")]
+    assert verdicts and all(line.startswith("UNVERIFIED: ") for line in verdicts), verdicts
+    assert all(s["coldness"]["cold"] is None and "no /metrics" in s["coldness"]["detail"]
+               for s in summaries(out) if s["phase"] == "measure")
+
+
+@pytest.mark.parametrize("flag", ["no", "auto"])
+def test_a_server_that_says_it_is_the_simulator_makes_the_records_simulated_whatever_the_flag(start_server, tmp_path,
+                                                                                              flag):
+    out = tmp_path / "fx.jsonl"
+    url = start_server("--simulated")
+    result = run_client("populate", "--url", url, "--arm", "fx", "--out", str(out), "--simulated", flag, *SMALL)
+    assert result.returncode == 0, result.stderr
+    assert read_jsonl(out) and all(r["simulated"] is True for r in read_jsonl(out))
+    assert all(s["simulated"] is True for s in summaries(out))

@@ -63,3 +63,23 @@ def test_fault_runs_the_cut_and_restore_commands_and_labels_by_time(server_url, 
     assert [order[r["phase"]] for r in by_send] == sorted(order[r["phase"]] for r in by_send)
     fault = [s for s in summaries(out) if s["phase"] == "fault"][0]
     assert fault["fault"]["cut_exit"] == 0 and fault["fault"]["restore_exit"] == 0
+    # each phase of the loop has its own /metrics pair: recovery's starts after the post-restore eviction
+    by_phase = {s["phase"]: s for s in summaries(out)}
+    assert by_phase["fault"]["phase_metrics"]["after"] == by_phase["recovery"]["phase_metrics"]["before"]
+    assert by_phase["measure"]["phase_metrics"]["after"] == by_phase["fault"]["phase_metrics"]["before"]
+    assert by_phase["recovery"]["phase_metrics"]["after"] == by_phase["recovery"]["metrics_after"]
+    assert by_phase["recovery"]["phase_metrics"]["before"]["vllm:prompt_tokens_total"] > 0
+
+
+def test_a_refused_cut_is_recorded_with_its_exit_code_and_what_it_said(server_url, tmp_path):
+    out = tmp_path / "fault.jsonl"
+    refuse = "echo 'RTNETLINK answers: Operation not permitted' >&2; exit 2"
+    result = run_client("fault", "--url", server_url, "--arm", "fx", "--out", str(out), "--fault-start", "0.2",
+                        "--fault-seconds", "0.3", "--duration-s", "0.8", "-c", "2", "--prompt-tokens", "32",
+                        "--turn-tokens", "4", "--output-tokens", "4", "--evict", "reset",
+                        "--cut-cmd", refuse, "--restore-cmd", "true")
+    assert result.returncode == 0, result.stderr
+    assert "FAULT cut failed (exit 2): RTNETLINK answers: Operation not permitted" in result.stdout
+    fault = summaries(out)[-1]["fault"]
+    assert fault["cut_exit"] == 2 and fault["cut_error"] == "RTNETLINK answers: Operation not permitted"
+    assert fault["restore_exit"] == 0 and "error" not in fault["eviction"]

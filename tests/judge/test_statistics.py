@@ -10,14 +10,14 @@ from scipy import stats
 
 from gates.judge import evaluate
 from gates.judge.verdicts import decide
-from tests.judge.helpers import inventory_file, jsonl, plan_with, request
+from tests.judge.helpers import inventory_file, jsonl, plan_with, request, summaries_file
 
 LEVEL = 0.96  # the default plan's first look: 95 % less the share of α kept for two extensions
 
 
 def judge_one(criterion: dict, records: list[dict], *extra_files, gate: int = 3, **judging) -> dict:
     plan = plan_with([criterion], gate=gate, **{"min_requests_per_cell": 1, **judging})
-    files = [("records.jsonl", jsonl(records)), inventory_file(), *extra_files]
+    files = [("records.jsonl", jsonl(records)), summaries_file(records), inventory_file(), *extra_files]
     verdict = evaluate(plan, gate, files)
     assert verdict["validity"]["valid"], verdict["validity"]
     return verdict["criteria"][0]

@@ -146,10 +146,10 @@ def test_sharing_read_back_on_the_writing_instance_is_invalid():
     share = frame[frame["phase"] == "share"]
     written = share.assign(phase="populate", instance="node1:8000", t_send=share["t_send"] - 1000,
                            t_first_token=share["t_first_token"] - 1000, t_end=share["t_end"] - 1000)
-    verdict = evaluate(PLAN, 4, files_of(pd.concat([frame, written]), summaries=False))
+    verdict = evaluate(PLAN, 4, files_of(pd.concat([frame, written])))
     assert verdict["verdict"] == "invalid" and "answered by the instance that wrote" in verdict["explanation"]
     frame.loc[frame["phase"] == "share", "instance"] = "node2:8000"
-    assert evaluate(PLAN, 4, files_of(pd.concat([frame, written]), summaries=False))["verdict"] == "pass"
+    assert evaluate(PLAN, 4, files_of(pd.concat([frame, written])))["verdict"] == "pass"
 
 
 def test_the_same_records_given_twice_are_invalid():

@@ -7,7 +7,7 @@ import pytest
 
 from gates.judge import RecordError, evaluate, synthetic
 from gates.plan import load_plan
-from tests.judge.helpers import inventory_file, jsonl, plan_with, request
+from tests.judge.helpers import inventory_file, jsonl, plan_with, request, summaries_file
 
 PLAN = load_plan("default")
 
@@ -59,7 +59,7 @@ def test_ok_without_a_first_token_is_a_failed_request():
     records += [request("fx", None, t_send=100.0 + 10 * i, session=f"slow{i}") for i in range(4)]
     plan = plan_with([{"key": "fail", "metric": "error_rate", "statistic": "count", "comparison": "absolute",
                        "candidate": "fx", "op": "<=", "threshold": 0}], min_requests_per_cell=1)
-    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), inventory_file()])
+    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()])
     criterion = verdict["criteria"][0]
     assert criterion["value"] == 4.0 and criterion["verdict"] == "fail"
     assert verdict["counts"]["ok_without_first_token"] == 4
@@ -109,7 +109,7 @@ def test_one_error_in_384_fails_a_tenth_of_a_percent_bar_once_there_are_enough_r
     records += [request("fx", None, t_send=50_000.0 + i, session=f"e{i}", status="error") for i in range(30)]
     plan = plan_with([{"key": "rate", "metric": "error_rate", "statistic": "value", "comparison": "absolute",
                        "candidate": "fx", "op": "<=", "threshold": 0.001}], min_requests_per_cell=1)
-    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), inventory_file()])
+    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()])
     assert verdict["criteria"][0]["verdict"] == "fail"  # 31 in 4,030: the exact lower bound is above 0.1 %
 
 

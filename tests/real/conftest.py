@@ -75,7 +75,7 @@ def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = 
         "fx_target": {"transport": "rdma", "address": "192.0.2.10", "service_id": 4420,
                       "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"},
         "extra_vllm_flags": ["--enforce-eager", f"--max-model-len={MAX_MODEL_LEN}", "--max-num-seqs=8"],
-        "health_timeout_s": health_timeout_s, "kv_connector": "ExampleConnector",
+        "health_timeout_s": health_timeout_s, "kv_connector": "ExampleConnector", "engine_test_tier": True,
         "launcher": {"venv": str(engine.venv), "env": {
             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(engine.cache / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(engine.cache / "inductor")}},

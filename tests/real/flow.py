@@ -23,7 +23,8 @@ def deploy(site, arm: str) -> Deployment:
 def versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     manifest = json.loads(conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False).stdout)
     found = manifest["versions"]
-    return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"]}
+    return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"],
+            "kv_connector": manifest["kv_connector"]}
 
 
 def cold_recovery(site, deployment: Deployment, *extra: str) -> str:

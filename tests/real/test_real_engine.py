@@ -117,8 +117,11 @@ def test_the_judge_accepts_the_real_records_and_its_counters_agree_with_metrics(
     verdict = evaluate(plan_with(GATE, gate=2), 2, inputs)
     failed = [c for c in verdict["validity"]["checks"] if not c["ok"]]
     # One repetition keeps the tier short; the judge (version 2) needs two for a criterion whose interval comes
-    # from the spread across repetitions, and says so. Every other check holds on the real records.
-    assert [c["name"] for c in failed] == ["repetitions"] and "1 repetition" in failed[0]["detail"], failed
+    # from the spread across repetitions, and says so. The cache arm ran vLLM's ExampleConnector, which the judge
+    # never takes for LMCache. Every other check holds on the real records.
+    assert [c["name"] for c in failed] == ["repetitions", "kv-connector-is-lmcache"], failed
+    assert "1 repetition" in failed[0]["detail"]
+    assert "local_nvme: the server ran the KV connector ExampleConnector" in failed[1]["detail"], failed
     hit = next(c for c in verdict["criteria"] if c["key"] == "hit")
     assert hit["value"] > 0.99 and hit["verdict"] != "fail"
     assert verdict["simulated"] is False

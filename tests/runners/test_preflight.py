@@ -80,6 +80,16 @@ def test_a_simulated_node_without_its_gpu_tools_and_vllm(simnodes, make_node, jo
     assert inventory["fio"]["fx"]["read_gbps"] > 0  # the rest of the probe still ran
 
 
+def test_a_simulated_node_whose_sudo_asks_for_a_password_cannot_run_the_gate(simnodes, make_node, job):
+    """G4 cuts the FX path with `sudo -n ip link set`: a sudo that wants a password blocks the node, simulated too."""
+    server = simnodes(1, sudo_password=True)[0]
+    with pytest.raises(NodeNotReady) as caught:
+        probe_node(make_node(server), job=job, fio_runtime=1)
+    assert [b["message"] for b in caught.value.blockers] == [
+        "sudo asks the SSH user of node1 for a password (sudo: a password is required): allow password-less sudo "
+        "for nvme, mount, mkfs.xfs and ip link set (G4 cuts the FX path with it)"]
+
+
 def test_only_one_missing_gpu_tool_is_no_blocker(simnodes, make_node, job):
     server = simnodes(1, missing_tools=["amd-smi"])[0]
     inventory = probe_node(make_node(server), job=job, fio_runtime=1)  # rocm-smi counts the GPUs
@@ -103,7 +113,7 @@ def test_findings_become_blockers_with_the_node_and_what_to_do():
     assert [b["message"] for b in result["blockers"]] == [
         "`fio` is not installed on gpu07: install fio",
         "sudo asks the SSH user of gpu07 for a password (sudo: a password is required): allow password-less sudo "
-        "for nvme, mount and mkfs.xfs",
+        "for nvme, mount, mkfs.xfs and ip link set (G4 cuts the FX path with it)",
         "`vllm --version` fails on gpu07: ImportError: libamdhip64.so",
         "port 8001 on gpu07 is already in use: stop what listens there or choose other ports",
         "the FX target 10.0.0.5:4420 does not offer nqn.2026-01.com.example.fx:fx100.pool0 to gpu07",

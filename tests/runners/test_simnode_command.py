@@ -60,7 +60,11 @@ def test_the_simulated_storage_tools_act_on_the_sandbox(simnodes, make_node):
         assert "/dev/nvme1n1" not in conn.run("nvme list -o json").stdout
         conn.run(f"nvme connect -t rdma -n {nqn} -a 192.168.100.10 -s 4420 && mount /dev/nvme1n1 ~/mnt/fx")
         assert "/dev/nvme1n1 on " + str(server.root / "mnt" / "fx") in conn.run("mount").stdout
-        conn.run("ip link set dev ens1f0np0 down")
+        # the SSH user is not root: the link is changed only through (password-less) sudo, as on a real node
+        refused = conn.run("ip link set dev ens1f0np0 down", check=False)
+        assert refused.exit_code == 2 and "RTNETLINK answers: Operation not permitted" in refused.stderr_tail
+        assert not load_state(server.root)["faults"]["fx_down"]
+        conn.run("sudo -n ip link set dev ens1f0np0 down")
         assert "PORT_DOWN" in conn.run("ibv_devinfo").stdout and load_state(server.root)["faults"]["fx_down"]
         with pytest.raises(ssh.CommandFailed, match="Input/output error"):
             conn.run("fio --name=x --filename=$HOME/mnt/fx/f --rw=read --bs=1M --size=64M --output-format=json")

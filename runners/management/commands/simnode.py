@@ -28,7 +28,7 @@ from runners.ssh import accept_host_key
 # fault name on the command line → (state.json key, value parser)
 _FAULTS = {
     "fx-down": ("fx_down", "bool"), "fx-missing": ("fx_missing", "bool"), "refuse-auth": ("refuse_auth", "bool"),
-    "corrupt-transfers": ("corrupt_transfers", "bool"), "fx-degraded": ("fx_degraded", "float"),
+    "corrupt-transfers": ("corrupt_transfers", "bool"), "sudo-password": ("sudo_password", "bool"), "fx-degraded": ("fx_degraded", "float"),
     "slow-disk": ("slow_disk", "float"), "slow-command": ("slow_command_seconds", "float"),
     "drop-ssh-after": ("drop_ssh_after_seconds", "float_or_off"),
     "server-crash-after": ("server_crash_after_requests", "int_or_off"),

@@ -27,8 +27,9 @@ system-test:
 demo: system-demo venv
 	$(PY) manage.py demo --scenario $(SCENARIO)
 
+# The 30 slowest tests are listed at the end of every run, so a change that makes the suite slower shows.
 test: system-test venv
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The real-engine tier: real vLLM (CPU build) started by the real deploy.sh over real SSH. Its environment
 # is built once per machine outside the clone (scripts/real-engine; FXPILOT_ENGINE_DIR moves it).

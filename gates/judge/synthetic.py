@@ -142,6 +142,7 @@ def phase_summaries(frame: pd.DataFrame, *, versions: bool = True) -> list[dict]
             summary["versions"] = {"vllm": "0.20.1+rocm721", "lmcache": "0.3.x", "rocm": "7.2.1"}
             if arm != "recompute":
                 summary["versions"]["kv_connector"] = "LMCacheConnectorV1"
+                summary["versions"]["page_cache"] = {"use_odirect": True, "drop_page_cache": False, "method": "odirect"}
         out.append(summary)
     return out
 

@@ -95,6 +95,7 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
         checks.append(_inventory_complete(gate, inputs))
     checks.append(_hit_behaviour(gate, inputs, frame))
     checks.append(_connector(gate, inputs, frame))
+    checks.append(_page_cache(gate, inputs))
     checks.append(_client(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
         checks.append(_hashes(gate, inputs.requests, frame))
@@ -367,6 +368,39 @@ def _connector(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
         else:
             seen.append(f"{arm}: {PILOT_CONNECTOR}")
     return _check("kv-connector-is-lmcache", problems, "; ".join(seen) or "no real cache arm to check")
+
+
+PAGE_CACHE_DROPPED = "page cache dropped"  # what the workload client's eviction says when it did drop it
+
+
+def _page_cache(gate: GatePlan, inputs: Inputs) -> dict:
+    """Before a cold read the page cache was dropped or the tier read with O_DIRECT, so a "disk" hit is not a DRAM
+    hit (design §5). Evidence per real cache arm's measure phase: the deploy manifest's page_cache settings (in
+    versions.page_cache) or the eviction's own words in the phase summary."""
+    arms = {a for s in gate.criteria if uses_requests(s) for a in (s.candidate, s.baseline) if a and a != RECOMPUTE_ARM}
+    phases = {s.phase for s in gate.criteria if uses_requests(s)}
+    if not phases & (set(HIT_PHASES) | {"any"}):
+        return _check("page-cache-bypassed", [], "no measure phase after an eviction to check")
+    problems, seen = [], []
+    for arm in sorted(arms):
+        rows = [s for s in inputs.summaries if s["arm"] == arm and s["phase"] in HIT_PHASES and not summary_simulated(s)]
+        if not rows:
+            continue
+        bad = []
+        for summary in rows:
+            page_cache = (summary.get("versions") or {}).get("page_cache") or {}
+            eviction = summary.get("eviction") or {}
+            if page_cache.get("use_odirect") is True or eviction.get("drop-caches") == PAGE_CACHE_DROPPED:
+                continue
+            said = eviction.get("drop-caches") or "no page-cache drop in the eviction"
+            bad.append(f"{summary['phase']}@{summary['concurrency']} rep {summary['repetition']} ({said})")
+        if bad:
+            problems.append(f"{arm}: neither O_DIRECT (deploy manifest page_cache.use_odirect) nor a dropped page cache "
+                            f"before the cold read, so a disk hit may have been a DRAM hit: {'; '.join(bad[:3])}"
+                            + (f"; {len(bad) - 3} more" if len(bad) > 3 else ""))
+        else:
+            seen.append(f"{arm}: {len(rows)} measured cell(s) read with O_DIRECT or after a page-cache drop")
+    return _check("page-cache-bypassed", problems, "; ".join(seen) or "no real cache arm to check")
 
 
 def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[str]:

@@ -136,3 +136,23 @@ def test_a_real_cache_arm_must_have_run_lmcache():
     assert "fx: the server ran the KV connector ExampleConnector (per the deploy manifest), not LMCacheConnectorV1" \
         in found["detail"]
     assert "cannot be verified" in check(judged(None), "kv-connector-is-lmcache")["detail"]
+
+
+def test_a_real_cold_read_needs_o_direct_or_a_dropped_page_cache():
+    frame = synthetic.table1_frame(seed=5).assign(simulated=False)
+    inventory = ("node1/inventory.json", json.dumps({**synthetic.inventory(), "simulated": False}).encode())
+
+    def judged(odirect: bool, dropped: str):
+        summaries = synthetic.phase_summaries(frame)
+        for summary in summaries:
+            if summary["arm"] != "recompute":
+                summary["versions"]["page_cache"] = {"use_odirect": odirect, "drop_page_cache": True}
+                summary["eviction"] = {"reset": "prefix cache reset", "drop-caches": dropped}
+        return evaluate(PLAN, 3, g3_files(frame, summaries)[:2] + [inventory])
+
+    assert check(judged(True, "page cache NOT dropped: not root"), "page-cache-bypassed")["ok"]
+    assert check(judged(False, "page cache dropped"), "page-cache-bypassed")["ok"]
+    verdict = judged(False, "page cache NOT dropped: not root (use O_DIRECT in LMCache or run the client as root)")
+    bypass = check(verdict, "page-cache-bypassed")
+    assert verdict["verdict"] == "invalid" and not bypass["ok"]
+    assert bypass["detail"].startswith("fx: neither O_DIRECT") and "page cache NOT dropped: not root" in bypass["detail"]

@@ -47,3 +47,12 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     assert len(shared) == 1 and shared != {r["instance"] for r in rows if r["phase"] == "replay" and r["arm"] == "fx"}
     assert job.artifacts.filter(name="customer-trace.csv").exists()
     assert job.steps.get(name="evaluate").status in ("successful", "failed", "error")
+    # the path was really cut (through the simulated sudo) and restored, and recovery is judged on /metrics
+    from gates.models import Evaluation
+
+    verdict = Evaluation.objects.filter(job=job).latest("pk").result
+    checks = {c["name"]: c for c in verdict["validity"]["checks"]}
+    for name in ("fault-path-cut-confirmed", "external-hits-measured", "no-simulated-mixed-with-real"):
+        assert checks[name]["ok"], checks[name]
+    recovery = next(c for c in verdict["criteria"] if c["key"] == "g4-fault-recovery")
+    assert recovery["metric"] == "external_hit_ratio" and recovery["cells"][0]["windows"] == 1, recovery

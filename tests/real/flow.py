@@ -24,7 +24,7 @@ def versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     manifest = json.loads(conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False).stdout)
     found = manifest["versions"]
     return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"],
-            "kv_connector": manifest["kv_connector"]}
+            "kv_connector": manifest["kv_connector"], "page_cache": manifest["page_cache"]}
 
 
 def cold_recovery(site, deployment: Deployment, *extra: str) -> str:

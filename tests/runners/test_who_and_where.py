@@ -71,6 +71,10 @@ def test_the_node_page_never_says_none(demo, client):
     client.post(reverse("set_language"), {"language": "zh-hans", "next": "/"})
     page = client.get(reverse("node", args=[node.code])).content.decode()
     assert "命令行（ops@jump1）" in page and "None" not in page
+    # Simulated nodes say so in words a person reads, on the node and the sites page alike.
+    assert "模拟 — 非证据" in page
+    sites = client.get(reverse("sites", args=[demo.pilot.code])).content.decode()
+    assert "simulated: true" not in sites and "simulated: true" not in page
 
 
 def test_each_line_of_parallel_steps_carries_its_node_and_step(signed_pilot):

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -144,6 +145,17 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
                                    cwd=ROOT, env=customer, stdout=open(sim_log, "ab"), stderr=subprocess.STDOUT,
                                    start_new_session=True)
         started.append(simnode)
+        # Both workers boot while the simulated nodes register (each waits for its own "ready"): the
+        # control one in a thread meanwhile.
+        control = Worker("control", [cluster.control], common, tmp_path)
+        booting = threading.Thread(target=control.start)
+        booting.start()
+        started.append(control)
+        site_worker = NamespacedWorker(net, [web_data], "site", [site.queue], customer, tmp_path, concurrency=3)
+        started.append(site_worker)
+        site_worker.start()
+        booting.join()
+        assert control.proc is not None and control.proc.poll() is None and " ready." in control.text(), control.text()
         _until(lambda: Node.objects.filter(site=site, host_key_state=Node.HostKeyState.ACCEPTED).count() == 2
                or simnode.poll() is not None, 90, lambda: sim_log.read_text(errors="replace")[-3000:])
         nodes = list(site.nodes.order_by("name"))
@@ -158,18 +170,6 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
                        capture_output=True, text=True)
         assert seen.returncode == 0 and seen.stdout == "", seen.stderr
 
-        # Both workers boot at once (each waits for its own "ready"): the control one in a thread meanwhile.
-        import threading
-
-        control = Worker("control", [cluster.control], common, tmp_path)
-        booting = threading.Thread(target=control.start)
-        booting.start()
-        started.append(control)
-        site_worker = NamespacedWorker(net, [web_data], "site", [site.queue], customer, tmp_path, concurrency=3)
-        started.append(site_worker)
-        site_worker.start()
-        booting.join()
-        assert control.proc is not None and control.proc.poll() is None and " ready." in control.text(), control.text()
         logs = lambda: "\n".join(w.text()[-3000:] for w in started if isinstance(w, Worker))  # noqa: E731
 
         # Evidence is content-addressed: a blob the suite's earlier runs left in the web data folder has the

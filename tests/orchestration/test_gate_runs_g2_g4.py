@@ -56,3 +56,4 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
         assert checks[name]["ok"], checks[name]
     recovery = next(c for c in verdict["criteria"] if c["key"] == "g4-fault-recovery")
     assert recovery["metric"] == "external_hit_ratio" and recovery["cells"][0]["windows"] == 1, recovery
+    assert recovery["cells"][0]["verdict"] == "pass", recovery  # the tier serves again once the path is back

@@ -1,4 +1,7 @@
-"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the control queue)."""
+"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the control queue).
+
+`verify_upload` imports `gates.reports.service` when it runs: every worker, a site worker on a jump host too,
+imports this module at start, and must not need the PDF renderer and signer for that."""
 from __future__ import annotations
 
 import hashlib

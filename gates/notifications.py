@@ -12,6 +12,7 @@ growing delay while the mail server is down (the home page shows the notificatio
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
@@ -127,6 +128,60 @@ def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[]
     )
 
 
+def _host_key_subject(node: Node, pilot: Pilot, fingerprint: str | None = None) -> str:
+    return _("%(pilot)s: accept the host key of %(node)s (%(fingerprint)s)") % {
+        "pilot": pilot.name, "node": node.name,
+        "fingerprint": node.pending_host_key_fingerprint if fingerprint is None else fingerprint}
+
+
+def _run_subject(job: Job, pilot: Pilot) -> str:
+    return _("%(pilot)s: %(what)s run ended — %(status)s") % {
+        "pilot": pilot.name, "what": job.gate.label if job.gate_id else job.get_kind_display(),
+        "status": job.get_status_display()}
+
+
+def _subject_again(note: Notification) -> str | None:
+    """A notification's subject made again from what its key names, in the active language (None: it is gone)."""
+    kind, _sep, rest = note.key.partition(":")
+    ident = rest.split(":")[0]
+    pilot = note.pilot
+    if pilot is None or not ident:
+        return None
+    if note.kind == "accept_host_key":
+        node = Node.objects.filter(code=ident).first() if _is_uuid(ident) else None
+        return _host_key_subject(node, pilot, rest.partition(":")[2]) if node is not None else None
+    if note.kind == "run_finished":
+        job = Job.objects.filter(code=ident).select_related("gate").first() if _is_uuid(ident) else None
+        return _run_subject(job, pilot) if job is not None else None
+    if note.kind == "sign_plan" and ident.isdigit():
+        version = pilot.plan_versions.filter(pk=int(ident)).first()
+        return _action_notice(kind, pilot, version)[1]() if version is not None else None
+    if note.kind in ACTION_LABELS and ident.isdigit():
+        gate = pilot.gates.filter(pk=int(ident)).first()
+        return _action_notice(kind, pilot, gate)[1]() if gate is not None else None
+    return None
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def relocalise(user, language: str, limit: int = 100) -> int:
+    """A person who changed their language reads their latest notifications in it; returns how many changed."""
+    changed = 0
+    with translation.override(language):
+        for note in Notification.objects.filter(user=user).select_related("pilot")[:limit]:
+            text = _subject_again(note)
+            if text is not None and text[:300] != note.subject:
+                Notification.objects.filter(pk=note.pk).update(subject=text[:300])
+                changed += 1
+    return changed
+
+
 def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     """Notify everyone who must act now, and everyone concerned by a run that ended. Returns how many were created."""
     pilots = list(pilots) if pilots is not None else list(Pilot.objects.exclude(state__in=FINAL))
@@ -158,10 +213,7 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
                 pilot=pilot,
                 kind="accept_host_key",
                 key=f"host_key:{node.code}:{node.pending_host_key_fingerprint}",
-                subject=lambda node=node, pilot=pilot: (
-                    _("%(pilot)s: accept the host key of %(node)s (%(fingerprint)s)")
-                    % {"pilot": pilot.name, "node": node.name, "fingerprint": node.pending_host_key_fingerprint}
-                ),
+                subject=lambda node=node, pilot=pilot: _host_key_subject(node, pilot),
                 url=reverse("node", args=[node.code]),
             )
         )
@@ -176,14 +228,7 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
                 pilot=pilot,
                 kind="run_finished",
                 key=f"run_finished:{job.code}",
-                subject=lambda job=job, pilot=pilot: (
-                    _("%(pilot)s: %(what)s run ended — %(status)s")
-                    % {
-                        "pilot": pilot.name,
-                        "what": job.gate.label if job.gate_id else job.get_kind_display(),
-                        "status": job.get_status_display(),
-                    }
-                ),
+                subject=lambda job=job, pilot=pilot: _run_subject(job, pilot),
                 url=reverse("run", args=[job.code]),
             )
         )

@@ -119,6 +119,7 @@ def set_language(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         Profile.objects.update_or_create(user=request.user, defaults={"language": language})
         request.session[LANGUAGE_SESSION_KEY] = language
+        notifications.relocalise(request.user, language)
     translation.activate(language)
     response = redirect(target)
     response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax", secure=settings.SESSION_COOKIE_SECURE)
@@ -540,8 +541,10 @@ def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
     if result.get("criteria"):
         rows = []
         for item in result["criteria"]:
-            description = (item.get("description_zh") if chinese else "") or item.get("description", "")
-            rows.append({**item, "text": description})
+            def said(field: str, item=item) -> str:
+                return (item.get(f"{field}_zh") if chinese else "") or item.get(field, "")
+
+            rows.append({**item, "text": said("description"), "rule": said("rule"), "explanation": said("explanation")})
         return rows
     version = gate.pilot.signed_plan or gate.pilot.latest_plan
     criteria = version.criteria.filter(gate_number=gate.number) if version else []

@@ -119,6 +119,7 @@ def manifest(context: dict[str, Any], language: str, files: list[dict[str, Any]]
             "code": context["code"], "kind": context["kind"], "language": language, "created": context["created"],
             "pilot_code": pilot["code"], "pilot_name": pilot["name"], "customer": pilot["customer"],
             "vendor": pilot["vendor"], "gate": gate.get("number"), "gate_name": gate.get("name"),
+            "gate_name_zh": gate.get("name_zh"),
             "verdict": (context.get("evaluation") or {}).get("verdict"),
             "evaluation": (context.get("evaluation") or {}).get("id"),
             "evidence_sha256": (context.get("evaluation") or {}).get("evidence_sha256"),

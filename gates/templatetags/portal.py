@@ -8,10 +8,14 @@ from django import template
 from django.utils import formats, translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from gates.models import Gate, Pilot
+from gates.judge import explain
+from gates.models import Gate, Pilot, PlanVersion
+from gates.reports import reasons
 from gates.reports.checks import localised
 from gates.reports.context import root_certificate
+from runners.models import Status
 
 register = template.Library()
 
@@ -134,3 +138,99 @@ def starter_label(label: str) -> str:
     if label.startswith("command line (") and label.endswith(")"):
         return _("command line (%(where)s)") % {"where": label[len("command line ("):-1]}
     return label
+
+
+@register.filter
+def measure(criterion: Any) -> str:
+    """What a criterion measures — its metric and statistic — in the reader's language ("TTFT p50", "命中率 均值")."""
+    chinese = (translation.get_language() or "").startswith("zh")
+    metric, statistic = getattr(criterion, "metric", ""), getattr(criterion, "statistic", "")
+    names = (explain.METRIC_ZH, explain.STAT_ZH) if chinese else (explain.METRIC_EN, explain.STAT_EN)
+    return " ".join(part for part in (names[0].get(metric, metric), names[1].get(statistic, statistic)) if part)
+
+
+UNIT_WORDS = {"requests": gettext_lazy("requests"), "GPUs": gettext_lazy("GPUs")}
+
+
+@register.filter
+def in_unit(value: Any, unit: str = "") -> str:
+    """A criterion's figure in its unit, as a person reads it: a fraction as a percentage, a ratio with ×."""
+    if value in (None, "") or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return number(value)
+    if unit == "fraction":
+        return number(value * 100, 3) + " %"
+    if unit == "×":
+        return number(value) + "×"
+    if unit in ("", "version"):
+        return number(value)
+    return f"{number(value)} {UNIT_WORDS.get(unit, unit)}"
+
+
+@register.filter
+def finding(text: Any) -> str:
+    """One of the report verifier's findings (a reason, a signature's or attachment's problem) in the reader's language."""
+    return reasons.reason(str(text)) if text else ""
+
+
+@register.filter
+def finding_problem(text: Any) -> str:
+    return reasons.problem(str(text)) if text else ""
+
+
+@register.filter
+def report_gate_name(report: Any) -> str:
+    """The gate's name a verified report's manifest gives, in the reader's language when the manifest has it."""
+    if not isinstance(report, dict):
+        return ""
+    chinese = (translation.get_language() or "").startswith("zh")
+    return (report.get("gate_name_zh") if chinese else "") or report.get("gate_name") or ""
+
+
+AUDIT_ACTIONS = {
+    "pilot.created": gettext_lazy("pilot created"), "pilot.activated": gettext_lazy("pilot activated"),
+    "pilot.completed": gettext_lazy("pilot completed"), "pilot.halted": gettext_lazy("pilot halted"),
+    "plan.version_created": gettext_lazy("plan version created"), "plan.approve": gettext_lazy("plan approved"),
+    "plan.reject": gettext_lazy("plan rejected"), "plan.signed": gettext_lazy("plan signed by both parties"),
+    "plan.superseded": gettext_lazy("plan superseded"),
+    "plan.sample_trace_allowed": gettext_lazy("generated sample trace allowed for G4"),
+    "criterion.edited": gettext_lazy("criterion changed"), "gate.opened": gettext_lazy("gate opened"),
+    "gate.verdict": gettext_lazy("verdict recorded"), "gate.approve": gettext_lazy("gate approved"),
+    "gate.reject": gettext_lazy("gate rejected"), "gate.signed_off": gettext_lazy("gate signed off"),
+    "gate.extended": gettext_lazy("run extended after a marginal verdict"),
+    "gate.reopened": gettext_lazy("gate reopened"), "run.started": gettext_lazy("run started"),
+    "run.finished": gettext_lazy("run finished"), "run.cancel_requested": gettext_lazy("run cancel requested"),
+    "report.created": gettext_lazy("report made and signed"), "report.countersigned": gettext_lazy("report countersigned"),
+    "trace.uploaded": gettext_lazy("customer trace uploaded"), "site.created": gettext_lazy("site added"),
+    "node.created": gettext_lazy("node registered"), "node.host_key_accepted": gettext_lazy("host key accepted"),
+    "credential.created": gettext_lazy("SSH key uploaded"),
+}
+AUDIT_OBJECTS = {
+    "pilot": gettext_lazy("pilot"), "planversion": gettext_lazy("plan version"), "criterion": gettext_lazy("criterion"),
+    "gate": gettext_lazy("gate"), "job": gettext_lazy("run"), "report": gettext_lazy("report"),
+    "customertrace": gettext_lazy("customer trace"), "site": gettext_lazy("site"), "node": gettext_lazy("node"),
+    "credential": gettext_lazy("SSH key"), "signoff": gettext_lazy("sign-off"),
+}
+
+
+@register.filter
+def audit_action(action: str) -> str:
+    """An audit entry's action in the reader's language (the recorded code is shown beside it)."""
+    return str(AUDIT_ACTIONS.get(action, action))
+
+
+@register.filter
+def audit_object(object_type: str) -> str:
+    return str(AUDIT_OBJECTS.get(object_type, object_type))
+
+
+@register.filter
+def audit_state(state: str, object_type: str = "") -> str:
+    """A recorded state in the reader's language: a pilot's, a plan version's or a gate's (else as recorded)."""
+    if not state:
+        return "∅"
+    choices = {"pilot": Pilot.State, "planversion": PlanVersion.State, "gate": Gate.State}.get(object_type)
+    choices = choices or Status
+    try:
+        return str(choices(state).label)
+    except ValueError:
+        return state

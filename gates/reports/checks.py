@@ -13,6 +13,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 TITLES = {
+    "kv-connector-is-lmcache": gettext_lazy("The cache arms ran vLLM's LMCache connector"),
+    "page-cache-bypassed": gettext_lazy("Cold reads bypassed the page cache"),
+    "fault-path-cut-confirmed": gettext_lazy("The FX path was really cut and restored"),
+    "external-hits-measured": gettext_lazy("External-tier hits measured from /metrics"),
     "no-simulated-mixed-with-real": gettext_lazy("Simulated and real inputs are not mixed"),
     "no-duplicate-requests": gettext_lazy("No request counted twice"),
     "versions-recorded": gettext_lazy("Software versions recorded"),
@@ -65,6 +69,8 @@ def detail(name: str, ok: bool, text: str) -> str:
         "not checked: no phase summary reports max_in_flight": _("not checked: no phase summary reports max_in_flight"),
         "probe outputs carry output_sha256": _("probe outputs carry output_sha256"),
         "every shared session was read on another instance": _("every shared session was read on another instance"),
+        "no real cache arm to check": _("no real cache arm to check"),
+        "no measure phase after an eviction to check": _("no measure phase after an eviction to check"),
     }
     if text in fixed:
         return fixed[text]
@@ -81,6 +87,10 @@ def detail(name: str, ok: bool, text: str) -> str:
             return _("vLLM %(v)s, LMCache %(l)s (node %(node)s)") % {"v": match.group(1), "l": match.group(2),
                                                                      "node": match.group(3)}
         return _("vLLM %(v)s, LMCache %(l)s (phase summary)") % {"v": match.group(1), "l": match.group(2)}
+    if name == "fault-path-cut-confirmed":
+        return "; ".join(_fault(part) for part in text.split("; "))
+    if name == "external-hits-measured":
+        return "; ".join(_windows(part) for part in text.split("; "))
     if name == "hit-behaviour-matches-arm":
         return "; ".join(_hits(part) for part in text.split(";"))
     if name == "enough-requests-for-rates":
@@ -88,6 +98,19 @@ def detail(name: str, ok: bool, text: str) -> str:
     if name == "hit-counters-agree":
         return "; ".join(_counters(part) for part in text.split("; "))
     return text
+
+
+def _fault(part: str) -> str:
+    if match := re.fullmatch(r"(\S+) on (.+): cut and restore exited 0, evicted after the restore", part):
+        return _("%(arm)s on %(where)s: cut and restore exited 0, evicted after the restore") % {
+            "arm": match.group(1), "where": match.group(2)}
+    return part
+
+
+def _windows(part: str) -> str:
+    if match := re.fullmatch(r"(\S+): (\d+) /metrics window\(s\)", part):
+        return _("%(criterion)s: %(n)s /metrics window(s)") % {"criterion": match.group(1), "n": match.group(2)}
+    return part
 
 
 def _rate_cell(part: str) -> str:

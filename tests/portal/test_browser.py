@@ -8,9 +8,11 @@ Screenshots of the main pages go to test-artifacts/screenshots/.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,11 +21,15 @@ import pytest
 from django.utils import timezone
 
 from gates import lifecycle
-from gates.models import Evaluation, Gate, UploadVerification
+from gates.evaluation import evaluate_job
+from gates.judge import synthetic
+from gates.models import Evaluation, Gate, Organisation, Report, UploadVerification
 from gates.tasks import verify_upload
 from runners import artifacts, output
 from runners.models import Job, Node, Site, Status, Step
 from tests.portal.conftest import add_lab, verdict
+from tests.portal.test_zh_pages import english_sentences, root_names
+from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 
 pytestmark = [pytest.mark.browser]
 
@@ -39,6 +45,7 @@ ARGS = [
 ]
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 15_000
+REPORTS_TIMEOUT_MS = 300_000  # a request that renders and signs the procurement report, on a loaded machine
 
 
 @pytest.fixture(scope="module")
@@ -79,15 +86,73 @@ def shot(page, name: str) -> None:
 
 def log_in(page, base: str, username: str, password: str) -> None:
     page.goto(f"{base}/accounts/login/")
-    page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
+    page.locator("#id_username").fill(username)  # by id: the walk logs in in English and in Chinese
+    page.locator("#id_password").fill(password)
+    page.locator("main button[type=submit]").click()
     page.wait_for_url(f"{base}/")
 
 
 def log_out(page) -> None:
-    page.get_by_role("button", name="Log out").click()
+    page.locator("form[action$='/accounts/logout/'] button").click()
     page.wait_for_url(re.compile(r".*/accounts/login/.*"))
+
+
+def switch_to_chinese(page) -> None:
+    page.locator("#lang-select").select_option("zh-hans")
+    page.locator("form.lang button").click()
+    page.wait_for_function("document.documentElement.lang.toLowerCase() === 'zh-hans'")
+
+
+# The text a person reads on the page (text nodes and title, placeholder, aria-label, alt) outside code and the
+# live log, whose lines are the run's transcript as it was written.
+READ_TEXT = """() => {
+  const out = [];
+  const skip = el => el.closest('script, style, code, pre, kbd, samp, #log');
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.textContent.trim() && !skip(node.parentElement)) out.push(node.textContent);
+  }
+  for (const el of document.querySelectorAll('[title], [placeholder], [aria-label], [alt]')) {
+    if (skip(el)) continue;
+    for (const name of ['title', 'placeholder', 'aria-label', 'alt']) {
+      if (el.getAttribute(name)) out.push(el.getAttribute(name));
+    }
+  }
+  out.push(document.title);
+  return out;
+}"""
+
+
+def assert_chinese(page, names) -> None:
+    """The page is in Simplified Chinese and leaves no English sentence untranslated (names and codes aside)."""
+    assert page.evaluate("document.documentElement.lang").lower() == "zh-hans", f"{page.url} is not in Chinese"
+    found = english_sentences(page.evaluate(READ_TEXT), names)
+    assert not found, f"{page.url} in Chinese still reads: {sorted(set(found))}"
+
+
+# Every verdict cell of the criteria table, with the card around it and the viewport.
+VERDICT_BOXES = """() => [...document.querySelectorAll('table.criteria > tbody > tr:not(.explain)')]
+  .filter(row => row.cells.length > 1).map(row => {
+    const cell = row.cells[row.cells.length - 1].getBoundingClientRect();
+    const card = row.closest('.card').getBoundingClientRect();
+    return {text: row.cells[row.cells.length - 1].innerText.trim(), left: cell.left, right: cell.right,
+            cardLeft: card.left, cardRight: card.right, width: document.documentElement.clientWidth};
+  })"""
+
+
+def verdict_column_shown(page, name: str) -> None:
+    """Screenshots of a gate page at 1300 and 390 px; each criterion's verdict lies inside its card and the screen."""
+    for width in (1300, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.locator("table.criteria").first.wait_for()
+        boxes = page.evaluate(VERDICT_BOXES)
+        assert boxes, f"{name}: no criterion rows"
+        for box in boxes:
+            assert box["text"], f"{name} at {width}px: a verdict cell is empty"
+            inside = box["cardLeft"] - 1 <= box["left"] and box["right"] <= min(box["cardRight"], box["width"]) + 1
+            assert inside, f"{name} at {width}px: the verdict {box['text']!r} is cut off: {box}"
+        shot(page, f"{name}-{width}")
+    page.set_viewport_size({"width": 1280, "height": 900})
 
 
 @pytest.fixture
@@ -112,15 +177,39 @@ def sign_plan_as_both_parties(page, base: str, pilot, password: str) -> None:
     log_out(page)
 
 
-def approve_gate(page, base: str, pilot, comment: str = "") -> None:
-    page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
-    page.get_by_label("Approve").check()
-    page.get_by_label("Comment").fill(comment)
-    page.locator("#sign-off").click()
-    page.get_by_text("Your decision is recorded.").wait_for()
+def approve_gate(page, base: str, pilot, comment: str = "", number: int = 1, timeout: float = TIMEOUT_MS) -> None:
+    """Approve a gate on its page (by the form's names: the walk signs off in English and in Chinese)."""
+    page.goto(f"{base}/pilots/{pilot.code}/gates/{number}/")
+    page.locator("input[name=decision][value=approve]").check()
+    page.locator("textarea[name=comment], input[name=comment]").fill(comment)
+    page.locator("#sign-off").click(timeout=timeout)
+    page.locator(".msg.success, .messages .success").first.wait_for(timeout=timeout)
 
 
-def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live_server, lab):
+def pass_and_sign_off(pilot, number: int, people) -> None:
+    """A gate judged by the real judge on synthetic records, as its run would, and signed off by both parties."""
+    evaluation = _evaluate(pilot, number)
+    lifecycle.record_verdict(pilot.gate(number), evaluation, who="test")
+    for person in people:
+        lifecycle.sign_off_gate(pilot.gate(number), person, decision="approve")
+
+
+def finish_run_as_the_workers_would(job: Job) -> Evaluation:
+    """A run's steps done, its records stored and judged by the real judge with the signed plan."""
+    kinds = {"records.jsonl": "records", "records.summary.json": "phase-summary"}
+    for name, data in synthetic.gate_inputs(job.gate.number):
+        artifacts.store_bytes(job, name, data, kind=kinds.get(name, "inventory"), simulated=True)
+    evaluation = evaluate_job(job)
+    lifecycle.record_verdict(job.gate, evaluation, who="worker")
+    job.steps.update(status=Status.SUCCESSFUL)
+    output.system_line(job, "run finished: successful")
+    Job.objects.filter(pk=job.pk).update(status=Status.SUCCESSFUL, finished=timezone.now())
+    return evaluation
+
+
+def test_a_pilot_goes_from_host_key_to_the_procurement_report_in_the_browser(page, browser, live_server, lab,
+                                                                            tmp_path):
+    """The whole pilot in the portal: Alice (vendor) in English, Bob (customer approver) in Chinese, side by side."""
     base = live_server.url
     pilot = lab.pilot
 
@@ -135,13 +224,29 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
 
     page.goto(f"{base}/pilots/{pilot.code}/sites/")
     shot(page, "sites")
-    log_out(page)
-    sign_plan_as_both_parties(page, base, pilot, lab.password)
+    page.goto(f"{base}/pilots/{pilot.code}/plan/")
+    shot(page, "plan")
+    page.locator("#sign-plan").click()
+    page.get_by_text("You signed the plan.").wait_for()
+
+    # Bob reads the portal in Chinese, in his own browser, from his first page on.
+    bob_context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    bob = bob_context.new_page()
+    bob.set_default_timeout(TIMEOUT_MS)
+    names = [pilot.name, *Organisation.objects.values_list("name", flat=True), "Alice Chen", "Bob Wang", "Carol Li",
+             "Lab", "node1", "ours.csv", "fxpilot evidence signer", *root_names()]
+    log_in(bob, base, "bob", lab.password)
+    switch_to_chinese(bob)
+    assert_chinese(bob, names)
+    bob.goto(f"{base}/pilots/{pilot.code}/plan/")
+    assert_chinese(bob, names)
+    bob.locator("#sign-plan").click()
+    bob.locator(".badge.p-signed").first.wait_for()
+    assert_chinese(bob, names)
     gate = pilot.gate(1)
     assert gate.state == Gate.State.OPEN
 
     # A G1 run, written from here as the workers would: the page shows it without being reloaded.
-    log_in(page, base, "alice", lab.password)
     job = Job.objects.create(
         pilot=pilot,
         gate=gate,
@@ -163,38 +268,94 @@ def test_a_pilot_goes_from_host_key_to_signed_off_gate_in_the_browser(page, live
     assert page.locator("#log .chunk").count() == 4
     numbers = page.locator("#log .chunk").evaluate_all("els => els.map(e => Number(e.dataset.seq))")
     assert numbers == [1, 2, 3, 4]
-    evaluation = Evaluation.objects.create(
-        gate=gate, job=job, plan_version=pilot.signed_plan, verdict="pass", result=verdict(), simulated=True
-    )
-    lifecycle.record_verdict(gate, evaluation)
-    Step.objects.filter(pk=step.pk).update(status=Status.SUCCESSFUL, requests_done=4)
-    output.system_line(job, "run finished: successful")
-    Job.objects.filter(pk=job.pk).update(status=Status.SUCCESSFUL, finished=timezone.now())
+    Step.objects.filter(pk=step.pk).update(requests_done=4)
+    assert finish_run_as_the_workers_would(job).verdict == "pass"
     page.locator("#run-state").get_by_text("Successful").wait_for()
     page.locator("#gate-state").get_by_text("Passed — awaiting sign-off").wait_for()
     page.locator("#log").get_by_text("run finished: successful").wait_for()
     shot(page, "run")
 
     approve_gate(page, base, pilot)
-    log_out(page)
-    log_in(page, base, "bob", lab.password)
-    page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
-    page.get_by_text("g1-ttft-cv").first.wait_for()
-    shot(page, "gate")
-    approve_gate(page, base, pilot, "Baseline is stable.")
-    page.locator("#gate-state").get_by_text("Signed off").wait_for()
+    page.get_by_text("Your decision is recorded.").wait_for()
+    bob.goto(f"{base}/runs/{job.code}/")
+    assert_chinese(bob, names)
+    bob.goto(f"{base}/pilots/{pilot.code}/gates/1/")
+    bob.get_by_text("g1-baseline-stable").first.wait_for()
+    assert_chinese(bob, names)
+    shot(bob, "gate-zh")
+    approve_gate(bob, base, pilot, "基线稳定。")
+    bob.locator("#gate-state.g-signed_off").wait_for()
+    assert_chinese(bob, names)
     assert pilot.gate(2).state == Gate.State.OPEN
 
-    page.goto(f"{base}/pilots/{pilot.code}/")
-    shot(page, "overview")
-    page.get_by_label("Language").select_option("zh-hans")
-    page.get_by_role("button", name="Switch").click()
-    page.get_by_text("时间线").wait_for()
-    shot(page, "overview-zh")
-    page.goto(f"{base}/pilots/{pilot.code}/audit/")
-    page.get_by_text("gate.signed_off").first.wait_for()
-    shot(page, "audit-zh")
+    # G2 and G3 pass and are signed off as their runs and both parties would; the walk goes on at G4.
+    for number in (2, 3):
+        pass_and_sign_off(pilot, number, (lab.alice, lab.bob))
+    assert pilot.gate(4).state == Gate.State.OPEN
+
+    # Bob uploads the customer's trace on the G4 page; Alice starts G4, which replays it.
+    trace_file = tmp_path / "ours.csv"
+    trace_file.write_bytes(CUSTOMER_TRACE)
+    bob.goto(f"{base}/pilots/{pilot.code}/gates/4/")
+    assert_chinese(bob, names)
+    bob.locator("#id_trace").set_input_files(str(trace_file))
+    bob.locator("#upload-trace").click()
+    bob.locator("#trace-sha256").get_by_text(hashlib.sha256(CUSTOMER_TRACE).hexdigest()).wait_for()
+    assert_chinese(bob, names)
+    page.goto(f"{base}/pilots/{pilot.code}/gates/4/")
+    page.locator("#trace").get_by_text("ours.csv: 10 sessions, 20 turns, uploaded by Bob Wang").wait_for()
+    page.locator("#start-run").click()
+    page.wait_for_url(re.compile(r".*/runs/.*"))
+    g4_job = Job.objects.get(gate=pilot.gate(4))
+    page.locator("#log").get_by_text("G4 replays the customer's trace ours.csv uploaded by").wait_for()
+    g4 = finish_run_as_the_workers_would(g4_job)
+    assert g4.verdict == "pass", [(c["key"], c["verdict"]) for c in g4.result["criteria"]]
+    page.locator("#run-state").get_by_text("Successful").wait_for()
+    page.locator("#gate-state").get_by_text("Passed — awaiting sign-off").wait_for()
+    page.goto(f"{base}/pilots/{pilot.code}/gates/4/")
+    verdict_column_shown(page, "gate-g4")
+    bob.goto(f"{base}/pilots/{pilot.code}/gates/4/")
+    assert_chinese(bob, names)
+    verdict_column_shown(bob, "gate-g4-zh")
+    approve_gate(bob, base, pilot, "同意。", number=4)
+    assert_chinese(bob, names)
+
+    # Alice's approval completes the pilot: the procurement report is made and signed in her request; Bob
+    # countersigns it from the reports list, and the overview then pins that final version with the outcome.
+    approve_gate(page, base, pilot, number=4, timeout=REPORTS_TIMEOUT_MS)
+    page.get_by_text("The pilot is complete: the procurement report is on the overview.").wait_for()
+    bob.goto(f"{base}/pilots/{pilot.code}/reports/")
+    assert_chinese(bob, names)
+    bob.locator(f"form[action$='/reports/{Report.objects.get(kind=Report.Kind.PROCUREMENT).code}/countersign/'] "
+                "button").click(timeout=REPORTS_TIMEOUT_MS)
+    bob.locator(".msg.success").first.wait_for(timeout=REPORTS_TIMEOUT_MS)
+    assert_chinese(bob, names)
+    bob.goto(f"{base}/pilots/{pilot.code}/")
+    assert_chinese(bob, names)
+    shot(bob, "overview-completed-zh")
+    outcome = bob.locator("#outcome .outcome-line").inner_text()
+    assert "证实" in outcome, outcome
+    assert "最终" in bob.locator("#outcome").inner_text()  # the final, countersigned version is the one pinned
+    with bob.expect_download() as download:
+        bob.locator("#procurement-report").click()
+    saved = tmp_path / "procurement.pdf"
+    download.value.save_as(saved)
+    final = Report.objects.get(kind=Report.Kind.PROCUREMENT, supersedes__isnull=False)
+    assert final.countersigned_by == lab.bob and final.version == 2
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == final.sha256  # the overview pins the final version
+    text = " ".join(subprocess.run(["pdftotext", str(saved), "-"], capture_output=True, text=True,
+                                   check=True).stdout.split())
+    assert "Decision: proven" in text and "countersigned by Bob Wang" in text, text[:2000]
+    fonts = subprocess.run(["pdffonts", str(saved)], capture_output=True, text=True, check=True).stdout
+    assert not re.search(r"CJK[- ]?(JP|KR|TC|HK)", fonts, re.I), fonts  # Simplified-Chinese glyphs only
+    bob.goto(f"{base}/pilots/{pilot.code}/reports/")
+    assert_chinese(bob, names)
+    bob.goto(f"{base}/pilots/{pilot.code}/audit/")
+    bob.get_by_text("gate.signed_off").first.wait_for()
+    assert_chinese(bob, names)
+    shot(bob, "audit-zh")
     assert not page.console_errors, page.console_errors
+    bob_context.close()
 
 
 def test_a_report_downloaded_from_the_gate_page_verifies_in_the_portal(page, live_server, signed_pilot, tmp_path):

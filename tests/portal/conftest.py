@@ -162,9 +162,15 @@ def build_world(demo) -> SimpleNamespace:
     verification = UploadVerification.objects.create(requested_by=demo.alice, filename="r.pdf", sha256="0" * 64,
                                                       path="none", state=UploadVerification.State.ERROR,
                                                       error="a fixture row: nothing was uploaded")
+    from runners import traces
+
+    trace = traces.upload(pilot.gate(4), b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"
+                          + b"".join(f"s{i},1,{20000 + 1000 * i},100,{i}.0\n".encode() for i in range(8)),
+                          "customer-trace.csv", demo.bob, "customer")
     return SimpleNamespace(
         **vars(demo),
         verification=verification,
+        trace=trace,
         site=site,
         node=node,
         credential=credential,

@@ -46,7 +46,9 @@ def _kwargs(route: str, pattern: URLPattern, world) -> dict:
             assert first in CODE_OF, f"{route}: add its object to CODE_OF so the tenancy walk covers it"
             kwargs[name] = CODE_OF[first](world)
         elif name == "number":
-            kwargs[name] = 1
+            kwargs[name] = 4 if "trace" in pattern.pattern.converters else 1
+        elif name == "trace":
+            kwargs[name] = world.trace.pk  # the customer's G4 trace: only the pilot's people may fetch it
         elif name == "key":
             kwargs[name] = "g1-gpu-count"
         else:

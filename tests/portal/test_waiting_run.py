@@ -12,11 +12,12 @@ from runners.models import Job, Site, Step
 def test_a_run_nobody_picked_up_names_its_queue_and_the_worker_command(signed_pilot, client):
     pilot = signed_pilot.pilot
     site = Site.objects.create(pilot=pilot, name="Lab", queue="site-lab-7")
-    job = Job.objects.create(pilot=pilot, gate=pilot.gate(1), site=site)
+    job = Job.objects.create(pilot=pilot, gate=pilot.gate(1), site=site, created_by_label="command line (ops@jump1)")
     Step.objects.create(job=job, seq=1, name="probe")
     client.force_login(signed_pilot.carol)
     page = client.get(reverse("run", args=[job.code])).content.decode()
-    assert "run-waiting" not in page and "the command line" in page  # too young to worry; started by no person
+    assert "run-waiting" not in page  # too young to worry
+    assert "Started by command line (ops@jump1)" in " ".join(page.split())  # started by no signed-in person
     Job.objects.filter(pk=job.pk).update(created=timezone.now() - timedelta(seconds=90))
     page = client.get(reverse("run", args=[job.code])).content.decode()
     assert "run-waiting" in page and "manage.py worker --queues site-lab-7" in page

@@ -485,7 +485,7 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
         f"G1 is {gate.state}; verdict {evaluation and evaluation.verdict}: "
         f"{evaluation and [(c['key'], c['verdict']) for c in evaluation.result.get('criteria', [])]}"
     )
-    page.locator("#gate-state").get_by_text(gate.get_state_display()).wait_for()
+    page.locator(f"#gate-state.g-{gate.state}").wait_for()  # by state: the label is in the reader's language
     page.goto(f"{base}/pilots/{pilot.code}/gates/1/")
     shot(page, "real-gate")
     approve_gate(page, base, pilot)

@@ -2,10 +2,42 @@
 carol (customer engineer) and charlie (approver of an unrelated customer) — and their pilot."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
+
+
+# Directories whose session fixtures are costly and shared by several files (three whole demos; the real vLLM
+# servers): under `make test`'s parallel sessions, each goes to one session whole, never started twice.
+SHARED_SET_UP = {"demo", "real"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for pytest-xdist's `--dist loadgroup`: a file at a time (a module's fixtures and its tests'
+    order stay together), a whole directory for those in SHARED_SET_UP."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            parts = Path(str(item.fspath)).resolve().relative_to(root).parts
+        except ValueError:
+            continue
+        group = parts[0] if parts[0] in SHARED_SET_UP else "/".join(parts)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _language_back_to_english():
+    """A request in Chinese leaves its language active in the thread (Django's translation is per thread, and
+    the test client serves requests in this one): every test starts, and leaves, in the default language."""
+    from django.conf import settings
+    from django.utils import translation
+
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.activate(settings.LANGUAGE_CODE)
 
 
 @pytest.fixture

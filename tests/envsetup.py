@@ -7,7 +7,21 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("FXPILOT_ENV", "test")
-os.environ.setdefault("FXPILOT_DATA_DIR", tempfile.mkdtemp(prefix="fxpilot-test-"))
+# `make test` runs the suite in parallel sessions (pytest-xdist): each worker inherits the controller's
+# environment, and then gets a data folder and a broker of its own (pytest-django gives it its own database),
+# so two workers' Celery workers never take each other's tasks.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    os.environ["FXPILOT_DATA_DIR"] = tempfile.mkdtemp(prefix=f"fxpilot-test-{_WORKER}-")
+    if os.environ.get("FXPILOT_TEST_EMBEDDED_BROKER"):
+        os.environ.pop("CELERY_BROKER_URL", None)  # the controller's embedded broker: start one of our own below
+    elif os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"):
+        # A Redis server given from outside (.ci/run): the next databases, one per worker (gw0 → db N+1, …).
+        base, _, number = os.environ["CELERY_BROKER_URL"].rpartition("/")
+        index = int(_WORKER.removeprefix("gw") or 0)
+        os.environ["CELERY_BROKER_URL"] = f"{base}/{(int(number) if number.isdigit() else 0) + 1 + index}"
+else:
+    os.environ.setdefault("FXPILOT_DATA_DIR", tempfile.mkdtemp(prefix="fxpilot-test-"))
 # Commands the tests run (python, celery, pyhanko, st) come from the interpreter's own environment,
 # also when `make test` calls .venv/bin/python without activating the virtual environment.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
@@ -21,4 +35,5 @@ if not os.environ.get("CELERY_BROKER_URL"):
     _data = Path(os.environ["FXPILOT_DATA_DIR"])
     _server = broker.start_child(_data, persistent=False, preexec_fn=die_with_parent())
     os.environ["CELERY_BROKER_URL"] = broker.embedded_url(_data)
+    os.environ["FXPILOT_TEST_EMBEDDED_BROKER"] = "1"
     atexit.register(broker.stop_child, _server)

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 from django.contrib.auth import get_user_model
 
-
 # Directories whose session fixtures are costly and shared by several files (three whole demos; the real vLLM
 # servers): under `make test`'s parallel sessions, each goes to one session whole, never started twice.
 SHARED_SET_UP = {"demo", "real"}

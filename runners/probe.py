@@ -90,6 +90,19 @@ def vllm_launch(deployment: DeploymentSettings) -> tuple[str, ...]:
     return ("vllm",)
 
 
+def launch_python(deployment: DeploymentSettings) -> str | None:
+    """The interpreter vLLM and LMCache live in, when the launcher names one on the node's file system (a venv,
+    a conda environment given by its path); None means the node's `python3` (a conda environment given by name
+    and a container are not looked into: the preflight checks `vllm` through the launcher itself)."""
+    launcher = getattr(deployment, "launcher", None)
+    kind = getattr(launcher, "kind", "") or ""
+    if kind == "venv":
+        return f"{launcher.venv.rstrip('/')}/bin/python"
+    if kind == "conda" and launcher.conda.startswith("/"):
+        return f"{launcher.conda.rstrip('/')}/bin/python"
+    return None
+
+
 def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: int = 30, fio_size: str = "4G",
                timeouts: Timeouts = DEFAULT_TIMEOUTS) -> dict:
     """Preflight and probe one node; returns the inventory, also saved to Node.inventory and as artifact
@@ -104,6 +117,8 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
     run_dir = f"~/.fxpilot/probe/{job.code.hex[:12]}-{node.pk}"
     out_dir = f"{run_dir}/out"
     launch = vllm_launch(deployment)
+    interpreter = launch_python(deployment)
+    python = f" --python {shell_path(interpreter)}" if interpreter else ""
     with NodeConnection(node, timeouts=timeouts) as conn:
         conn.mkdirs(run_dir)
         conn.upload(PREFLIGHT_SCRIPT.read_bytes(), f"{run_dir}/{preflight.SCRIPT_NAME}", mode=0o755)
@@ -112,7 +127,7 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
         conn.run(preflight.command(run_dir, out_dir, deployment, vllm=launch), job=job, step=step, timeout=900)
         conn.run(f"bash {shell_path(run_dir + '/probe.sh')} --out {shell_path(out_dir)} --fx-mount {shell_path(settings.fx_mount)} "
                  f"--local-path {shell_path(settings.local_nvme_path)} --fio-size {shlex.quote(fio_size)} "
-                 f"--fio-runtime {int(fio_runtime)}", job=job, step=step, timeout=2 * int(fio_runtime) + 600)
+                 f"--fio-runtime {int(fio_runtime)}{python}", job=job, step=step, timeout=2 * int(fio_runtime) + 600)
         scratch = Path(django_settings.DATA_DIR) / "tmp"
         scratch.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=scratch, prefix="probe-") as folder:

@@ -7,7 +7,7 @@
 # usage: probe.sh --out DIR --fx-mount DIR --local-path DIR [--fio-size 4G] [--fio-runtime 30] [--python python3]
 set -u
 
-out="" fx_mount="" local_path="" fio_size="4G" fio_runtime="30" py="${FXPILOT_PROBE_PYTHON:-python3}"
+out="" fx_mount="" local_path="" fio_size="4G" fio_runtime="30" py="${FXPILOT_PROBE_PYTHON:-python3}" py_given=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     --local-path) local_path=$2; shift 2 ;;
     --fio-size) fio_size=$2; shift 2 ;;
     --fio-runtime) fio_runtime=$2; shift 2 ;;
-    --python) py=$2; shift 2 ;;
+    --python) py=$2; py_given=1; shift 2 ;;
     *) echo "probe.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,8 +41,10 @@ capture() {
 
 rocm_version() { cat /opt/rocm/.info/version; }
 
+# --python names the interpreter vLLM is launched with (a venv's, a conda environment's): ask it first.
 vllm_version() {
-  if command -v vllm > /dev/null; then vllm --version; else "$py" -c 'import vllm; print(vllm.__version__)'; fi
+  if [ -z "$py_given" ] && command -v vllm > /dev/null; then vllm --version
+  else "$py" -c 'import vllm; print(vllm.__version__)'; fi
 }
 
 # LMCache's version, commit and GPU runtime without importing it (its import pulls in torch); the same lookup as

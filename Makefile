@@ -28,12 +28,12 @@ demo: system-demo venv
 	$(PY) manage.py demo --scenario $(SCENARIO)
 
 # The suite runs in TEST_WORKERS parallel sessions (pytest-xdist; a test file goes to one session whole, and so do
-# tests/demo and tests/real, whose costly set-up their files share: tests/conftest.py; each session has its own
+# tests/demo and tests/real, whose costly set-up their files share: the scheduler in tests/conftest.py; each session has its own
 # database, data folder and broker): most slow tests wait on simulated nodes and servers, not on the CPU.
 # TEST_WORKERS=0 runs it in this one process. The 30 slowest tests are listed at the end of every run.
 TEST_WORKERS ?= 2
 test: system-test venv
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
 
 # The real-engine tier: real vLLM (CPU build) started by the real deploy.sh over real SSH. Its environment
 # is built once per machine outside the clone (scripts/real-engine; FXPILOT_ENGINE_DIR moves it).

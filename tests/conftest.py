@@ -13,18 +13,46 @@ from django.contrib.auth import get_user_model
 SHARED_SET_UP = {"demo", "real"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's `--dist loadgroup`: a file at a time (a module's fixtures and its tests'
-    order stay together), a whole directory for those in SHARED_SET_UP."""
-    root = Path(__file__).resolve().parent
-    for item in items:
-        try:
-            parts = Path(str(item.fspath)).resolve().relative_to(root).parts
-        except ValueError:
-            continue
-        group = parts[0] if parts[0] in SHARED_SET_UP else "/".join(parts)
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler for `make test`: a test file goes to one session whole (its module fixtures and
+    its tests' order stay together), and so does each directory in SHARED_SET_UP."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndSharedDirectory(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in SHARED_SET_UP else path
+
+    return ByFileAndSharedDirectory(config, log)
+
+
+# Started first, so the longest set-up overlaps the rest of the suite instead of ending it. Only groups that
+# use no test database may move (pytest-django's order of database tests stays), and tests/real stays last.
+FIRST = ("demo",)
+
+
+class _LongestFirst:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        """After pytest-django's order: the FIRST directories' tests to the front."""
+        root = Path(__file__).resolve().parent
+        first = [item for item in items if _top_directory(item, root) in FIRST]
+        if first:
+            chosen = set(map(id, first))
+            items[:] = first + [item for item in items if id(item) not in chosen]
+
+
+def _top_directory(item, root: Path) -> str | None:
+    try:
+        return Path(str(item.fspath)).resolve().relative_to(root).parts[0]
+    except ValueError:
+        return None
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_LongestFirst(), "fxpilot-longest-first")
 
 
 @pytest.fixture(autouse=True)

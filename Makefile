@@ -31,9 +31,16 @@ demo: system-demo venv
 # tests/demo and tests/real, whose costly set-up their files share: the scheduler in tests/conftest.py; each session has its own
 # database, data folder and broker): most slow tests wait on simulated nodes and servers, not on the CPU.
 # TEST_WORKERS=0 runs it in this one process. The 30 slowest tests are listed at the end of every run.
+# tests/real then runs alone in a session of its own: its session-wide pilot, site and credential are committed
+# rows that no other test may meet.
 TEST_WORKERS ?= 2
 test: system-test venv
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 --ignore=tests/real
+	$(PY) -m pytest tests/real --durations=10
+else
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
+endif
 
 # The real-engine tier: real vLLM (CPU build) started by the real deploy.sh over real SSH. Its environment
 # is built once per machine outside the clone (scripts/real-engine; FXPILOT_ENGINE_DIR moves it).

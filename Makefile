@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SCENARIO ?= nominal
 DEMO_PACKAGES := fonts-noto-cjk libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig redis-server
-TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils libnss3-tools openssh-server openssh-client chromium gettext iproute2 util-linux
+TEST_PACKAGES := $(DEMO_PACKAGES) poppler-utils libnss3-tools openssh-server openssh-client chromium gettext iproute2 util-linux shellcheck
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-real real-engine venv system-demo system-test lint clean

@@ -45,6 +45,10 @@ def _start(ctx: StepContext) -> dict:
 
 def _poll(ctx: StepContext) -> Poll:
     where = Path(ctx.step.remote["dir"])
+    # The exit file first, then the log (as runners.detached.poll reads state before output): a process that ends
+    # between the two reads has its last lines in the log read after it, never an exit with a stale log.
+    exit_file = where / "exit"
+    exit_text = exit_file.read_text().strip() if exit_file.exists() else ""
     text = (where / "log").read_text() if (where / "log").exists() else ""
     offset = int(ctx.step.remote.get("offset", 0))
     new = text[offset:]
@@ -53,9 +57,8 @@ def _poll(ctx: StepContext) -> Poll:
     for line in text.splitlines():
         if line.startswith("PROGRESS "):
             done, total = (int(x) for x in line.split()[1:3])
-    exit_file = where / "exit"
-    if exit_file.exists() and exit_file.read_text().strip():
-        return Poll(running=False, exit_code=int(exit_file.read_text()), requests_done=done, requests_total=total,
+    if exit_text:
+        return Poll(running=False, exit_code=int(exit_text), requests_done=done, requests_total=total,
                     output=new)
     return Poll(running=True, requests_done=done, requests_total=total, output=new)
 

@@ -1,6 +1,7 @@
 """Edges of the node layer: the pid logged is the command's own, a connection is opened once, teardown does every part."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -12,10 +13,12 @@ from runners.deploy import DeployError, Deployment, teardown_arm
 
 
 def established(port: int) -> set[str]:
-    """The established client connections to ``port`` on this host, as ``ss`` lines."""
-    out = subprocess.run(["ss", "-Htn", "state", "established", f"( dport = :{port} )"], capture_output=True,
-                         text=True, check=True).stdout
-    return {" ".join(line.split()) for line in out.splitlines() if line.strip()}
+    """The established client connections to ``port`` on 127.0.0.1 that this test process holds, as ``ss`` lines
+    (by pid: a parallel session's client to a server that had the same port is not ours)."""
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( dport = :{port} and dst 127.0.0.1 )"],
+                         capture_output=True, text=True, check=True).stdout
+    mine = f"pid={os.getpid()},"
+    return {" ".join(line.split()) for line in out.splitlines() if mine in line}
 
 
 def test_the_pid_of_a_detached_command_is_the_command_itself_not_its_wrapper(simnodes, make_node):

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +20,21 @@ from tests.runners.conftest import set_faults
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
+def ours(pid: int) -> bool:
+    """The process belongs to this test session: it carries the session's own data folder (its workers do)."""
+    needle = f"FXPILOT_DATA_DIR={os.environ['FXPILOT_DATA_DIR']}".encode()
+    try:
+        return pid == os.getpid() or needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
 def established(port: int) -> list[str]:
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( dport = :{port} )"], capture_output=True,
-                         text=True, check=True).stdout
-    return [line for line in out.splitlines() if line.strip()]
+    """This session's established connections to a simulated node's port (a parallel session's are not ours)."""
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( dport = :{port} and dst 127.0.0.1 )"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines()
+            if any(ours(int(pid)) for pid in re.findall(r"pid=(\d+),", line))]
 
 
 def test_a_server_killed_mid_measure_keeps_the_records_written_before_the_crash(cluster, sim_site, client):

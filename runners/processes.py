@@ -9,6 +9,16 @@ import os
 import signal
 import subprocess
 
+# What an environment built from scratch (a simulated node's commands) passes on, so that what runs in it still ends
+# with the process that watches this one: fxpilot.lifetime's WATCHED_BY and KEEP_ENVIRONMENT (fxpilot.lifetime itself
+# is out of the simulated node's reach: importing it imports the fxpilot package, its Celery app).
+WATCH_VARIABLES = ("FXPILOT_WATCHED_BY", "SPT_NOENV")
+
+
+def watched_environment() -> dict[str, str]:
+    """The WATCH_VARIABLES this process has (none when nothing watches it)."""
+    return {name: os.environ[name] for name in WATCH_VARIABLES if os.environ.get(name)}
+
 
 def kill_group(proc: subprocess.Popen, wait: float = 5.0) -> None:
     """SIGKILL the process group of a child started with ``start_new_session=True`` (its pid is the group's

@@ -1,5 +1,6 @@
-"""Loaded by pytest before Django (pytest.ini: -p tests.envsetup): tests get their own data folder and,
-without CELERY_BROKER_URL, their own embedded Redis broker (fxpilot.broker) for the session."""
+"""Loaded by pytest before Django (pytest.ini: -p tests.envsetup): tests get their own data folder, a watcher that
+ends every process the session started when the session ends (fxpilot.lifetime.start_watcher) and, without
+CELERY_BROKER_URL, their own embedded Redis broker (fxpilot.broker) for the session."""
 import atexit
 import os
 import sys
@@ -22,6 +23,14 @@ if _WORKER:
         os.environ["CELERY_BROKER_URL"] = f"{base}/{(int(number) if number.isdigit() else 0) + 1 + index}"
 else:
     os.environ.setdefault("FXPILOT_DATA_DIR", tempfile.mkdtemp(prefix="fxpilot-test-"))
+
+# Nothing this pytest process starts outlives it, even when it is killed with SIGKILL: a watcher, started before
+# anything else, then ends every process that carries this session's mark in its environment (all it starts; an
+# SSH server a fixture starts passes the mark on: tests/runners/conftest.py) and the process groups fixtures
+# name in pid files (fxpilot.lifetime.watch_files). Under pytest-xdist the controller and each worker have one.
+from fxpilot.lifetime import start_watcher  # noqa: E402
+
+start_watcher(os.environ["FXPILOT_DATA_DIR"])
 # Commands the tests run (python, celery, pyhanko, st) come from the interpreter's own environment,
 # also when `make test` calls .venv/bin/python without activating the virtual environment.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")

@@ -20,7 +20,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from runners.processes import kill_group
+from runners.processes import kill_group, watched_environment
 from runners.simnode.state import default_state, link_shared_fx, load_state, save_state, state_path
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,8 @@ class SimNodeServer:
             "FXPILOT_SIM_TIME_SCALE": str(state.get("time_scale", self.time_scale)), "FXPILOT_SIMULATED": "1",
         })
         env.setdefault("LANG", "C.UTF-8")
+        # What this node runs ends with the process that watches this server's own (fxpilot.lifetime.start_watcher).
+        env.update(watched_environment())
         return env
 
     def _bin_dir(self, state: dict) -> Path:

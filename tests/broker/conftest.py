@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fxpilot import broker
+from fxpilot.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,8 @@ class RedisServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> RedisServer:
-        self.proc = broker.start_child(self.folder, persistent=True)
+        # A death signal: Redis writes its title over its environment, where the session's watcher looks for its mark.
+        self.proc = broker.start_child(self.folder, persistent=True, preexec_fn=die_with_parent())
         return self
 
     def stop(self) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fxpilot.lifetime import watch_files
 from tests.broker.conftest import marked, wait_for_text
 
 pytestmark = [pytest.mark.slow]
@@ -43,6 +44,9 @@ class PgCluster:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
         self.run([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "fxpilot", "--auth=trust", "-E", "UTF8"])
+        # pg_ctl detaches the server, whose processes write their titles over their environment (where the session's
+        # watcher looks for its mark): the watcher ends the group its pid file names instead.
+        watch_files(self.data / "postmaster.pid")
         self.start()
         self.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "fxpilot", "fxpilot"])
         self.url = f"postgres://fxpilot@127.0.0.1:{self.port}/fxpilot"

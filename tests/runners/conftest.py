@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fxpilot.lifetime import die_with_parent, watch_files, watched_environment
 from runners.simnode.server import SimNodeServer, generate_ed25519
 from runners.simnode.state import update_state
 
@@ -155,12 +156,19 @@ def sshd(tmp_path_factory, user_key):
         f"AuthorizedKeysFile {folder / 'authorized_keys'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
         "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
+        # What runs over this server (the real tier's vLLM, detached by deploy.sh) carries the session's mark and
+        # so ends with the session (fxpilot.lifetime.start_watcher): sshd gives its sessions a fresh environment.
+        + "".join(f"SetEnv {name}={value}\n" for name, value in watched_environment().items())
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
     if check.returncode != 0:
         pytest.skip(f"sshd cannot run here: {check.stderr.strip()}")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # sshd writes its title over its environment, where the session's watcher looks for its mark: a death signal,
+    # and its pid file for the watcher.
+    watch_files(folder / "sshd.pid")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=die_with_parent())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -170,7 +178,7 @@ def sshd(tmp_path_factory, user_key):
             if proc.poll() is not None:
                 pytest.skip(f"sshd exited: {proc.stderr.read().decode()[-500:]}")
             time.sleep(0.05)
-    yield Sshd(port=port, host_key_path=host_key, username=getpass.getuser(), folder=folder, name="sshd")
+    yield Sshd(port=port, host_key_path=host_key, username=getpass.getuser(), folder=folder, name="sshd", pid=proc.pid)
     proc.terminate()
     try:
         proc.wait(timeout=10)

@@ -1,0 +1,118 @@
+"""Every process a test session starts ends with it, even when its pytest is killed with SIGKILL (tests/envsetup.py
+starts each pytest process's watcher: fxpilot.lifetime.start_watcher).
+
+A pytest of its own runs tests/lifetime/session.py, whose test starts a Celery worker with its pool, OpenSSH's sshd
+and a process detached over it (as deploy.sh's vLLM servers are), a simulated node and a process detached on it, and
+a process without the mark named in a pid file. That pytest is killed with SIGKILL — the one process, or
+pytest-xdist's controller — and 30 s later none of the processes it made may be left, nor any carrying its mark.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fxpilot.lifetime import WATCHED_BY
+
+REPO = Path(__file__).resolve().parents[2]
+SESSION = REPO / "tests" / "lifetime" / "session.py"
+WITHIN_S = 30
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"  # a zombie has ended; it waits for its parent (or PID 1) to collect it
+
+
+def _carrying(tokens: set[str]) -> dict[int, str]:
+    """Live processes whose environment names one of `tokens` in FXPILOT_WATCHED_BY, with their command lines
+    (read here from /proc, not through the code under test)."""
+    needle = WATCHED_BY.encode() + b"="
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not _alive(int(entry.name)):
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        marks = {m.decode() for e in environ if e.startswith(needle) for m in e[len(needle):].split(b",")}
+        if marks & tokens:
+            found[int(entry.name)] = cmdline[:160]
+    return found
+
+
+def _environment(probe: Path) -> dict[str, str]:
+    """This session's environment for a new session of its own: no xdist worker identity, its own data folder and,
+    when this session runs the embedded broker, its own broker."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_") and k not in ("FXPILOT_DATA_DIR", "FXPILOT_WATCH_FILES")}
+    if env.pop("FXPILOT_TEST_EMBEDDED_BROKER", None):
+        env.pop("CELERY_BROKER_URL", None)
+    env["FXPILOT_LIFETIME_PROBE"] = str(probe)
+    return env
+
+
+def _wait_for(probe: Path, inner: subprocess.Popen, log: Path, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while not probe.exists():
+        if inner.poll() is not None:
+            raise AssertionError(f"the session ended ({inner.returncode}) before it started everything:\n"
+                                 + log.read_text(errors="replace")[-4000:])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the session did not start everything within {timeout:g} s:\n"
+                                 + log.read_text(errors="replace")[-4000:])
+        time.sleep(0.2)
+    return json.loads(probe.read_text())
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["pytest", "xdist-controller"])
+def test_what_a_session_started_ends_within_30_s_when_its_pytest_is_killed(tmp_path, xdist):
+    probe, log = tmp_path / "probe.json", tmp_path / "session.log"
+    argv = [sys.executable, "-m", "pytest", str(SESSION), "-p", "no:cacheprovider", "-q", *(["-n", "1"] if xdist else [])]
+    with open(log, "wb") as out:
+        inner = subprocess.Popen(argv, cwd=REPO, env=_environment(probe), stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    made: list[int] = []
+    ours: set[str] = set()
+    try:
+        facts = _wait_for(probe, inner, log)
+        made = [pid for pids in facts["pids"].values() for pid in pids]
+        ours = set(facts["mark"].split(",")) - set(os.environ.get(WATCHED_BY, "").split(","))
+        assert len(ours) == (2 if xdist else 1), facts["mark"]
+        assert (facts["pytest"] != inner.pid) is xdist  # under xdist the test ran in the worker, not the controller
+        assert all(_alive(pid) for pid in made), facts
+        assert len(facts["pids"]["worker"]) >= 2 and facts["pids"]["broker"], facts  # the worker's pool; a broker
+        # The mark reaches what runs over sshd and on a simulated node, though both give their commands a fresh
+        # environment; the process started with `env -i` carries none (its pid file names it).
+        carrying = _carrying(ours)
+        for name in ("worker", "sshd-detached", "simnode-detached"):
+            assert set(facts["pids"][name]) <= set(carrying), (name, facts["pids"][name], carrying)
+        assert facts["pids"]["unmarked"][0] not in carrying
+
+        os.kill(inner.pid, signal.SIGKILL)
+        inner.wait(10)
+        deadline = time.monotonic() + WITHIN_S
+        while time.monotonic() < deadline and (any(map(_alive, made)) or _carrying(ours)):
+            time.sleep(0.2)
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                for pid in made if _alive(pid)}
+        left.update(_carrying(ours))
+        assert not left, f"{WITHIN_S} s after pytest was killed these are still running: {left}"
+    finally:
+        for pid in [inner.pid, *made, *_carrying(ours)]:  # a failing test leaves nothing behind either
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        inner.wait(10)

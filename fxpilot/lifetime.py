@@ -246,10 +246,11 @@ def _watch(parent: int, token: str, registry: str, grace: float, limit: float) -
             patterns = [line.strip() for line in handle if line.strip()]
     except OSError:
         patterns = []
+    began = time.monotonic()
     ended = end_watched(token, patterns, since=since, grace=grace, limit=limit)
     left = watched(token, patterns, since)
-    print(f"watcher {token}: process {parent} ended; signalled {len(ended)} process(es) {ended}"
-          + (f"; still running: {left}" if left else ""), flush=True)
+    print(f"watcher {token}: process {parent} ended; signalled {len(ended)} process(es) {ended} in "
+          f"{time.monotonic() - began:.1f} s" + (f"; still running: {left}" if left else ""), flush=True)
 
 
 if __name__ == "__main__":

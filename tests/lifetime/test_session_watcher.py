@@ -53,12 +53,10 @@ def _carrying(tokens: set[str]) -> dict[int, str]:
 
 
 def _environment(probe: Path) -> dict[str, str]:
-    """This session's environment for a new session of its own: no xdist worker identity, its own data folder and,
-    when this session runs the embedded broker, its own broker."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PYTEST_") and k not in ("FXPILOT_DATA_DIR", "FXPILOT_WATCH_FILES")}
-    if env.pop("FXPILOT_TEST_EMBEDDED_BROKER", None):
-        env.pop("CELERY_BROKER_URL", None)
+    """This session's environment for a new session of its own: no xdist worker identity, its own data folder and
+    its own embedded broker (one more server it starts)."""
+    dropped = ("FXPILOT_DATA_DIR", "FXPILOT_WATCH_FILES", "CELERY_BROKER_URL", "FXPILOT_TEST_EMBEDDED_BROKER")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in dropped}
     env["FXPILOT_LIFETIME_PROBE"] = str(probe)
     return env
 

@@ -8,15 +8,16 @@ ExampleConnector (KV files on disk), both deployed together.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from fxpilot.lifetime import watch_files
 from tests.runners.conftest import SSHD, Sshd, _free_port, sshd, user_key  # noqa: F401  (shared fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +28,16 @@ MAX_MODEL_LEN = 4096
 # 1,030 tokens both are 8 blocks, so 1,024 tokens come back from its files.
 PROMPT_TOKENS = 1030
 EXTERNAL_HIT = 1024
+
+# The tier's time limits, in this one place (docs/real-engine.md, "Time limits"). pytest's timeout of a test covers
+# the set-up and tear-down of the fixtures it uses, and the first test sets the servers up: each test of the tier
+# gets the sum of the waits one test can meet plus a margin, so pytest never stops the tier inside a wait of its
+# own (pytest.ini's 600 s for every other test is shorter than the wait for /health alone).
+MODEL_BUILD_S = 600     # building the tiny model (once per machine)
+HEALTH_WAIT_S = 900     # each server's wait for /health (deployment.health_timeout_s); both servers start at once
+WORKLOAD_S = 900        # one workload run on the node (flow.cold_recovery)
+MARGIN_S = 600          # the rest: preflight, SSH round trips, collecting, tearing down
+TEST_TIMEOUT_S = MODEL_BUILD_S + HEALTH_WAIT_S + WORKLOAD_S + MARGIN_S
 
 
 def engine_dir() -> Path:
@@ -56,7 +67,7 @@ def tiny_model(engine) -> Path:
     if not (target / "config.json").exists():
         scratch = engine.dir / f".model-{uuid.uuid4().hex[:6]}"
         subprocess.run([str(engine.python), str(MODEL_RECIPE), str(engine.tokenizer), str(scratch), str(MAX_MODEL_LEN)],
-                       check=True, capture_output=True, timeout=600)
+                       check=True, capture_output=True, timeout=MODEL_BUILD_S)
         try:
             scratch.rename(target)
         except OSError:  # another run built it first
@@ -64,7 +75,7 @@ def tiny_model(engine) -> Path:
     return target
 
 
-def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = 900) -> dict:
+def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = HEALTH_WAIT_S) -> dict:
     """Deployment settings for the engine venv: paths under `root`, eager mode, a 1 GiB KV cache."""
     return {
         "model": str(model), "tensor_parallel_size": 1, "ports": {"base": 0},
@@ -90,6 +101,9 @@ def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user
     from runners.models import Job, Node, Site
 
     root = tmp_path_factory.mktemp("real-node")
+    # The servers run detached on the "node" (children of sshd, not of pytest): they carry the session's mark (the
+    # sshd fixture passes it on), and the session's watcher also ends the process groups their pgid files name.
+    watch_files(root / "runs" / "*" / "*" / "server" / "pgid")
     with django_db_blocker.unblock():
         suffix = uuid.uuid4().hex[:6]
         vendor = Organisation.objects.create(name=f"Vendor {suffix}", kind=Organisation.Kind.VENDOR)
@@ -122,21 +136,21 @@ def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user
 @pytest.fixture(scope="session")
 def real_servers(real_site):
     """The recompute arm and the ExampleConnector cache arm, deployed together by deploy_arm; torn down after."""
-    from django.db import connection
-
     from runners.deploy import teardown_arm
-    from tests.real.flow import deploy
+    from runners.models import Job
+    from tests.real.flow import ARMS, deploy, start_both_arms
 
     site = real_site
     with site.blocker.unblock():
-        def one(arm: str):
-            try:
-                return deploy(site, arm)
-            finally:
-                connection.close()
-
-        with ThreadPoolExecutor(2) as pool:
-            futures = {arm: pool.submit(one, arm) for arm in ("recompute", "local_nvme")}
+        futures = start_both_arms(lambda arm: deploy(site, arm))
+        try:
+            concurrent.futures.wait(futures.values())
+        except BaseException:
+            # Stopped while the servers start (pytest's timeout, Ctrl-C): each deploy stops at its next look at
+            # /health, as a canceled run's does, and tears its server down before this fixture gives up.
+            Job.objects.filter(pk__in=[site.jobs[arm].pk for arm in ARMS]).update(cancel_requested=True)
+            concurrent.futures.wait(futures.values(), timeout=300)
+            raise
         deployments = {}
         errors = []
         for arm, future in futures.items():
@@ -156,11 +170,13 @@ def real_servers(real_site):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark the tier and run it last: its session-wide pilot, site and credential are committed rows, which the
-    other tests (counting credentials, re-encrypting them) must never see."""
+    """Mark the tier, give each of its tests the tier's timeout (TEST_TIMEOUT_S), and run it last: its session-wide
+    pilot, site and credential are committed rows, which the other tests (counting credentials, re-encrypting them)
+    must never see."""
     real = [item for item in items if "/tests/real/" in str(item.fspath)]
     for item in real:
         item.add_marker(pytest.mark.real_engine)
+        item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
     items[:] = [item for item in items if item not in real] + real
 
 

@@ -7,17 +7,15 @@ reset the same prompts are served from those files. Both are checked by /metrics
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
 
 from gates.judge import counters, evaluate, load_inputs
 from runners import detached, ssh
 from tests.judge.helpers import plan_with
 from tests.real import flow
 from tests.real.conftest import EXTERNAL_HIT, PROMPT_TOKENS
-from tests.real.flow import SESSIONS
+from tests.real.flow import ARMS, SESSIONS, both_arms
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.django_db]
 
@@ -29,23 +27,6 @@ GATE = [
     {"key": "errors", "metric": "error_rate", "statistic": "value", "comparison": "absolute", "candidate": "local_nvme",
      "op": "<=", "threshold": 0.0, "unit": "fraction"},
 ]
-
-
-ARMS = ("recompute", "local_nvme")
-
-
-def both_arms(site, action):
-    """action(arm) on both arms at once (each server has its own port and directory), each thread with its own
-    database connection."""
-    def one(arm):
-        try:
-            return action(arm)
-        finally:
-            connection.close()
-
-    with site.blocker.unblock(), ThreadPoolExecutor(len(ARMS)) as pool:
-        futures = {arm: pool.submit(one, arm) for arm in ARMS}
-        return {arm: future.result() for arm, future in futures.items()}
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +108,21 @@ def test_the_judge_accepts_the_real_records_and_its_counters_agree_with_metrics(
     assert verdict["simulated"] is False
 
 
-def test_teardown_stops_every_server_process(real_servers):
+@pytest.fixture(scope="module")
+def torn_down(real_servers) -> dict:
+    """Both servers torn down at once (each takes vLLM's own shutdown time, several seconds, after TERM), each from
+    a thread writing on its own connection: in a fixture, before the test's transaction holds SQLite's write lock
+    (flow.start_both_arms)."""
     from runners.deploy import teardown_arm
 
     site = real_servers.site
-    # both servers at once: each takes vLLM's own shutdown time (several seconds) after TERM
-    torn = both_arms(site, lambda arm: teardown_arm(site.jobs[arm], None, site.node, getattr(real_servers, arm)))
+    return both_arms(site, lambda arm: teardown_arm(site.jobs[arm], None, site.node, getattr(real_servers, arm)))
+
+
+def test_teardown_stops_every_server_process_and_keeps_both_servers_logs(real_servers, torn_down):
+    from runners.models import Artifact
+
+    site, torn = real_servers.site, torn_down
     with site.blocker.unblock():
         for arm in ARMS:
             deployment = torn[arm]
@@ -144,3 +134,7 @@ def test_teardown_stops_every_server_process(real_servers):
             pgid = deployment.server["pgid"]
             left = ssh.run(site.node, f"ps -eo pid=,pgid=,stat=,args= | awk '$2 == {pgid} && $3 !~ /^Z/'").stdout
             assert left.strip() == "", f"teardown left these processes in group {pgid}:\n{left}"
+            # Both arms were torn down at once: on SQLite too, neither lost its logs to "database is locked".
+            kept = set(Artifact.objects.filter(job=site.jobs[arm], kind="server-log").values_list("name", flat=True))
+            prefix = deployment.name_prefix
+            assert kept == {f"{prefix}/server.stdout.log", f"{prefix}/server.stderr.log"}, kept

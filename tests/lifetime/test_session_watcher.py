@@ -114,3 +114,11 @@ def test_what_a_session_started_ends_within_30_s_when_its_pytest_is_killed(tmp_p
             except ProcessLookupError:
                 pass
         inner.wait(10)
+
+
+def test_the_simulated_node_passes_on_the_variables_the_watcher_reads():
+    """runners/processes.py names them again (the simulated node cannot import fxpilot.lifetime): the same names."""
+    from fxpilot.lifetime import KEEP_ENVIRONMENT
+    from runners.processes import WATCH_VARIABLES
+
+    assert set(WATCH_VARIABLES) == {WATCHED_BY, KEEP_ENVIRONMENT}

@@ -90,7 +90,7 @@ def stop_group_when_orphaned(parent: int, grace: float, poll: float = 0.5) -> th
 #   * every process whose environment carries the watcher's token in WATCHED_BY: the token is added to the
 #     starting process's own environment, so whatever it starts afterwards inherits it, through new sessions,
 #     double forks and daemons alike; an environment built from scratch passes it on (`watched_environment()`:
-#     an SSH server's SetEnv, the simulated nodes' sandbox);
+#     an SSH server's SetEnv; runners.processes' for the simulated nodes' sandbox);
 #   * every process named in a file that matches a pattern given to `watch_files()` (a pid file, a process group
 #     file), with its group, if it started after the watcher: for processes whose environment cannot be read
 #     back (PostgreSQL, Redis and OpenSSH overwrite it with their process titles).

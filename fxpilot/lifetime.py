@@ -105,6 +105,7 @@ KEEP_ENVIRONMENT = "SPT_NOENV"
 def start_watcher(folder: str | os.PathLike, *, grace: float = 8.0, limit: float = 20.0) -> str:
     """Start the watcher of this process; returns its token. Call it before starting anything it must end."""
     token = secrets.token_hex(6)
+    Path(folder).mkdir(parents=True, exist_ok=True)
     registry = Path(folder) / f"watcher-{token}.files"
     registry.touch()
     env = {key: value for key, value in os.environ.items() if key not in (WATCHED_BY, WATCH_FILES)}

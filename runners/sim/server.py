@@ -39,9 +39,9 @@ from runners.simnode.storage import fx_read_gbps, local_read_gbps
 ROCM_SUFFIX = "+rocm721"
 HBM_BLOCK = 256                   # HBM residency is tracked per 256 tokens (vLLM's blocks are 16; hits round down)
 PROMPT_IDS = re.compile(rb'"prompt"\s*:\s*\[(?=\s*\d)')
-LEADING_ZERO = re.compile(rb'(?:^|,)0\d')
-# parse_body keeps a token-id prompt's JSON text under this key when it is already compact JSON, so the first
-# event's echo of it (return_token_ids) costs a copy rather than encoding 50k numbers again (~60 ms a request)
+# parse_body keeps a token-id prompt's JSON text under this key when it is already compact JSON (digits and commas,
+# no number starting with 0: a prompt with token id 0 takes the slow way), so the first
+# event's echo of it (return_token_ids) costs a copy rather than encoding tens of thousands of numbers again
 PROMPT_JSON = "\x00prompt_json"
 _ECHO = "\x00echo\x00"
 TOKEN_BASE, TOKEN_SPAN = 1000, 30000
@@ -95,7 +95,7 @@ def parse_body(raw: bytes, fast: bool) -> dict:
             if tokens.size == ids.count(b",") + 1:
                 body = json.loads(raw[:match.end()] + raw[end:])
                 body["prompt"] = tokens
-                if not ids.translate(None, b"0123456789,") and not LEADING_ZERO.search(ids):
+                if not ids.translate(None, b"0123456789,") and b",0" not in ids and not ids.startswith(b"0"):
                     body[PROMPT_JSON] = b"[" + ids + b"]"  # already what json.dumps(prompt) would write
                 return body
     return json.loads(raw)
@@ -605,6 +605,7 @@ def build_app(server: SimServer) -> web.Application:
         await server.admit(sim)
         created = int(time.time())
         name = body["model"]
+        events = None if chat else CompletionEvents(rid, name, created, want_ids)
         response: web.StreamResponse | None = None
         sent = 0
         try:
@@ -624,8 +625,12 @@ def build_app(server: SimServer) -> web.Application:
                             chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
                         final = "length" if sent >= max_tokens else None
                         echo = prompt if (want_ids and sent == 1 and not chat) else None
-                        chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
-                                             prompt_ids=echo, prompt_json=body.get(PROMPT_JSON)))
+                        if events is not None and (echo is None or body.get(PROMPT_JSON)):
+                            chunks.append(events.token(tokens[sent - 1], final,
+                                                       body.get(PROMPT_JSON) if echo is not None else None))
+                        else:
+                            chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
+                                                 prompt_ids=echo, prompt_json=body.get(PROMPT_JSON)))
                         await response.write(b"".join(chunks))
                     if crash:
                         vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
@@ -689,6 +694,29 @@ def build_app(server: SimServer) -> web.Application:
     app.on_startup.append(start_driver)
     app.on_cleanup.append(stop_driver)
     return app
+
+
+_WORD_JSON = tuple(json.dumps(" " + word).encode() for word in WORDS)
+
+
+class CompletionEvents:
+    """The token events of one streamed completion exactly as `_chunk` writes them, byte for byte, from parts made
+    once per request: a soak sends a hundred of them per request, and encoding a dict for each cost more server
+    CPU than the rest of the request (tests/sim checks them against `_chunk`)."""
+
+    def __init__(self, rid: str, name: str, created: int, want_ids: bool):
+        self.head = (b'data: {"id":' + json.dumps(rid).encode() + b',"object":"text_completion","created":'
+                     + str(int(created)).encode() + b',"model":' + json.dumps(name).encode()
+                     + b',"choices":[{"index":0,"text":')
+        self.want_ids = want_ids
+
+    def token(self, token: int, finish: str | None, prompt_json: bytes | None = None) -> bytes:
+        parts = [self.head, _WORD_JSON[token % len(WORDS)], b',"logprobs":null,"finish_reason":',
+                 b"null" if finish is None else json.dumps(finish).encode(), b',"stop_reason":null']
+        if self.want_ids:
+            parts += [b',"prompt_token_ids":', prompt_json or b"null", b',"token_ids":[', str(int(token)).encode(), b"]"]
+        parts.append(b'}],"usage":null,"simulated":true}\n\n')
+        return b"".join(parts)
 
 
 def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, finish: str | None, *,

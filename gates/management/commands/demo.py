@@ -444,7 +444,7 @@ class Command(BaseCommand):
     def plan_repetitions(self, plan, spread: float, basis: str) -> dict[int, int]:
         """Repetitions per gate from the sample-size planner at `spread`: what each gate's criteria need to reach
         the plan's power on the published figures (at least MIN_REPETITIONS), said with its basis."""
-        sizing = planner.summary(plan, spread=spread)
+        sizing = self.sizing = planner.summary(plan, spread=spread)
         needed = {row["gate"]: max(MIN_REPETITIONS, row["repetitions_needed"] or MIN_REPETITIONS)
                   for row in sizing["gates"]}
         self.say(f"The planner at a {spread:.1%} spread ({basis}) asks "
@@ -454,8 +454,8 @@ class Command(BaseCommand):
     def size_soak(self, pilot: Pilot, plan, time_scale: float, processes: Processes) -> float | None:
         """G4's soak length: the planner's request count for its failure-rate bar at the soak rate measured here
         and now (gates.management.demo_soak). None when the plan has no such bar (the run's default then)."""
-        wanted = [c for c in planner.summary(plan)["criteria"]
-                  if c["gate"] == 4 and c["kind"] == "rate" and c.get("requests_needed")]
+        sizing = getattr(self, "sizing", None) or planner.summary(plan)  # a rate bar's count needs no spread
+        wanted = [c for c in sizing["criteria"] if c["gate"] == 4 and c["kind"] == "rate" and c.get("requests_needed")]
         if not wanted:
             return None
         needed = max(c["requests_needed"] for c in wanted)

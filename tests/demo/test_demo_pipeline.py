@@ -80,8 +80,9 @@ def test_the_demo_sizes_its_runs_with_the_planner_and_its_soak_on_this_machine(n
     out = demo.text()
     assert re.search(r"The planner at a 1\.0% spread \(the simulator's spread\) asks G1 \d+, G2 \d+, G3 \d+, G4 \d+ "
                      r"repetitions\.", out), out[:3000]
-    assert re.search(r"The planner at a [\d.]+% spread \(G1 measured [\d.]+% across repetitions; at least the "
-                     r"simulator's\) asks G1", out)
+    later = re.search(r"The planner at a ([\d.]+)% spread \(G1 measured [\d.]+% across repetitions; at least the "
+                      r"simulator's 2% for throughput\) asks G1 \d+, G2 \d+, G3 (\d+), G4 \d+ repetitions\.", out)
+    assert later and float(later[1]) >= 2.0 and int(later[2]) >= 4, out[:3000]
     rate = re.search(r"^  ([\d.]+) requests/s \(([\d,]+) in [\d.]+ s after a warm-up of [\d.]+ s\)\. The planner: "
                      r"g4-soak-failures needs ≥ ([\d,]+) error-free requests; the soak runs (\d+):(\d\d) for 1\.3× that\.",
                      out, re.MULTILINE)
@@ -111,11 +112,11 @@ def test_the_progress_is_a_plain_line_at_most_every_ten_seconds_and_a_soak_shows
     soak = [line for line in progress if " soak fx@node" in line]
     assert soak and all(re.search(r" soak fx@node\d \d+:\d\d of \d+:\d\d \([\d,]+ requests\)", line) for line in soak)
     assert any(re.search(r"about \d+:\d\d left", line) for line in progress)
-    # between two lines of one gate at least 10 s: the elapsed times they show
+    # between two lines of one run at least 10 s: the elapsed times they show (a run again starts from 0:00)
     for gate in "1234":
         shown = [line for line in progress if line.startswith(f"  G{gate}:") and " elapsed" in line]
         stamps = [int(m[1]) * 60 + int(m[2]) for m in (re.search(r"(\d+):(\d\d) elapsed", line) for line in shown)]
-        assert all(b - a >= 9 for a, b in zip(stamps, stamps[1:], strict=False)), (gate, stamps)
+        assert all(b - a >= 9 for a, b in zip(stamps, stamps[1:], strict=False) if b >= a), (gate, stamps)
 
 
 def test_the_degraded_fx_scenario_halts_the_pilot_at_g3(demos):

@@ -50,10 +50,14 @@ SCENARIOS = {
 }
 ROOT = Path(settings.BASE_DIR)
 DEMO_TIME_SCALE = 0.03
-# The simulator's spread across repetitions is about 1 % (the default plan is sized for 6 % on real
-# clusters): the sample-size planner at that spread sizes G1, and at the larger of it and the spread G1
-# measured the later gates. The demo's runs are not extended.
+# The simulator's spread across repetitions (the default plan is sized for 6 % on real clusters): about 1 % for
+# TTFT, which the model clock keeps whatever the load; throughput spans a cell's sends in wall time, so its
+# spread grows with the client's lag: measured at ×0.03, 0.7–2.4 % at load 3–5 and 2–8 % at load 15–30 (at
+# ×0.01 under load 15, 6–16 %). The sample-size planner sizes G1 (TTFT of one arm) at DEMO_SPREAD, and the
+# later gates, which compare throughputs, at the larger of THROUGHPUT_SPREAD and the spread G1 measured.
+# The demo's runs are not extended.
 DEMO_SPREAD = 0.01
+THROUGHPUT_SPREAD = 0.02
 MIN_REPETITIONS = 2  # every interval over repetitions needs two (docs/judge.md, validity "repetitions")
 # Nothing published states the usable capacity of one FX100. So that the demo's procurement report can show a
 # unit count, the demo pilot's sizing assumes this example figure, and says so wherever the count shows
@@ -380,9 +384,10 @@ class Command(BaseCommand):
             gate = pilot.gate(number)
             if number == 2:
                 measured = measured_spread(pilot)
-                spread = max(measured or 0.0, DEMO_SPREAD)
+                spread = max(measured or 0.0, THROUGHPUT_SPREAD)
                 seen = f"G1 measured {measured:.2%} across repetitions" if measured else "G1 measured no spread"
-                repetitions = self.plan_repetitions(plan, spread, f"{seen}; at least the simulator's")
+                repetitions = self.plan_repetitions(plan, spread, f"{seen}; at least the simulator's "
+                                                                  f"{THROUGHPUT_SPREAD:.0%} for throughput")
             if number == 4 and soak_seconds is None:
                 soak_seconds = self.size_soak(pilot, plan, time_scale, processes)
             params = {"time_scale": time_scale, "report_language": language, "repetitions": repetitions[number],

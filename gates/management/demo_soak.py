@@ -34,7 +34,7 @@ from pathlib import Path
 
 STEADY_SECONDS = 8.0
 """Wall seconds of steady soak (every session seen once) over which the rate is measured."""
-SOAK_MARGIN = 1.3
+SOAK_MARGIN = 1.5
 """How many times the planner's request count the soak is sized for."""
 CALIBRATION_TIMEOUT = 240.0
 """A calibration that has not measured its steady seconds by then gives up (the demo then says so)."""

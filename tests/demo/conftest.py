@@ -92,10 +92,27 @@ class Demo:
     def wait_for_running_step(self, gate: int, timeout: float) -> tuple:
         return self.until(f"G{gate} workload step running", lambda: self.running_step(gate), timeout, every=0.2)
 
+    def mine(self) -> list[int]:
+        """Live processes this demo started: those carrying its mark, and its Redis broker, found by the socket in
+        its data folder (redis-server writes its title over its environment, so the mark cannot be read there)."""
+        pids = set(marked(self.mark))
+        socket = f"unixsocket:{self.data / 'redis'}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if b"redis-server" in cmdline and socket in cmdline and state != "Z":
+                pids.add(int(entry.name))
+        return sorted(pids)
+
     def services(self) -> dict[str, list[int]]:
-        """What the demo runs now, by its mark: SERVICES name → pids."""
+        """What the demo runs now: SERVICES name → pids."""
         found: dict[str, list[int]] = {}
-        for pid in marked(self.mark):
+        for pid in self.mine():
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
@@ -127,10 +144,10 @@ class Demo:
 
     def left_behind(self, within: float = 30) -> list[str]:
         deadline = time.monotonic() + within
-        while marked(self.mark) and time.monotonic() < deadline:
+        while self.mine() and time.monotonic() < deadline:
             time.sleep(0.5)
         found = []
-        for pid in marked(self.mark):
+        for pid in self.mine():
             try:
                 found.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
             except OSError:
@@ -138,7 +155,7 @@ class Demo:
         return found
 
     def kill_all(self) -> None:
-        for pid in [self.proc.pid, *marked(self.mark)]:
+        for pid in [self.proc.pid, *self.mine()]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -4,6 +4,7 @@ each run (benchmarks/demo/README.md).
 
     .venv/bin/python benchmarks/demo/bench_demo.py [--runs 3] [--scenario nominal] [--time-scale X]
                                                    [--idle-below 1.0 --idle-wait 600] [--results FILE]
+    .venv/bin/python benchmarks/demo/bench_demo.py --table     # the recorded runs as a Markdown table
 
 Per run it records the total wall time, each gate's time as the demo prints it ("G3 run ended … in 2:01",
 the soak calibration too), whether any gate ran twice ("runs again"), the exit code, and the load: the
@@ -118,6 +119,31 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     }
 
 
+def clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    whole = int(round(seconds))
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def table(path: Path) -> str:
+    """The recorded runs as a Markdown table (--table)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = ["| when (UTC) | commit | total | G1 | G2 | G3 | soak calibration | G4 | soak rate → length | a gate twice | "
+           "load before | load during (mean / max) |", "|---" * 12 + "|"]
+    for r in rows:
+        g = r["gate_seconds"]
+        rate = (f"{r['soak_rate_per_second']:.1f}/s → {clock(r['soak_seconds'])}"
+                if r.get("soak_rate_per_second") is not None else "—")
+        out.append(f"| {r['when'][:16].replace('T', ' ')} | {r['commit']}{'+' if r['tree_changed'] else ''} | "
+                   f"**{clock(r['total_seconds'])}**{'' if r['completed'] else ' (not completed)'} | "
+                   f"{clock(g.get('G1'))} | {clock(g.get('G2'))} | {clock(g.get('G3'))} | "
+                   f"{clock(r.get('soak_calibration_seconds'))} | {clock(g.get('G4'))} | {rate} | "
+                   f"{'yes' if r['gate_run_twice'] else 'no'} | {r['load_before'][0]:.1f} | "
+                   f"{r['load_during_mean']:.1f} / {r['load_during_max']:.1f} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -127,7 +153,11 @@ def main() -> int:
     parser.add_argument("--idle-wait", type=float, default=0.0, help="seconds to wait for an idle machine per run")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per demo")
     parser.add_argument("--results", type=Path, default=HERE / "results.jsonl")
+    parser.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.results))
+        return 0
     out_dir = ROOT / "benchmarks" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     ok = True

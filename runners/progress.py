@@ -17,25 +17,48 @@ LOG_BATCH = 500
 """The most chunks one read of the live log returns."""
 
 
+TIMED_STEPS = {"soak": lambda params: float(params.get("seconds") or 0),
+               # the load runs before, during and after the cut: the cut's start, the cut, as long again
+               "fault": lambda params: 3 * float(params.get("cut_seconds") or 0)}
+"""Step names whose length is a planned time rather than a number of requests: wall seconds from their parameters."""
+
+
+def planned_seconds(step) -> float | None:
+    """The wall time a timed step (a soak, a fault window) is planned to run, else None: its request count keeps
+    growing while it runs, so its progress is its time (elapsed of planned), not requests done of a total."""
+    planned = TIMED_STEPS.get(step.name)
+    seconds = planned(step.params or {}) if planned else 0.0
+    return seconds if seconds > 0 else None
+
+
 def job_progress(job: Job) -> dict[str, Any]:
-    """Step n of N, requests done of total, an estimate of the time left, and where the live log stands."""
+    """Step n of N, requests done of total, an estimate of the time left, and where the live log stands.
+
+    A running timed step (`planned_seconds`) counts by its time: `seconds_elapsed` of `seconds_planned` in
+    `current`, and the run cannot end before it does (the estimate of the time left is at least what it
+    has still to run)."""
     steps = list(job.steps.select_related("node").order_by("seq"))
     total = len(steps)
     finished = sum(1 for s in steps if s.status in FINISHED)
     running = [s for s in steps if s.status == Status.RUNNING]
     done_requests = sum(s.requests_done for s in steps)
     total_requests = sum(max(s.requests_total, s.requests_done) for s in steps)
+    now = timezone.now()
+    timing = {s.pk: _step_timing(s, now) for s in running}
     fraction = 0.0
     if total:
-        partial = sum(min(1.0, s.requests_done / s.requests_total) for s in running if s.requests_total)
+        partial = sum(_step_fraction(s, *timing[s.pk]) for s in running)
         fraction = min(1.0, (finished + partial) / total)
     elapsed = None
     eta = None
     if job.started:
-        end = job.finished or timezone.now()
+        end = job.finished or now
         elapsed = max(0.0, (end - job.started).total_seconds())
         if not job.is_finished and fraction > 0:
             eta = elapsed * (1 - fraction) / fraction
+            timed_left = [planned - spent for spent, planned in timing.values() if planned is not None]
+            if timed_left:
+                eta = max(eta, *timed_left, 0.0)
 
     return {
         "job": str(job.code),
@@ -47,7 +70,8 @@ def job_progress(job: Job) -> dict[str, Any]:
         "steps_finished": finished,
         "current": [
             {"seq": s.seq, "name": s.name, "arm": s.arm, "node": s.node.name if s.node_id else "",
-             "requests_done": s.requests_done, "requests_total": s.requests_total}
+             "requests_done": s.requests_done, "requests_total": s.requests_total,
+             "seconds_elapsed": timing[s.pk][0], "seconds_planned": timing[s.pk][1]}
             for s in running
         ],
         "requests_done": done_requests,
@@ -63,6 +87,24 @@ def job_progress(job: Job) -> dict[str, Any]:
             for s in steps
         ],
     }
+
+
+def _step_timing(step, now) -> tuple[float | None, float | None]:
+    """(seconds the running step has run, seconds it is planned to run when it is a timed step)."""
+    spent = max(0.0, (now - step.started).total_seconds()) if step.started else None
+    planned = planned_seconds(step)
+    if planned is not None and spent is not None:
+        return round(spent, 1), round(planned, 1)
+    return (None if spent is None else round(spent, 1)), None
+
+
+def _step_fraction(step, spent: float | None, planned: float | None) -> float:
+    """How far a running step is: a timed step by its time, another by its requests (0 when it has no count)."""
+    if planned:
+        return min(1.0, (spent or 0.0) / planned)
+    if step.requests_total:
+        return min(1.0, step.requests_done / step.requests_total)
+    return 0.0
 
 
 class Chunk(NamedTuple):

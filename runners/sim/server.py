@@ -39,6 +39,11 @@ from runners.simnode.storage import fx_read_gbps, local_read_gbps
 ROCM_SUFFIX = "+rocm721"
 HBM_BLOCK = 256                   # HBM residency is tracked per 256 tokens (vLLM's blocks are 16; hits round down)
 PROMPT_IDS = re.compile(rb'"prompt"\s*:\s*\[(?=\s*\d)')
+# parse_body keeps a token-id prompt's JSON text under this key when it is already compact JSON (digits and commas,
+# no number starting with 0: a prompt with token id 0 takes the slow way), so the first
+# event's echo of it (return_token_ids) costs a copy rather than encoding tens of thousands of numbers again
+PROMPT_JSON = "\x00prompt_json"
+_ECHO = "\x00echo\x00"
 TOKEN_BASE, TOKEN_SPAN = 1000, 30000
 WORDS = ("the", "cache", "token", "array", "flash", "read", "write", "model", "layer", "block", "return",
          "value", "index", "chunk", "prefix", "tier", "disk", "link", "queue", "batch", "step", "time")
@@ -90,6 +95,8 @@ def parse_body(raw: bytes, fast: bool) -> dict:
             if tokens.size == ids.count(b",") + 1:
                 body = json.loads(raw[:match.end()] + raw[end:])
                 body["prompt"] = tokens
+                if not ids.translate(None, b"0123456789,") and b",0" not in ids and not ids.startswith(b"0"):
+                    body[PROMPT_JSON] = b"[" + ids + b"]"  # already what json.dumps(prompt) would write
                 return body
     return json.loads(raw)
 
@@ -598,6 +605,7 @@ def build_app(server: SimServer) -> web.Application:
         await server.admit(sim)
         created = int(time.time())
         name = body["model"]
+        events = None if chat else CompletionEvents(rid, name, created, want_ids)
         response: web.StreamResponse | None = None
         sent = 0
         try:
@@ -617,8 +625,12 @@ def build_app(server: SimServer) -> web.Application:
                             chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
                         final = "length" if sent >= max_tokens else None
                         echo = prompt if (want_ids and sent == 1 and not chat) else None
-                        chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
-                                             prompt_ids=echo))
+                        if events is not None and (echo is None or body.get(PROMPT_JSON)):
+                            chunks.append(events.token(tokens[sent - 1], final,
+                                                       body.get(PROMPT_JSON) if echo is not None else None))
+                        else:
+                            chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
+                                                 prompt_ids=echo, prompt_json=body.get(PROMPT_JSON)))
                         await response.write(b"".join(chunks))
                     if crash:
                         vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
@@ -684,8 +696,32 @@ def build_app(server: SimServer) -> web.Application:
     return app
 
 
+_WORD_JSON = tuple(json.dumps(" " + word).encode() for word in WORDS)
+
+
+class CompletionEvents:
+    """The token events of one streamed completion exactly as `_chunk` writes them, byte for byte, from parts made
+    once per request: a soak sends a hundred of them per request, and encoding a dict for each cost more server
+    CPU than the rest of the request (tests/sim checks them against `_chunk`)."""
+
+    def __init__(self, rid: str, name: str, created: int, want_ids: bool):
+        self.head = (b'data: {"id":' + json.dumps(rid).encode() + b',"object":"text_completion","created":'
+                     + str(int(created)).encode() + b',"model":' + json.dumps(name).encode()
+                     + b',"choices":[{"index":0,"text":')
+        self.want_ids = want_ids
+
+    def token(self, token: int, finish: str | None, prompt_json: bytes | None = None) -> bytes:
+        parts = [self.head, _WORD_JSON[token % len(WORDS)], b',"logprobs":null,"finish_reason":',
+                 b"null" if finish is None else json.dumps(finish).encode(), b',"stop_reason":null']
+        if self.want_ids:
+            parts += [b',"prompt_token_ids":', prompt_json or b"null", b',"token_ids":[', str(int(token)).encode(), b"]"]
+        parts.append(b'}],"usage":null,"simulated":true}\n\n')
+        return b"".join(parts)
+
+
 def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, finish: str | None, *,
-           role: bool = False, want_ids: bool = False, prompt_ids: np.ndarray | None = None) -> bytes:
+           role: bool = False, want_ids: bool = False, prompt_ids: np.ndarray | None = None,
+           prompt_json: bytes | None = None) -> bytes:
     if chat:
         delta = {"role": "assistant", "content": ""} if role else {"content": detokenize(token)}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -697,11 +733,15 @@ def _chunk(rid: str, name: str, created: int, chat: bool, token: int | None, fin
     if want_ids and token is not None:
         if not chat:
             # vLLM echoes the whole prompt in the first event of a completion stream, null afterwards
-            choice["prompt_token_ids"] = None if prompt_ids is None else prompt_ids.tolist()
+            echo = None if prompt_ids is None else _ECHO if prompt_json else prompt_ids.tolist()
+            choice["prompt_token_ids"] = echo
         choice["token_ids"] = [token]
     payload = {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": None,
                "simulated": True}
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    text = json.dumps(payload, separators=(",", ":")).encode()
+    if prompt_json and prompt_ids is not None and want_ids and not chat:
+        text = text.replace(json.dumps(_ECHO).encode(), prompt_json, 1)
+    return b"data: " + text + b"\n\n"
 
 
 def describe(server: SimServer) -> str:

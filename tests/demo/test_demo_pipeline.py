@@ -4,7 +4,9 @@ a procurement report whose unit count says what it rests on; and the degraded-FX
 halts at G3. The demos run once, together (tests/demo/conftest.py)."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +69,58 @@ def test_the_procurement_report_gives_a_unit_count_resting_on_an_assumed_example
 
 def test_a_demo_killed_outright_after_a_worker_restart_leaves_nothing_behind(nominal):
     _, facts = nominal
-    assert facts["processes"] >= 6  # broker, simulated nodes, worker and its pool, beat, portal
+    services = facts["services"]  # what the demo ran before it was killed, found by the test's mark
+    assert set(services) == {"broker", "simulated nodes", "worker", "portal"}
+    assert len(services["worker"]) >= 2 and len(services["portal"]) >= 2  # worker with its pool; gunicorn's workers
     assert facts["left_behind"] == []
+
+
+def test_the_demo_sizes_its_runs_with_the_planner_and_its_soak_on_this_machine(nominal):
+    demo, _ = nominal
+    out = demo.text()
+    assert re.search(r"The planner at a 1\.0% spread \(the simulator's spread\) asks G1 \d+, G2 \d+, G3 \d+, G4 \d+ "
+                     r"repetitions\.", out), out[:3000]
+    later = re.search(r"The planner at a ([\d.]+)% spread \(G1 measured [\d.]+% across repetitions; at least the "
+                      r"simulator's 2% for throughput\) asks G1 \d+, G2 \d+, G3 (\d+), G4 \d+ repetitions\.", out)
+    assert later and float(later[1]) >= 2.0 and int(later[2]) >= 4, out[:3000]
+    rate = re.search(r"^  ([\d.]+) requests/s \(([\d,]+) in [\d.]+ s after a warm-up of [\d.]+ s\)\. The planner: "
+                     r"g4-soak-failures needs ≥ ([\d,]+) error-free requests; the soak runs (\d+):(\d\d) for 1\.5× that\.",
+                     out, re.MULTILINE)
+    assert rate, out[-6000:]
+    needed, minutes, seconds = int(rate[3].replace(",", "")), int(rate[4]), int(rate[5])
+    assert needed == 3911 and float(rate[1]) > 0
+    # the soak the run got is the one planned, and it sent what the judge needs (G4 passed, so not invalid)
+    (soak,), = demo.query("SELECT s.params FROM runners_step s JOIN runners_job j ON s.job_id = j.id "
+                          "JOIN gates_gate g ON j.gate_id = g.id WHERE g.number = 4 AND s.name = 'soak' "
+                          "ORDER BY j.id LIMIT 1")
+    assert abs(json.loads(soak)["seconds"] - (60 * minutes + seconds)) <= 1
+    # the G4 run that decided the gate had the requests its failure-rate bar needs (a machine that got much busier
+    # after the calibration may have needed a run again with a longer soak: the demo says so)
+    (result,), = demo.query("SELECT e.result FROM gates_evaluation e JOIN gates_gate g ON e.gate_id = g.id "
+                            "WHERE g.number = 4 ORDER BY e.id DESC LIMIT 1")
+    checks = {c["name"]: c for c in json.loads(result)["validity"]["checks"]}
+    assert checks["enough-requests-for-rates"]["ok"], checks["enough-requests-for-rates"]
+    assert ("runs again with a soak of" in out) == (out.count("G4 Production fit: run ") > 1)
+    # every gate's run ended with its time, and the total is printed
+    assert len(re.findall(r"^G[1-4] run ended successful in \d+:\d\d; verdict \w+", out, re.MULTILINE)) >= 4
+    assert re.search(r"^Total \d+:\d\d: G1 \d+:\d\d, G2 \d+:\d\d, G3 \d+:\d\d, soak calibration \d+:\d\d, G4 "
+                     r"\d+:\d\d; load average", out, re.MULTILINE)
+
+
+def test_the_progress_is_a_plain_line_at_most_every_ten_seconds_and_a_soak_shows_its_time(nominal):
+    demo, _ = nominal
+    lines = demo.text().splitlines()
+    progress = [line for line in lines if re.match(r"  G[1-4]: step \d+/\d+", line)]
+    assert progress and len(lines) < 400, len(lines)
+    # a soak's line gives its time, elapsed of planned, and the requests it sent so far, never "N/N"
+    soak = [line for line in progress if " soak fx@node" in line]
+    assert soak and all(re.search(r" soak fx@node\d \d+:\d\d of \d+:\d\d \([\d,]+ requests\)", line) for line in soak)
+    assert any(re.search(r"about \d+:\d\d left", line) for line in progress)
+    # between two lines of one run at least 10 s: the elapsed times they show (a run again starts from 0:00)
+    for gate in "1234":
+        shown = [line for line in progress if line.startswith(f"  G{gate}:") and " elapsed" in line]
+        stamps = [int(m[1]) * 60 + int(m[2]) for m in (re.search(r"(\d+):(\d\d) elapsed", line) for line in shown)]
+        assert all(b - a >= 9 for a, b in zip(stamps, stamps[1:], strict=False) if b >= a), (gate, stamps)
 
 
 def test_the_degraded_fx_scenario_halts_the_pilot_at_g3(demos):

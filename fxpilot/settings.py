@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "axes",
     "gates",
     "runners",
+    "reports",
 ]
 
 MIDDLEWARE = [

@@ -1,6 +1,6 @@
 """Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the control queue).
 
-`verify_upload` imports `gates.reports.service` when it runs: every worker, a site worker on a jump host too,
+`verify_upload` imports `reports.service` when it runs: every worker, a site worker on a jump host too,
 imports this module at start, and must not need the PDF renderer and signer for that."""
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def verify_upload(pk: int) -> str:
         return "not queued"  # already taken by another delivery, or gone
     # Imported here: a site worker imports this module too (task discovery), and must not need WeasyPrint,
     # pyHanko, Pango or fonts to start.
-    from gates.reports.service import trust_roots, verify_report_bytes
+    from reports.service import trust_roots, verify_report_bytes
 
     row = UploadVerification.objects.get(pk=pk)
     state, result, error = UploadVerification.State.ERROR, None, ""

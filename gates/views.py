@@ -58,9 +58,11 @@ from gates.models import (
     UploadVerification,
 )
 from gates.plan import PlanError, load_plan
-from gates.reports import charts
-from gates.reports.context import TRACE_GATE, trace_of_job
-from gates.reports.service import (
+from gates.tasks import NOT_CARRIED_OUT, queue_upload_verification
+from gates.templatetags.portal import simulated_pilot_ids
+from reports import charts
+from reports.context import TRACE_GATE, trace_of_job
+from reports.service import (
     ReportError,
     countersign,
     create_procurement_report,
@@ -70,8 +72,6 @@ from gates.reports.service import (
     trust_roots,
     verify_report_bytes,
 )
-from gates.tasks import NOT_CARRIED_OUT, queue_upload_verification
-from gates.templatetags.portal import simulated_pilot_ids
 from runners import orchestration
 from runners.models import Job, Node
 
@@ -519,7 +519,7 @@ def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
 
 
 def _charts(evaluation: Evaluation | None) -> list:
-    """The evaluation's SVG charts (gates.reports.charts), as the gate report draws them.
+    """The evaluation's SVG charts (reports.charts), as the gate report draws them.
 
     An evaluation never changes, so its charts are drawn once per language and kept in the cache.
     """

@@ -12,12 +12,15 @@ from django.utils.translation import gettext_lazy
 
 from gates.judge import explain
 from gates.models import Gate, Pilot, PlanVersion
-from gates.reports import reasons
-from gates.reports.checks import localised
-from gates.reports.context import root_certificate
+from reports import reasons
+from reports.context import root_certificate
+from reports.templatetags import evidence
 from runners.models import Status
 
 register = template.Library()
+# The filters the signed reports use as well (verdict_label, checks, starter_label) are the reports app's library
+# `evidence`: the portal's pages offer them too, so a page and a report read evidence the same way.
+register.filters.update(evidence.register.filters)
 
 
 @register.filter
@@ -93,21 +96,6 @@ def op_symbol(op: str) -> str:
     return OPERATOR_SYMBOLS.get(op, op)
 
 
-@register.filter
-def verdict_label(value: str) -> str:
-    """pass / marginal / fail / invalid in the reader's language."""
-    try:
-        return str(Gate.Verdict(value).label)
-    except ValueError:
-        return value
-
-
-@register.filter
-def checks(validity: Any) -> Any:
-    """A verdict's validity block with each check's title and detail in the reader's language."""
-    return localised(validity) if isinstance(validity, dict) else validity
-
-
 @register.simple_tag
 def vendor_root() -> dict:
     """The vendor root a reader must trust: subject and SHA-256 fingerprint."""
@@ -129,15 +117,6 @@ def simulated(pilot) -> bool:
         return known
     pilot.simulated = bool(simulated_pilot_ids([pilot]))
     return pilot.simulated
-
-
-@register.filter
-def starter_label(label: str) -> str:
-    """Who acted when no signed-in person did, in the reader's language: "command line (user@host)"."""
-    label = str(label or "")
-    if label.startswith("command line (") and label.endswith(")"):
-        return _("command line (%(where)s)") % {"where": label[len("command line ("):-1]}
-    return label
 
 
 @register.filter

@@ -101,7 +101,7 @@ def test_an_extended_run_says_how_often_and_why_on_the_gate_page_and_in_the_repo
     from django.urls import reverse
 
     from gates.evaluation import extension_history
-    from gates.reports.context import gate_report_context
+    from reports.context import gate_report_context
 
     job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
     marginal = {"verdict": "marginal", "gate": 3, "criteria": [{"key": "g3-ttft-vs-local", "verdict": "marginal"}]}

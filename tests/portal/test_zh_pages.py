@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Organisation, Profile, Report, UploadVerification
-from gates.reports.context import root_certificate
+from reports.context import root_certificate
 from runners import output
 from runners.models import Status, Step
 from tests.portal.conftest import add_lab

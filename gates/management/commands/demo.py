@@ -403,7 +403,7 @@ class Command(BaseCommand):
             lifecycle.sign_off_gate(gate, bob, decision="approve", comment=f"{gate.label} evidence reviewed.")
             self.countersign(gate, bob)
             lifecycle.sign_off_gate(gate, alice, decision="approve", comment=f"{gate.label} evidence reviewed.")
-        from gates.reports.service import create_procurement_report
+        from reports.service import create_procurement_report
 
         report = create_procurement_report(pilot, language=language)
         self.say(f"Procurement report: {settings.DATA_DIR / report.path}")
@@ -422,12 +422,12 @@ class Command(BaseCommand):
         report = gate.reports.filter(kind=Report.Kind.GATE).order_by("-created").first()
         if report is None:
             return
-        from gates.reports.service import countersign
+        from reports.service import countersign
 
         countersign(report, person)
 
     def summary(self, pilot: Pilot, port: int, seconds: float) -> None:
-        from gates.reports.service import verify_report_bytes
+        from reports.service import verify_report_bytes
 
         pilot.refresh_from_db()
         self.say(f"\nPilot {pilot.name}: {pilot.get_state_display()} in {seconds / 60:.1f} min "

@@ -1,6 +1,6 @@
 """The verifier's findings in the reader's language.
 
-`gates.reports.verify` writes its findings in English (the command line and the stored result read them); the portal
+`reports.verify` writes its findings in English (the command line and the stored result read them); the portal
 shows each in the active language. Every sentence the verifier writes is listed here as a pattern with the catalogue's
 sentence carrying the same fields; a finding no pattern matches is shown as it was written.
 """

@@ -27,10 +27,10 @@ from weasyprint import HTML, Attachment
 from weasyprint.urls import URLFetcher, URLFetcherResponse
 
 from gates.models import Gate, Party, Pilot, Role, SignOff
-from gates.reports.charts import font_stack, gate_charts
-from gates.reports.context import read_attachment
-from gates.reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
-from gates.reports.words import procurement_summary
+from reports.charts import font_stack, gate_charts
+from reports.context import read_attachment
+from reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
+from reports.words import procurement_summary
 from runners.artifacts import ArtifactMismatch
 
 VERDICT_LABELS = {

@@ -1,4 +1,4 @@
-"""Make, store and countersign reports: the only part of gates.reports that writes files and rows.
+"""Make, store and countersign reports: the only part of reports that writes files and rows.
 
 A stored report is never modified: a countersignature writes a new file and a new Report row.
 Files live in the evidence storage (runners.artifacts) as reports/<pilot code>/<report code>.pdf: under
@@ -17,10 +17,10 @@ from django.utils import timezone, translation
 
 from gates.lifecycle import audit
 from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role, SignOff
-from gates.reports import sign
-from gates.reports.context import gate_report_context, procurement_report_context, root_certificate
-from gates.reports.render import ReportError, render_pdf
-from gates.reports.verify import VerificationResult, verify_pdf
+from reports import sign
+from reports.context import gate_report_context, procurement_report_context, root_certificate
+from reports.render import ReportError, render_pdf
+from reports.verify import VerificationResult, verify_pdf
 from runners.artifacts import ArtifactMismatch, evidence_storage, get_bytes, put_bytes
 
 __all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "finish_pilot",

@@ -4,8 +4,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from gates.bundle import build_bundle
 from gates.management.lookup import find_pilot
+from reports.bundle import build_bundle
 
 
 class Command(BaseCommand):

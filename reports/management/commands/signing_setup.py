@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from gates.models import Membership, Organisation, Role
-from gates.reports import sign
-from gates.reports.service import signing_directory
+from reports import sign
+from reports.service import signing_directory
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from gates.judge import canonical_json
 from gates.models import Evaluation, Pilot
-from gates.reports.service import ReportError, report_bytes
+from reports.service import ReportError, report_bytes
 from runners.artifacts import read_artifact
 
 ROOT = Path(settings.BASE_DIR)

@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 from gates.codes import CodeNotFound, find_by_code
 from gates.models import Gate, Pilot
 from gates.plan import parse_gate_label
-from gates.reports import service
-from gates.reports.sign import SigningError
+from reports import service
+from reports.sign import SigningError
 
 
 class Command(BaseCommand):

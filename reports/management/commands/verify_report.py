@@ -8,7 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from gates.reports.verify import describe, verify_pdf
+from reports.verify import describe, verify_pdf
 
 
 class Command(BaseCommand):

@@ -82,7 +82,7 @@ def pg_cluster():
 
 SETUP = """
 from gates import lifecycle
-from gates.management.commands.seed_demo import seed
+from portal.management.commands.seed_demo import seed
 from django.contrib.auth import get_user_model
 pilot = seed()
 User = get_user_model()

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.models import UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 
 
 @pytest.fixture(scope="module")

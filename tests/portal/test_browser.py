@@ -24,7 +24,7 @@ from gates import lifecycle
 from gates.evaluation import evaluate_job
 from gates.judge import synthetic
 from gates.models import Evaluation, Gate, Organisation, Report, UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 from runners import artifacts, output
 from runners.models import Job, Node, Site, Status, Step
 from tests.portal.conftest import add_lab, verdict

@@ -6,7 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.models import UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 
 
 def login(client, username: str, password: str):

@@ -9,12 +9,12 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from gates.management.lookup import command_line_actor
+from portal.views.runs import log_html
 from runners.management.commands.run_gate import follow_job
 from runners.models import Job, Node, Site, Step
 from runners.output import append_output, system_line
 from runners.progress import log_since
 from runners.steps import once
-from runners.views import log_html
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 description of gates.api, built from small helpers so each path is one line."""
+"""The OpenAPI 3.1 description of portal.api, built from small helpers so each path is one line."""
 from __future__ import annotations
 
 API_VERSION = "1"

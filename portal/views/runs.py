@@ -1,6 +1,6 @@
 """The portal's pages about what touches a node: runs and their live log, artifacts, sites, nodes, credentials.
 
-Every object is reached through its parent pilot (gates.access); downloads included.
+Every object is reached through its parent pilot (portal.access); downloads included.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from gates import access, lifecycle, notifications
-from gates.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
+from gates import lifecycle
+from portal import access, notifications
+from portal.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
+from portal.forms import CredentialForm, NodeForm, SiteForm
 from runners.config import DeploymentSettingsError
 from runners.credentials import create_credential
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
-from runners.forms import CredentialForm, NodeForm, SiteForm
 from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder, same_parties
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run

@@ -17,9 +17,9 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from gates import access
-from gates.api_schema import schema
 from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
+from portal import access
+from portal.api_schema import schema
 from runners.orchestration import job_progress, log_since
 
 

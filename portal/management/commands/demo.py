@@ -30,8 +30,8 @@ from django.utils import timezone
 from fxpilot import broker
 from fxpilot.lifetime import STOP_WITH_PARENT, die_with_parent
 from gates import lifecycle
-from gates.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from gates.models import Gate, Pilot, Report
+from portal.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from runners.processes import kill_group
 
 SCENARIOS = {

@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from gates.notifications import sweep
+from portal.notifications import sweep
 
 
 class Command(BaseCommand):

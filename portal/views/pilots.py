@@ -1,6 +1,6 @@
 """The portal's pages about pilots, plans, gates, reports and the audit log.
 
-Every object is reached through gates.access (404 outside the pilot, 403 for a role that may not);
+Every object is reached through portal.access (404 outside the pilot, 403 for a role that may not);
 every state change goes through gates.lifecycle; what a role may not do is not offered.
 """
 
@@ -27,18 +27,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from gates import access, lifecycle, notifications
-from gates.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
+from gates import lifecycle
 from gates.evaluation import extension_history
-from gates.forms import (
-    CriterionForm,
-    GateSignOffForm,
-    NewPilotForm,
-    PdfUploadForm,
-    PlanSignForm,
-    TraceUploadForm,
-    max_report_bytes,
-)
 from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
@@ -58,8 +48,19 @@ from gates.models import (
     UploadVerification,
 )
 from gates.plan import PlanError, load_plan
-from gates.tasks import NOT_CARRIED_OUT, queue_upload_verification
-from gates.templatetags.portal import simulated_pilot_ids
+from portal import access, notifications
+from portal.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
+from portal.forms import (
+    CriterionForm,
+    GateSignOffForm,
+    NewPilotForm,
+    PdfUploadForm,
+    PlanSignForm,
+    TraceUploadForm,
+    max_report_bytes,
+)
+from portal.tasks import NOT_CARRIED_OUT, queue_upload_verification
+from portal.templatetags.portal import simulated_pilot_ids
 from reports import charts
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import (
@@ -85,7 +86,7 @@ PILOTS_PER_PAGE = 25
 
 
 class ThrottledLoginView(auth_views.LoginView):
-    """Django's login; throttling is django-axes (fxpilot.signin), counted in the database for every process.
+    """Django's login; throttling is django-axes (portal.signin), counted in the database for every process.
 
     A signed-in person's chosen language is restored into the session and the language cookie.
     """

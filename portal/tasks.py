@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from gates.models import UploadVerification
-from gates.notifications import sweep
+from portal.notifications import sweep
 
 log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024

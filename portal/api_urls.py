@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from gates import api
+from portal import api
 
 urlpatterns = [
     path("openapi.json", api.openapi, name="api-openapi"),

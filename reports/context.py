@@ -16,11 +16,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from django.conf import settings
 
-from gates.evaluation import extension_history
 from gates.lifecycle import evidence_sha256
 from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
 from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
+from runners.evaluation import extension_history
 from runners.models import Artifact, Job, Node
 
 TRACE_GATE = 4

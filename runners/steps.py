@@ -2,7 +2,7 @@
 
 probe (runners.probe) · deploy, collect, teardown (runners.deploy) · the workload phases, run
 detached on the node (runners/remote/workload.py through runners.detached) · evaluate
-(gates.evaluation, then gates.consequences and gates.lifecycle). The report step that follows the verdict is
+(runners.evaluation, then gates.consequences and gates.lifecycle). The report step that follows the verdict is
 the reports app's kind (reports.steps, registered by ReportsConfig.ready()): the engine reaches it through
 the kind registry, and nothing here imports the floor above.
 
@@ -16,7 +16,6 @@ import json
 import shlex
 
 from gates import consequences, judge, lifecycle
-from gates.evaluation import PlanTamperedError, evaluate_job
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate
 from runners import detached, gateplans, ssh
@@ -34,6 +33,7 @@ from runners.deploy import (
     settings_for,
     teardown_arm,
 )
+from runners.evaluation import PlanTamperedError, evaluate_job
 from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
 from runners.models import Artifact, Job
 from runners.probe import ProbeSettingsError, probe_node

@@ -28,7 +28,6 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from gates import lifecycle
-from gates.evaluation import extension_history
 from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
@@ -74,6 +73,7 @@ from reports.service import (
     verify_report_bytes,
 )
 from runners import orchestration
+from runners.evaluation import extension_history
 from runners.models import Job, Node
 
 # Either party's engineers and signers may give G4 the customer's trace.

@@ -21,11 +21,11 @@ import pytest
 from django.utils import timezone
 
 from gates import lifecycle
-from gates.evaluation import evaluate_job
 from gates.judge import synthetic
 from gates.models import Evaluation, Gate, Organisation, Report, UploadVerification
 from portal.tasks import verify_upload
 from runners import artifacts, output
+from runners.evaluation import evaluate_job
 from runners.models import Job, Node, Site, Status, Step
 from tests.portal.conftest import add_lab, verdict
 from tests.portal.test_zh_pages import english_sentences, root_names

@@ -9,7 +9,6 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-from fxpilot.broker import embedded_url
 from fxpilot.env import (
     SettingError,
     check_broker_url,
@@ -21,6 +20,7 @@ from fxpilot.env import (
     envlist,
     envstr,
 )
+from infra.broker import embedded_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -230,7 +230,7 @@ SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
 
 # Celery: the database is the source of truth; the broker only carries "look at step N".
 # Without CELERY_BROKER_URL: the embedded Redis server on a Unix socket under the data folder
-# (fxpilot.broker), started by whichever process of the embedded default needs it first.
+# (infra.broker), started by whichever process of the embedded default needs it first.
 FXPILOT_EMBEDDED_BROKER = not envstr("CELERY_BROKER_URL")
 CELERY_BROKER_URL = check_broker_url("CELERY_BROKER_URL", envstr("CELERY_BROKER_URL", embedded_url(DATA_DIR)))
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -1,5 +1,5 @@
 """Loaded by pytest before Django (pytest.ini: -p tests.envsetup): tests get their own data folder and,
-without CELERY_BROKER_URL, their own embedded Redis broker (fxpilot.broker) for the session."""
+without CELERY_BROKER_URL, their own embedded Redis broker (infra.broker) for the session."""
 import atexit
 import os
 import sys
@@ -29,8 +29,8 @@ os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.
 if not os.environ.get("CELERY_BROKER_URL"):
     # The same broker as the embedded default, started for this session and stopped with it (also
     # when pytest is killed: the server gets SIGTERM when this process dies).
-    from fxpilot import broker
-    from fxpilot.lifetime import die_with_parent
+    from infra import broker
+    from infra.lifetime import die_with_parent
 
     _data = Path(os.environ["FXPILOT_DATA_DIR"])
     _server = broker.start_child(_data, persistent=False, preexec_fn=die_with_parent())

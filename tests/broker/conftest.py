@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fxpilot import broker
+from infra import broker
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,10 +27,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 from django.utils import timezone
 
-from fxpilot import broker
-from fxpilot.lifetime import STOP_WITH_PARENT, die_with_parent
 from gates import lifecycle
 from gates.models import Gate, Pilot, Report
+from infra import broker
+from infra.lifetime import STOP_WITH_PARENT, die_with_parent
 from portal.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from runners.processes import kill_group
 
@@ -57,7 +57,7 @@ class Processes:
 
     Each child runs in a session of its own (a signal to the demo's terminal reaches the demo, which
     stops them in order) and gets SIGTERM from Linux if the demo dies without cleaning up
-    (fxpilot.lifetime). A child that stops while the demo runs is started again, saying so, up to
+    (infra.lifetime). A child that stops while the demo runs is started again, saying so, up to
     MAX_RESTARTS times; `on_restart` hooks run before the new process starts (the worker's resumes
     what the dead one held), `after_restart` hooks after (the broker's waits until it answers).
     """

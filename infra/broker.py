@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from celery import current_app
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
@@ -203,11 +204,11 @@ def restore_unacked() -> int:
     """Put every message taken but not acknowledged back on its queue, now; returns how many.
 
     Only for when no worker is alive (the demo after its worker died): a live worker's messages
-    would run twice. Otherwise Redis restores them after the visibility timeout.
+    would run twice. Otherwise Redis restores them after the visibility timeout. The connection is
+    the current Celery app's (the project's, fxpilot.celery), reached as runners.dispatch reaches it:
+    this module imports nothing of the project.
     """
-    from fxpilot.celery import app
-
-    with app.connection_for_write() as conn:
+    with current_app.connection_for_write() as conn:
         channel = conn.default_channel
         client = channel.client
         tags = [tag.decode() if isinstance(tag, bytes) else tag for tag in client.hkeys(channel.unacked_key)]
@@ -317,5 +318,5 @@ def use_fxpilot_transport() -> None:
     from kombu import transport
 
     for alias in ("redis", "rediss"):
-        TRANSPORT_ALIASES[alias] = "fxpilot.broker:Transport"
+        TRANSPORT_ALIASES[alias] = "infra.broker:Transport"
         transport._transport_cache.pop(alias, None)

@@ -7,6 +7,10 @@ gate reports and the procurement report land, signed, in var/reports/. The porta
 Ctrl-C (or SIGTERM, or SIGHUP), then everything the demo started is stopped; if the demo is killed
 outright, its children get SIGTERM from the kernel.
 `--scenario degraded-fx` degrades the FX link so that G3 fails and the pilot halts there.
+
+Imports inside functions, on purpose: reports.service brings WeasyPrint and pyHanko (about two seconds of
+import) that the demo needs only when it writes the reports; runners.orchestration, runners.traces and
+gates.judge (its planner) are imported by the methods that drive the runs, next to their one use.
 """
 from __future__ import annotations
 

@@ -1,19 +1,20 @@
-"""The Celery app. Tasks live in runners.tasks; queues are per customer site (see docs/operations.md)."""
-import logging
+"""The Celery app and its schedule. Tasks live in the apps' `tasks` modules (runners.tasks, portal.tasks), found by
+autodiscovery and sent by name; queues are per customer site (see docs/operations.md). A worker's own start-up
+work that reads the runners' rows (resuming the steps a dead predecessor held) is runners.tasks'. This module
+imports no app (docs/architecture.md)."""
 import os
 import signal
 
 from celery import Celery
-from celery.signals import beat_embedded_init, worker_init, worker_ready
+from celery.signals import beat_embedded_init, worker_init
 
-from fxpilot.broker import use_fxpilot_transport
-from fxpilot.lifetime import STOP_WITH_PARENT, set_death_signal, stop_group_when_orphaned
+from infra.broker import use_fxpilot_transport
+from infra.lifetime import STOP_WITH_PARENT, set_death_signal, stop_group_when_orphaned
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
-# Redis URLs use fxpilot.broker.Transport: kombu's, repaired so that a broker restart or a bad
+# Redis URLs use infra.broker.Transport: kombu's, repaired so that a broker restart or a bad
 # message cannot end a worker (see that module).
 use_fxpilot_transport()
-log = logging.getLogger("fxpilot.celery")
 
 app = Celery("fxpilot")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -60,37 +61,3 @@ def beat_stops_with_its_worker(**kwargs) -> None:
     SIGKILL and goes on sending the schedule to a broker nobody serves. Beat ignores SIGTERM, so its death
     signal is SIGKILL (it loses nothing but the last run times of its schedule)."""
     set_death_signal(signal.SIGKILL)
-
-
-@worker_ready.connect
-def resume_what_a_dead_predecessor_held(sender=None, **kwargs) -> None:
-    """A worker (re)started under a node name finds steps still claimed under that name: its predecessor died
-    (a supervisor restarted it). They are marked stale now, so the next sweep resumes them within
-    FXPILOT_RECONCILE_SECONDS instead of after FXPILOT_STALE_SECONDS. Skipped when another live worker answers
-    to the same name (two workers must not share one; then the heartbeat rule decides)."""
-    from datetime import timedelta
-
-    from django.conf import settings
-    from django.db import connections
-    from django.utils import timezone
-
-    from runners.models import Status, Step
-
-    name = getattr(sender, "hostname", None)
-    if not name:
-        return
-    try:
-        orphans = Step.objects.filter(status=Status.RUNNING, claimed_by__startswith=f"{name}#")
-        if not orphans.exists():
-            return
-        replies = sender.app.control.ping(destination=[name], timeout=1.5)
-        if len(replies) > 1:
-            log.warning("another live worker answers to %s: its steps are left to the heartbeat rule", name)
-            return
-        stale = timezone.now() - timedelta(seconds=settings.FXPILOT_STALE_SECONDS * 2)
-        count = orphans.update(heartbeat=stale)
-        log.warning("%s was restarted: %d step(s) its predecessor held are resumed by the next sweep", name, count)
-    except Exception:  # noqa: BLE001 — a worker must start even if this look fails; the sweep still runs
-        log.exception("could not look for steps a previous %s held", name)
-    finally:
-        connections.close_all()

@@ -9,7 +9,6 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-from fxpilot.broker import embedded_url
 from fxpilot.env import (
     SettingError,
     check_broker_url,
@@ -21,6 +20,7 @@ from fxpilot.env import (
     envlist,
     envstr,
 )
+from infra.broker import embedded_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -67,19 +67,21 @@ INSTALLED_APPS = [
     "axes",
     "gates",
     "runners",
+    "reports",
+    "portal",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "fxpilot.middleware.ContentSecurityPolicyMiddleware",
-    "fxpilot.middleware.RequestSizeLimitMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
+    "portal.middleware.RequestSizeLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "fxpilot.middleware.PersonLanguageMiddleware",
+    "portal.middleware.PersonLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
@@ -188,7 +190,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 # A refused CSRF check answers JSON under /api/ and Django's page elsewhere.
-CSRF_FAILURE_VIEW = "fxpilot.middleware.csrf_failure"
+CSRF_FAILURE_VIEW = "portal.middleware.csrf_failure"
 if PRODUCTION:
     # Behind a TLS reverse proxy that sets X-Forwarded-Proto (docs/operations.md).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -198,18 +200,18 @@ if PRODUCTION:
 
 # Login throttling (django-axes, attempts kept in the database: shared by every process, kept across
 # restarts, and never cleared by a successful login): 5 failures for one user name or 30 from one
-# address lock both out for 15 minutes, the right password included (fxpilot.signin).
+# address lock both out for 15 minutes, the right password included (portal.signin).
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
 FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
 FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
-AXES_HANDLER = "fxpilot.signin.LoginThrottleHandler"
+AXES_HANDLER = "portal.signin.LoginThrottleHandler"
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_FAILURE_LIMIT = FXPILOT_LOGIN_FAILURES_PER_NAME
 AXES_COOLOFF_TIME = timedelta(minutes=FXPILOT_LOGIN_LOCKOUT_MINUTES)
 AXES_RESET_ON_SUCCESS = False
-AXES_LOCKOUT_CALLABLE = "fxpilot.signin.lockout_response"
-AXES_USERNAME_CALLABLE = "fxpilot.signin.attempted_username"
+AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
+AXES_USERNAME_CALLABLE = "portal.signin.attempted_username"
 AXES_VERBOSE = False
 
 # Mail: files under var/mail by default, SMTP when EMAIL_HOST is set.
@@ -228,7 +230,7 @@ SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
 
 # Celery: the database is the source of truth; the broker only carries "look at step N".
 # Without CELERY_BROKER_URL: the embedded Redis server on a Unix socket under the data folder
-# (fxpilot.broker), started by whichever process of the embedded default needs it first.
+# (infra.broker), started by whichever process of the embedded default needs it first.
 FXPILOT_EMBEDDED_BROKER = not envstr("CELERY_BROKER_URL")
 CELERY_BROKER_URL = check_broker_url("CELERY_BROKER_URL", envstr("CELERY_BROKER_URL", embedded_url(DATA_DIR)))
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -3,7 +3,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/", include("gates.api_urls")),
-    path("", include("gates.urls")),
-    path("", include("runners.urls")),
+    path("api/", include("portal.api_urls")),
+    path("", include("portal.urls")),
 ]

@@ -72,7 +72,7 @@ class PilotQuerySet(models.QuerySet):
     def for_user(self, user, may=None) -> PilotQuerySet:
         """The only way a request reaches pilots: those of an organisation the person belongs to.
 
-        `may` (a set of roles, e.g. gates.access.RAW_DATA) keeps only the pilots where the person holds
+        `may` (a set of roles, e.g. portal.access.RAW_DATA) keeps only the pilots where the person holds
         one of them, in the pilot's customer or vendor organisation; None means any role.
         """
         if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
@@ -548,7 +548,7 @@ class CustomerTrace(models.Model):
 
 
 LANGUAGE_SESSION_KEY = "fxpilot_language"
-"""The session key holding the language a signed-in person chose (Profile.language); fxpilot.middleware reads it."""
+"""The session key holding the language a signed-in person chose (Profile.language); portal.middleware reads it."""
 
 
 class Profile(models.Model):

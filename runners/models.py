@@ -115,7 +115,7 @@ UNFINISHED = (Status.PENDING, Status.RUNNING)
 
 class PilotScopedQuerySet(models.QuerySet):
     """`for_user(user, may=RAW_DATA)`: the rows of the pilots where the person holds one of the roles in `may`
-    (gates.access holds the policy); `pilot_path` is the lookup from the row to its pilot."""
+    (portal.access holds the policy); `pilot_path` is the lookup from the row to its pilot."""
 
     pilot_path = "pilot"
 

@@ -10,7 +10,7 @@ import signal
 import subprocess
 
 # What an environment built from scratch (a simulated node's commands) passes on, so that what runs in it still ends
-# with the process that watches this one: fxpilot.lifetime's WATCHED_BY and KEEP_ENVIRONMENT (fxpilot.lifetime itself
+# with the process that watches this one: infra.lifetime's WATCHED_BY and KEEP_ENVIRONMENT (infra.lifetime itself
 # is out of the simulated node's reach: importing it imports the fxpilot package, its Celery app).
 WATCH_VARIABLES = ("FXPILOT_WATCHED_BY", "SPT_NOENV")
 

@@ -2,16 +2,13 @@
 
 probe (runners.probe) · deploy, collect, teardown (runners.deploy) · the workload phases, run
 detached on the node (runners/remote/workload.py through runners.detached) · evaluate
-(gates.evaluation + gates.lifecycle) · report (gates.reports.service).
+(runners.evaluation, then gates.consequences and gates.lifecycle). The report step that follows the verdict is
+the reports app's kind (reports.steps, registered by ReportsConfig.ready()): the engine reaches it through
+the kind registry, and nothing here imports the floor above.
 
 A workload step's remote directory is fixed by its step (`<arm dir>/steps/NN-name`), so a step
 resumed after its worker died adopts the process already running there instead of starting a
 second one; its records file is fixed the same way, so nothing is written twice.
-
-One import stays inside a function, on purpose: run_report imports gates.reports.service when a
-report is written. Every process registers these kinds at start (RunnersConfig.ready()), and the
-report service brings WeasyPrint and pyHanko, about two seconds of import that the web process,
-the commands and most workers never need.
 """
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ import json
 import shlex
 
 from gates import consequences, judge, lifecycle
-from gates.evaluation import PlanTamperedError, evaluate_job
 from gates.judge import lmcache_log
-from gates.models import Evaluation, Gate, Report
+from gates.models import Evaluation, Gate
 from runners import detached, gateplans, ssh
 from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
 from runners.config import DEPLOY_TIME_LIMIT_S
@@ -37,6 +33,7 @@ from runners.deploy import (
     settings_for,
     teardown_arm,
 )
+from runners.evaluation import PlanTamperedError, evaluate_job
 from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
 from runners.models import Artifact, Job
 from runners.probe import ProbeSettingsError, probe_node
@@ -312,7 +309,7 @@ def cancel_workload(ctx: StepContext) -> None:
         detached.cancel(conn, ctx.step.remote, grace_seconds=3)
 
 
-# ── evaluate, report ───────────────────────────────────────────────────────────────────────────
+# ── evaluate ───────────────────────────────────────────────────────────────────────────────────
 
 
 def run_evaluate(ctx: StepContext) -> dict:
@@ -356,27 +353,6 @@ def _repetitions_done(job: Job) -> int:
     return max(measured, default=0)
 
 
-def run_report(ctx: StepContext) -> dict:
-    evaluate = ctx.sibling(ctx.step.params["after_verdict"][0])
-    evaluation = Evaluation.objects.filter(pk=(evaluate.result or {}).get("evaluation")).first()
-    if evaluation is None:
-        evaluation = Evaluation.objects.filter(job=ctx.job).order_by("-pk").first()
-    if evaluation is None:
-        raise StepError("no evaluation to report on")
-    language = ctx.step.params.get("language", "en")
-    done = Report.objects.filter(evaluation=evaluation, kind=Report.Kind.GATE, language=language).first()
-    if done is not None:  # an earlier attempt wrote it before its worker died
-        return {"report": str(done.code), "path": done.path, "sha256": done.sha256}
-    from gates.reports.service import create_gate_report  # see the module docstring
-
-    try:
-        report = create_gate_report(evaluation.gate, evaluation, language=language, who="orchestrator")
-    except Exception as exc:  # noqa: BLE001 — a report failure must not hide the recorded verdict
-        raise StepError(f"the gate report could not be produced ({type(exc).__name__}: {exc}); "
-                        "the verdict is recorded") from None
-    return {"report": str(report.code), "path": report.path, "sha256": report.sha256}
-
-
 def run_note(ctx: StepContext) -> dict:
     ctx.say(ctx.step.params.get("text", ""))
     return {}
@@ -388,7 +364,6 @@ GATE_RUN_KINDS = [
     StepKind("collect", run=run_collect, soft_time_limit=1800),
     StepKind("teardown", run=run_teardown, soft_time_limit=900),
     StepKind("evaluate", run=run_evaluate, soft_time_limit=900),
-    StepKind("report", run=run_report, soft_time_limit=900, affects_status=False),
     StepKind("note", run=run_note, soft_time_limit=60),
     *(StepKind(name, start=start_workload, poll=poll_workload, finish=finish_workload, cancel=cancel_workload,
                soft_time_limit=300) for name in WORKLOAD_COMMANDS),

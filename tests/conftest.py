@@ -69,7 +69,7 @@ def _language_back_to_english():
 
 @pytest.fixture
 def demo(db) -> SimpleNamespace:
-    from gates.management.commands.seed_demo import DEMO_PASSWORD, seed
+    from portal.management.commands.seed_demo import DEMO_PASSWORD, seed
 
     pilot = seed()
     User = get_user_model()

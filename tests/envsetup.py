@@ -1,6 +1,6 @@
 """Loaded by pytest before Django (pytest.ini: -p tests.envsetup): tests get their own data folder, a watcher that
-ends every process the session started when the session ends (fxpilot.lifetime.start_watcher) and, without
-CELERY_BROKER_URL, their own embedded Redis broker (fxpilot.broker) for the session."""
+ends every process the session started when the session ends (infra.lifetime.start_watcher) and, without
+CELERY_BROKER_URL, their own embedded Redis broker (infra.broker) for the session."""
 import atexit
 import os
 import sys
@@ -27,8 +27,8 @@ else:
 # Nothing this pytest process starts outlives it, even when it is killed with SIGKILL: a watcher, started before
 # anything else, then ends every process that carries this session's mark in its environment (all it starts; an
 # SSH server a fixture starts passes the mark on: tests/runners/conftest.py) and the process groups fixtures
-# name in pid files (fxpilot.lifetime.watch_files). Under pytest-xdist the controller and each worker have one.
-from fxpilot.lifetime import start_watcher  # noqa: E402
+# name in pid files (infra.lifetime.watch_files). Under pytest-xdist the controller and each worker have one.
+from infra.lifetime import start_watcher  # noqa: E402
 
 start_watcher(os.environ["FXPILOT_DATA_DIR"])
 # Commands the tests run (python, celery, pyhanko, st) come from the interpreter's own environment,
@@ -38,8 +38,8 @@ os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.
 if not os.environ.get("CELERY_BROKER_URL"):
     # The same broker as the embedded default, started for this session and stopped with it (also
     # when pytest is killed: the server gets SIGTERM when this process dies).
-    from fxpilot import broker
-    from fxpilot.lifetime import die_with_parent
+    from infra import broker
+    from infra.lifetime import die_with_parent
 
     _data = Path(os.environ["FXPILOT_DATA_DIR"])
     _server = broker.start_child(_data, persistent=False, preexec_fn=die_with_parent())

@@ -48,8 +48,8 @@ def populate(pilots: int, runs: int) -> dict:
 
     call_command("migrate", verbosity=0)
     from gates import lifecycle
-    from gates.management.commands.seed_demo import DEMO_PASSWORD, seed
     from gates.models import AuditEvent, Pilot
+    from portal.management.commands.seed_demo import DEMO_PASSWORD, seed
     from runners.models import Job, Node, OutputChunk, Site, Status, Step
 
     demo = seed()

@@ -36,9 +36,9 @@ django.setup()
 
 from gates.judge import verdicts  # noqa: E402
 from gates.plan import load_plan  # noqa: E402
-from gates.reports import render, sign  # noqa: E402
-from gates.reports.charts import gate_charts  # noqa: E402
-from gates.reports.verify import verify_pdf  # noqa: E402
+from reports import render, sign  # noqa: E402
+from reports.charts import gate_charts  # noqa: E402
+from reports.verify import verify_pdf  # noqa: E402
 from tests.reports.verdicts import g3_inputs, gate_context  # noqa: E402
 
 # Ten concurrency levels shaped like Table 1 (TTFT p50 s, tok/s); the judge's verdict then has 2 + 10 = 12 charts.

@@ -204,7 +204,7 @@ class SimNodeServer:
             "FXPILOT_SIM_TIME_SCALE": str(state.get("time_scale", self.time_scale)), "FXPILOT_SIMULATED": "1",
         })
         env.setdefault("LANG", "C.UTF-8")
-        # What this node runs ends with the process that watches this server's own (fxpilot.lifetime.start_watcher).
+        # What this node runs ends with the process that watches this server's own (infra.lifetime.start_watcher).
         env.update(watched_environment())
         return env
 

@@ -94,7 +94,7 @@ def test_schemathesis_finds_no_server_error(live_server, tmp_path):
     import sys
     from pathlib import Path
 
-    from gates.management.commands.seed_demo import seed
+    from portal.management.commands.seed_demo import seed
 
     seed()
     from django.contrib.auth import get_user_model

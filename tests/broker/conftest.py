@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fxpilot import broker
-from fxpilot.lifetime import die_with_parent
+from infra import broker
+from infra.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Redis restarts mid-run: the worker reconnects and no message is lost — those queued, those the worker
 held for a countdown, those sent after. Stock kombu 5.7 made the worker exit when the restart found it
-waiting for messages while holding some (fxpilot.broker explains and repairs it)."""
+waiting for messages while holding some (infra.broker explains and repairs it)."""
 from __future__ import annotations
 
 import time

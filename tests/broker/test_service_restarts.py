@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fxpilot.lifetime import watch_files
+from infra.lifetime import watch_files
 from tests.broker.conftest import marked, wait_for_text
 
 pytestmark = [pytest.mark.slow]
@@ -86,7 +86,7 @@ def pg_cluster():
 
 SETUP = """
 from gates import lifecycle
-from gates.management.commands.seed_demo import seed
+from portal.management.commands.seed_demo import seed
 from django.contrib.auth import get_user_model
 pilot = seed()
 User = get_user_model()

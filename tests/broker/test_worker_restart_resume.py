@@ -1,5 +1,5 @@
 """A supervised worker that dies and is started again under its node name resumes what it held at the next
-sweep, not after the stale-heartbeat delay (fxpilot.celery.resume_what_a_dead_predecessor_held)."""
+sweep, not after the stale-heartbeat delay (runners.tasks.resume_what_a_dead_predecessor_held)."""
 from __future__ import annotations
 
 import re

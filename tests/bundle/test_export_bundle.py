@@ -12,9 +12,9 @@ import tarfile
 import pytest
 from django.core.management import call_command
 
-from gates.evaluation import evaluate_job
 from gates.judge import synthetic
 from runners.artifacts import store_bytes
+from runners.evaluation import evaluate_job
 from runners.models import Job
 
 KINDS = {"records.jsonl": "records", "records.summary.json": "phase-summary", "retrieve.jsonl": "retrieve"}

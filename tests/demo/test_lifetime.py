@@ -1,4 +1,4 @@
-"""fxpilot.lifetime with real processes: a process group whose parent dies is gone after its grace period even
+"""infra.lifetime with real processes: a process group whose parent dies is gone after its grace period even
 when it ignores the death signal, and a forked child with a death signal does not outlive its parent."""
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # parent → leader (own session; ignores SIGTERM; watches its parent) → member (same group, just sleeps)
 PARENT = textwrap.dedent("""
     import os, subprocess, sys, time
-    from fxpilot.lifetime import die_with_parent
+    from infra.lifetime import die_with_parent
     leader = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid())], start_new_session=True,
                               preexec_fn=die_with_parent(), stdout=sys.stdout)
     time.sleep(600)
 """)
 LEADER = textwrap.dedent("""
     import os, signal, sys, time
-    from fxpilot.lifetime import stop_group_when_orphaned
+    from infra.lifetime import stop_group_when_orphaned
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an orderly stop that never ends
     member = os.fork()
     if member == 0:
@@ -35,7 +35,7 @@ LEADER = textwrap.dedent("""
 # parent → forked child with a death signal (as Celery forks its embedded beat)
 FORKS = textwrap.dedent("""
     import os, time
-    from fxpilot.lifetime import set_death_signal
+    from infra.lifetime import set_death_signal
     child = os.fork()
     if child == 0:
         set_death_signal(9)

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from gates.management import demo_soak
-from gates.management.demo_progress import PLAIN_EVERY, ProgressView, clock, gate_line
+from portal.management import demo_soak
+from portal.management.demo_progress import PLAIN_EVERY, ProgressView, clock, gate_line
 from runners.models import Job, Site, Status, Step
 from runners.progress import job_progress
 

@@ -1,5 +1,5 @@
 """The demo runs G4 again with a longer soak only when the judge found too few requests to decide a rate bar."""
-from gates.management.commands.demo import shortfall_of
+from portal.management.commands.demo import shortfall_of
 
 SHORT = {"name": "enough-requests-for-rates", "ok": False,
          "detail": "g4-soak-failures: too few requests to show ≤ 0.1 % at fx/soak@16; needs ≥ 3,911 error-free "

@@ -236,7 +236,7 @@ def test_the_audit_log_is_append_only(demo):
 
 
 def test_seed_demo_is_idempotent(demo):
-    from gates.management.commands.seed_demo import seed
+    from portal.management.commands.seed_demo import seed
 
     before = (Pilot.objects.count(), AuditEvent.objects.count())
     seed()

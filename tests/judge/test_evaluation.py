@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from gates.evaluation import ReplayMismatch, evaluate_job, replay_evaluation, replays_identically
 from gates.judge import RecordError, canonical_json, synthetic
 from gates.models import Evaluation
 from runners.artifacts import ArtifactMismatch, store_bytes
+from runners.evaluation import ReplayMismatch, evaluate_job, replay_evaluation, replays_identically
 from runners.models import Job
 
 KINDS = {"records.jsonl": "records", "records.summary.json": "phase-summary", "retrieve.jsonl": "retrieve"}
@@ -100,8 +100,8 @@ def test_repetitions_beyond_the_runs_own_are_extensions_judged_at_their_spent_le
 def test_an_extended_run_says_how_often_and_why_on_the_gate_page_and_in_the_report_context(signed_pilot, client):
     from django.urls import reverse
 
-    from gates.evaluation import extension_history
-    from gates.reports.context import gate_report_context
+    from reports.context import gate_report_context
+    from runners.evaluation import extension_history
 
     job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
     marginal = {"verdict": "marginal", "gate": 3, "criteria": [{"key": "g3-ttft-vs-local", "verdict": "marginal"}]}

@@ -4,7 +4,7 @@ that process with SIGKILL. Not collected by the suite (its name does not start w
 Its one test starts what the suite's fixtures start, with those fixtures where they exist: a Celery worker and its
 pool (tests/broker), OpenSSH's sshd (tests/runners) and a process detached over it by runners/remote/detach.sh as
 deploy.sh's servers are, a simulated node and a process detached on it, and a process whose environment carries no
-mark, named in a pid file (fxpilot.lifetime.watch_files). It writes their pids to FXPILOT_LIFETIME_PROBE and waits.
+mark, named in a pid file (infra.lifetime.watch_files). It writes their pids to FXPILOT_LIFETIME_PROBE and waits.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from fxpilot.lifetime import WATCHED_BY, watch_files
+from infra.lifetime import WATCHED_BY, watch_files
 from tests.broker.conftest import Procs
 from tests.runners.conftest import simnodes, sshd, user_key  # noqa: F401  (the suite's own fixtures)
 

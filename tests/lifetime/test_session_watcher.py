@@ -1,5 +1,5 @@
 """Every process a test session starts ends with it, even when its pytest is killed with SIGKILL (tests/envsetup.py
-starts each pytest process's watcher: fxpilot.lifetime.start_watcher).
+starts each pytest process's watcher: infra.lifetime.start_watcher).
 
 A pytest of its own runs tests/lifetime/session.py, whose test starts a Celery worker with its pool, OpenSSH's sshd
 and a process detached over it (as deploy.sh's vLLM servers are), a simulated node and a process detached on it, and
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fxpilot.lifetime import WATCHED_BY
+from infra.lifetime import WATCHED_BY
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION = REPO / "tests" / "lifetime" / "session.py"
@@ -117,8 +117,8 @@ def test_what_a_session_started_ends_within_30_s_when_its_pytest_is_killed(tmp_p
 
 
 def test_the_simulated_node_passes_on_the_variables_the_watcher_reads():
-    """runners/processes.py names them again (the simulated node cannot import fxpilot.lifetime): the same names."""
-    from fxpilot.lifetime import KEEP_ENVIRONMENT
+    """runners/processes.py names them again (the simulated node cannot import infra.lifetime): the same names."""
+    from infra.lifetime import KEEP_ENVIRONMENT
     from runners.processes import WATCH_VARIABLES
 
     assert set(WATCH_VARIABLES) == {WATCHED_BY, KEEP_ENVIRONMENT}

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from gates.evaluation import JUDGED_KINDS
 from runners import engine
 from runners.artifacts import read_artifact, store_bytes
+from runners.evaluation import JUDGED_KINDS
 from runners.gateplans import StepList
 from runners.models import Artifact, Job
 

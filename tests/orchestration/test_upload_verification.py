@@ -10,14 +10,14 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.models import UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 
 
 @pytest.fixture(scope="module")
 def signed_report(tmp_path_factory) -> bytes:
     """A simulated gate report signed by the embedded vendor authority (the trust root workers check against)."""
-    from gates.reports import render, sign
-    from gates.reports.service import vendor_signer
+    from reports import render, sign
+    from reports.service import vendor_signer
     from tests.reports.verdicts import gate_context, table1_verdict
 
     pdf = render.render_pdf(gate_context(table1_verdict()), "en")

@@ -21,11 +21,11 @@ import pytest
 from django.utils import timezone
 
 from gates import lifecycle
-from gates.evaluation import evaluate_job
 from gates.judge import synthetic
 from gates.models import Evaluation, Gate, Organisation, Report, UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 from runners import artifacts, output
+from runners.evaluation import evaluate_job
 from runners.models import Job, Node, Site, Status, Step
 from tests.portal.conftest import add_lab, verdict
 from tests.portal.test_zh_pages import english_sentences, root_names
@@ -359,7 +359,7 @@ def test_a_pilot_goes_from_host_key_to_the_procurement_report_in_the_browser(pag
 
 
 def test_a_report_downloaded_from_the_gate_page_verifies_in_the_portal(page, live_server, signed_pilot, tmp_path):
-    from gates.reports.service import create_gate_report
+    from reports.service import create_gate_report
 
     gate = signed_pilot.pilot.gate(1)
     job = Job.objects.create(pilot=signed_pilot.pilot, gate=gate, created_by=signed_pilot.alice)
@@ -420,7 +420,7 @@ def test_the_portal_is_usable_on_a_phone(browser, live_server, signed_pilot):
 
 MISSING = [
     name
-    for name in ("runners.gateplans", "runners.simnode.server", "gates.judge", "gates.reports.service")
+    for name in ("runners.gateplans", "runners.simnode.server", "gates.judge", "reports.service")
     if importlib.util.find_spec(name) is None
 ]
 

@@ -6,8 +6,9 @@ import pytest
 from django.core import mail
 from django.urls import reverse
 
-from gates import lifecycle, notifications
+from gates import lifecycle
 from gates.models import Notification, Profile
+from portal import notifications
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +106,7 @@ def test_the_notify_command_sends_what_is_due_once(demo):
 
 def test_beat_runs_the_notification_sweep_on_the_default_queue(settings, demo):
     from fxpilot.celery import app
-    from gates.tasks import notify
+    from portal.tasks import notify
 
     entry = app.conf.beat_schedule["notify who must act"]
     assert entry["task"] == "gates.tasks.notify" and entry["options"]["queue"] == settings.CELERY_TASK_DEFAULT_QUEUE

@@ -6,7 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.models import UploadVerification
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
 
 
 def login(client, username: str, password: str):
@@ -69,7 +69,7 @@ def test_a_pdf_larger_than_the_limit_is_refused(client, world, settings):
 
 
 def test_a_damaged_pdf_gets_a_message_not_a_server_error(client, world):
-    from gates.reports.service import vendor_signer
+    from reports.service import vendor_signer
 
     vendor_signer()  # the embedded signing authority, so that there is a trust root to check against
     client.force_login(world.carol)
@@ -96,7 +96,7 @@ def _verified(client, data: bytes) -> str:
 
 
 def test_a_signed_report_downloaded_from_the_portal_verifies_and_a_changed_byte_does_not(client, world):
-    from gates.reports.service import create_gate_report
+    from reports.service import create_gate_report
 
     report = create_gate_report(world.gate, world.evaluation)
     client.force_login(world.bob)

@@ -5,9 +5,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.models import UploadVerification
-from gates.reports import service
-from gates.reports.context import root_certificate
-from gates.tasks import verify_upload
+from portal.tasks import verify_upload
+from reports import service
+from reports.context import root_certificate
 from tests.reports.test_service import _evaluate
 
 

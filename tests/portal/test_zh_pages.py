@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Organisation, Profile, Report, UploadVerification
-from gates.reports.context import root_certificate
+from reports.context import root_certificate
 from runners import output
 from runners.models import Status, Step
 from tests.portal.conftest import add_lab
@@ -243,7 +243,7 @@ def test_the_detector_finds_english_and_lets_names_units_and_codes_pass():
 
 
 def test_notifications_made_before_a_person_chose_chinese_read_in_chinese_after(signed_pilot, client):
-    from gates import notifications
+    from portal import notifications
 
     world = signed_pilot
     add_lab(world, "SHA256:beforeSwitching")  # alice, who has not chosen a language yet, must accept its host key

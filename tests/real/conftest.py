@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fxpilot.lifetime import watch_files
+from infra.lifetime import watch_files
 from tests.runners.conftest import SSHD, Sshd, _free_port, sshd, user_key  # noqa: F401  (shared fixtures)
 
 REPO = Path(__file__).resolve().parents[2]

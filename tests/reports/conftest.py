@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.reports import sign
+from reports import sign
 
 
 @pytest.fixture(scope="session")

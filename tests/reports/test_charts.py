@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 from django.utils import translation
 
-from gates.reports.charts import Point, by_concurrency, cdf_chart, gate_charts, line_chart, parse_distribution_key
+from reports.charts import Point, by_concurrency, cdf_chart, gate_charts, line_chart, parse_distribution_key
 from tests.reports.verdicts import table1_verdict
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -65,7 +65,7 @@ def test_an_empty_verdict_has_no_charts():
 def test_the_soak_chart_draws_the_drift_criterions_own_statistic_and_bar_without_the_warm_up():
     from gates.judge import synthetic, verdicts
     from gates.plan import load_plan
-    from gates.reports.charts import soak_series
+    from reports.charts import soak_series
 
     verdict = verdicts.evaluate(load_plan(), 4, synthetic.gate_inputs(4))
     criterion = next(c for c in verdict["criteria"] if c["comparison"] == "drift")

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from fontTools.ttLib import TTCollection
 
-from gates.reports import render, sign
+from reports import render, sign
 from tests.reports.verdicts import gate_context, table1_verdict
 
 

@@ -11,8 +11,8 @@ from cryptography.x509 import KeyUsage
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from gates.reports import sign
-from gates.reports.service import signing_directory
+from reports import sign
+from reports.service import signing_directory
 
 
 def _run(*args: str) -> str:

@@ -12,9 +12,9 @@ from django.core.exceptions import PermissionDenied
 from gates.judge import synthetic, verdicts
 from gates.models import AuditEvent, Evaluation, Report
 from gates.plan import load_plan
-from gates.reports import service
-from gates.reports.context import interpolate, procurement_report_context
-from gates.reports.verify import verify_pdf
+from reports import service
+from reports.context import interpolate, procurement_report_context
+from reports.verify import verify_pdf
 from runners.artifacts import store_bytes
 from runners.models import Job
 from runners.runs import sample_trace

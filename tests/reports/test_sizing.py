@@ -47,7 +47,7 @@ def test_a_bad_sizing_setting_is_refused_by_name(settings, named):
 def test_an_assumed_example_unit_capacity_is_said_wherever_the_unit_count_shows():
     from django.utils import translation
 
-    from gates.reports.words import sizing_sentences
+    from reports.words import sizing_sentences
 
     settings = {"kv_cache_dtype": "fp8", "fx_unit_usable_tb": 60, "fx_unit_usable_tb_basis": "assumed-example"}
     s = compute(model=MODEL, settings=settings, lengths=SessionLengths([50_000], "sample-trace"), sessions_kept=1000)

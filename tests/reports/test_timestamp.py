@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pyhanko.sign.timestamps.dummy_client import DummyTimeStamper
 
-from gates.reports import render, sign
-from gates.reports.verify import verify_pdf
+from reports import render, sign
+from reports.verify import verify_pdf
 from tests.reports.verdicts import gate_context, table1_verdict
 
 

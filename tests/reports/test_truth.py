@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Gate, Report
-from gates.reports import service
-from gates.reports.context import root_certificate
+from reports import service
+from reports.context import root_certificate
 from runners.models import Step
 from tests.reports.test_service import _evaluate
 

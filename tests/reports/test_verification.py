@@ -14,8 +14,8 @@ from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from weasyprint import HTML, Attachment
 
-from gates.reports import render, sign
-from gates.reports.verify import MANIFEST_SCHEMA, verify_pdf
+from reports import render, sign
+from reports.verify import MANIFEST_SCHEMA, verify_pdf
 from tests.reports.verdicts import gate_context, table1_verdict
 
 RECORDS = b"".join(json.dumps({"schema": "fxpilot.request/1", "arm": "fx", "session": f"s{i}", "simulated": True}).encode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from gates.reports import service
+from reports import service
 from tests.reports.test_truth import _complete, walked  # noqa: F401 — the fixture
 
 # Four or more English words in a row is a sentence a reader would have to translate.

@@ -32,7 +32,7 @@ def table1_verdict(*, simulated: bool = True) -> dict:
 
 def gate_context(verdict: dict, *, simulated: bool = True, attachments: list[dict] | None = None,
                  pilot_name: str = "FX100 joint test — Example Cloud") -> dict:
-    """A report context as gates.reports.context builds it, without a database."""
+    """A report context as reports.context builds it, without a database."""
     return {
         "kind": "gate", "simulated": simulated,
         "pilot": {"code": "3f2b6c1e-0000-4000-8000-000000000001", "name": pilot_name, "customer": "Example Cloud",

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fxpilot.lifetime import die_with_parent, watch_files, watched_environment
+from infra.lifetime import die_with_parent, watch_files, watched_environment
 from runners.simnode.server import SimNodeServer, generate_ed25519
 from runners.simnode.state import update_state
 
@@ -157,7 +157,7 @@ def sshd(tmp_path_factory, user_key):
         "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
         "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
         # What runs over this server (the real tier's vLLM, detached by deploy.sh) carries the session's mark and
-        # so ends with the session (fxpilot.lifetime.start_watcher): sshd gives its sessions a fresh environment.
+        # so ends with the session (infra.lifetime.start_watcher): sshd gives its sessions a fresh environment.
         + "".join(f"SetEnv {name}={value}\n" for name, value in watched_environment().items())
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)

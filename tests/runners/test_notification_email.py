@@ -6,8 +6,8 @@ import socket
 import pytest
 from django.core import mail
 
-from gates import notifications
 from gates.models import Notification
+from portal import notifications
 
 pytestmark = pytest.mark.django_db
 

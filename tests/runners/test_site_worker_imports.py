@@ -10,7 +10,7 @@ import pytest
 from runners.management.commands import worker
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("weasyprint", "pyhanko", "gates.views")
+HEAVY = ("weasyprint", "pyhanko", "portal.views.pilots")
 
 # What a Celery worker process does at start: set Django up, run the fix-up's checks unless told not to, then
 # import every task module. Prints the heavy modules it ended up with.
@@ -19,7 +19,7 @@ import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fxpilot.settings")
 from fxpilot.celery import app
 app.loader.import_default_modules()
-import gates.tasks, runners.tasks
+import portal.tasks, runners.tasks
 print(",".join(m for m in HEAVY if m in sys.modules))
 """.replace("HEAVY", repr(HEAVY))
 
@@ -54,4 +54,4 @@ def test_a_site_worker_starts_without_the_renderer_and_the_control_worker_runs_t
     control = worker_env(monkeypatch, f"{worker.CONTROL_QUEUE},site-lab")
     assert "CELERY_SKIP_CHECKS" not in control
     # The control worker runs Django's checks, which load the portal (and make reports there).
-    assert "gates.views" in start_modules(control)
+    assert "portal.views.pilots" in start_modules(control)

@@ -9,12 +9,12 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from gates.management.lookup import command_line_actor
+from portal.views.runs import log_html
 from runners.management.commands.run_gate import follow_job
 from runners.models import Job, Node, Site, Step
 from runners.output import append_output, system_line
 from runners.progress import log_since
 from runners.steps import once
-from runners.views import log_html
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_a_run_started_from_the_command_line_says_so_on_its_pages(signed_pilot, 
     page = client.get(reverse("run", args=[job.code])).content.decode()
     assert f"命令行（{where}）" in page
     # The gate's history in its reports names the command line too.
-    from gates.reports.context import gate_history
+    from reports.context import gate_history
 
     assert [e["who"] for e in gate_history(signed_pilot.pilot.gate(1)) if e["kind"] == "run"] == [command_line_actor()]
 

@@ -95,8 +95,8 @@ def test_a_stored_name_that_leaves_the_evidence_store_is_not_served(evidence, pa
 
 
 def test_the_capability_travels_with_the_query(evidence):
-    from gates.access import RAW_DATA, VIEW
     from gates.models import Pilot
+    from portal.access import RAW_DATA, VIEW
     from runners.models import Artifact, Job
 
     for person in PEOPLE:

@@ -160,10 +160,10 @@ def test_the_admin_shows_a_signed_plan_read_only_and_a_post_changes_nothing(clie
 
 
 def test_an_evaluation_of_a_tampered_plan_is_refused_and_stores_nothing(signed, without_guards):
-    from gates.evaluation import evaluate_job
     from gates.judge import synthetic
     from gates.models import Evaluation
     from runners.artifacts import store_bytes
+    from runners.evaluation import evaluate_job
     from runners.models import Job
 
     gate = signed.pilot.gate(3)
@@ -178,7 +178,7 @@ def test_an_evaluation_of_a_tampered_plan_is_refused_and_stores_nothing(signed, 
     with pytest.raises(PlanTamperedError, match="changed after signing"):
         evaluate_job(Job.objects.get(pk=job.pk))
     assert Evaluation.objects.filter(job=job).count() == 1
-    from gates.evaluation import replay_evaluation
+    from runners.evaluation import replay_evaluation
 
     with pytest.raises(PlanTamperedError):
         replay_evaluation(honest)

@@ -88,7 +88,7 @@ def test_the_api_answers_a_wrong_method_and_a_missing_token_in_json(demo):
 
 
 def test_a_refused_csrf_check_under_the_api_answers_json(rf):
-    from fxpilot.middleware import csrf_failure
+    from portal.middleware import csrf_failure
 
     response = csrf_failure(rf.post("/api/v1/anything"), reason="CSRF cookie not set.")
     assert response.status_code == 403 and "CSRF cookie not set" in json.loads(response.content)["error"]

@@ -14,8 +14,8 @@ from weasyprint import HTML
 from gates.judge import synthetic, verdicts
 from gates.models import Evaluation, Party, Role, SignOff
 from gates.plan import load_plan
-from gates.reports import service
-from gates.reports.render import StaticOnlyFetcher, clean_text, css_string
+from reports import service
+from reports.render import StaticOnlyFetcher, clean_text, css_string
 from runners.artifacts import store_bytes
 from runners.models import Job
 

@@ -52,7 +52,7 @@ def test_a_transfer_the_node_hashed_differently_is_not_stored(s3_evidence, job):
 
 
 def test_a_report_is_stored_once_and_read_back_verified(s3_evidence, tmp_path):
-    from gates.reports import service
+    from reports import service
 
     pilot = SimpleNamespace(code=tmp_path.name)
     path, sha256 = service._store(pilot, "r1", b"%PDF-1.7 not really")

@@ -201,7 +201,7 @@ def test_g1_to_g3_with_the_portal_and_the_site_worker_on_two_networks(two_networ
                     for path in (Path(web_data) / a.storage_name, site_data / a.storage_name)
                     if path.exists() and path not in before]
         assert all(read_artifact(a) is not None for a in artifacts)
-        from gates.reports.service import report_bytes, verify_report_bytes
+        from reports.service import report_bytes, verify_report_bytes
 
         reports = list(Report.objects.filter(pilot=pilot))
         assert {r.gate.number for r in reports if r.gate_id} == {1, 2, 3}

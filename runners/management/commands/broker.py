@@ -1,10 +1,10 @@
-"""`python manage.py broker status|start|stop`: the embedded Redis broker of this data folder (fxpilot.broker)."""
+"""`python manage.py broker status|start|stop`: the embedded Redis broker of this data folder (infra.broker)."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from fxpilot import broker
+from infra import broker
 
 
 class Command(BaseCommand):

@@ -7,6 +7,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from infra.broker import ensure_running
 from runners.queues import CONTROL_QUEUE, all_queues
 
 
@@ -38,8 +39,6 @@ class Command(BaseCommand):
         if include:
             argv += ["--include", include]
         if settings.FXPILOT_EMBEDDED_BROKER:
-            from fxpilot.broker import ensure_running
-
             ensure_running(settings.DATA_DIR)
         self.stdout.write(f"worker on {', '.join(names)}{' with beat' if beat else ''}")
         self.stdout.flush()

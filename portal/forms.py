@@ -1,0 +1,239 @@
+"""The portal's forms. Every choice of a related object is scoped to the pilot being edited.
+
+Pilots, plans, gates and reports first; then what touches a node: sites, nodes and SSH credentials."""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from gates.models import Criterion, Organisation, Pilot, SignOff
+from gates.plan import PLANS_DIR
+from runners.credentials import MAX_KEY_BYTES
+from runners.models import Credential, Node, Site
+from runners.validators import validate_host, validate_port, validate_username
+
+OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
+
+
+class CriterionForm(forms.Form):
+    """What may change in a draft plan: the bar, not what is measured."""
+
+    op = forms.ChoiceField(label=_("Operator"), choices=OPERATORS)
+    threshold = forms.FloatField(label=_("Threshold"))
+    concurrency = forms.CharField(
+        label=_("Concurrency levels"),
+        required=False,
+        max_length=100,
+        help_text=_("Comma-separated, e.g. 8, 16, 32; empty for none"),
+    )
+    confidence = forms.FloatField(
+        label=_("Confidence level"), validators=[MinValueValidator(0.5), MaxValueValidator(0.999)]
+    )
+
+    @classmethod
+    def for_criterion(cls, criterion: Criterion, data=None) -> CriterionForm:
+        initial = {
+            "op": criterion.op,
+            "threshold": criterion.threshold,
+            "confidence": criterion.confidence,
+            "concurrency": ", ".join(str(level) for level in criterion.concurrency or []),
+        }
+        return cls(data=data, initial=initial, prefix=criterion.key)
+
+    def clean_threshold(self) -> float:
+        value = self.cleaned_data["threshold"]
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValidationError(_("The threshold must be a finite number."))
+        return value
+
+    def clean_concurrency(self) -> list[int]:
+        text = self.cleaned_data["concurrency"].strip()
+        if not text:
+            return []
+        levels = []
+        for part in text.replace(";", ",").split(","):
+            part = part.strip()
+            if not part.isdigit() or not 1 <= int(part) <= 4096:
+                raise ValidationError(
+                    _("“%(part)s” is not a concurrency level (a whole number from 1 to 4096)."), params={"part": part}
+                )
+            levels.append(int(part))
+        return sorted(set(levels))
+
+    def changes(self, criterion: Criterion) -> dict:
+        """Only the fields whose value differs, so the audit log records real changes."""
+        return {name: value for name, value in self.cleaned_data.items() if getattr(criterion, name) != value}
+
+
+class PlanSignForm(forms.Form):
+    comment = forms.CharField(
+        label=_("Comment"), required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+
+class GateSignOffForm(forms.Form):
+    decision = forms.ChoiceField(label=_("Decision"), choices=SignOff.Decision.choices, widget=forms.RadioSelect)
+    comment = forms.CharField(
+        label=_("Comment"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("Required when you reject: say what is missing."),
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("decision") == SignOff.Decision.REJECT and not data.get("comment", "").strip():
+            self.add_error("comment", _("A rejection must say why."))
+        return data
+
+
+class TraceUploadForm(forms.Form):
+    trace = forms.FileField(label=_("The customer's session trace (CSV)"),
+                            help_text=_("Columns session_id, turn, prompt_tokens, output_tokens, arrival_offset_s."))
+
+
+def max_report_bytes() -> int:
+    """The project's upload limit (FXPILOT_UPLOAD_MAX_BYTES, 25 MB by default) bounds a PDF to verify."""
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+class PdfUploadForm(forms.Form):
+    file = forms.FileField(label=_("Signed PDF report"))
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        limit = max_report_bytes()
+        if upload.size > limit:
+            raise ValidationError(
+                _("The file is %(size)s MB, larger than the upload limit of %(limit)s MB (FXPILOT_UPLOAD_MAX_BYTES)."),
+                params={"size": f"{upload.size / 2**20:.1f}", "limit": f"{limit / 2**20:g}"},
+            )
+        head = upload.read(5)
+        upload.seek(0)
+        if head != b"%PDF-":
+            raise ValidationError(_("This file is not a PDF (it does not start with %%PDF-)."))
+        return upload
+
+
+def plan_templates() -> list[tuple[str, str]]:
+    """The plan templates a new pilot may start from: gates/plans/*.yaml, by name."""
+    return [(path.stem, path.stem) for path in sorted(PLANS_DIR.glob("*.yaml"))]
+
+
+class NewPilotForm(forms.Form):
+    """A vendor lead's new pilot: its customer, plan template, start date and the customer's people.
+
+    Only customer organisations that have no pilot with another vendor are offered, and only people who
+    belong to no organisation yet or to one of those customers, so the form shows nothing of other vendors.
+    """
+
+    name = forms.CharField(label=_("Pilot name"), max_length=200)
+    customer = forms.ModelChoiceField(label=_("Customer organisation"), queryset=Organisation.objects.none())
+    plan = forms.ChoiceField(label=_("Plan template"), choices=())
+    start_date = forms.DateField(label=_("Start date"), widget=forms.DateInput(attrs={"type": "date"}))
+    customer_engineers = forms.ModelMultipleChoiceField(label=_("Customer engineers"), required=False,
+                                                        queryset=get_user_model().objects.none())
+    customer_approvers = forms.ModelMultipleChoiceField(label=_("Customer approvers"), required=False,
+                                                        queryset=get_user_model().objects.none())
+
+    def __init__(self, vendor: Organisation, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        customers = (Organisation.objects.filter(kind=Organisation.Kind.CUSTOMER)
+                     .exclude(customer_pilots__in=Pilot.objects.exclude(vendor=vendor))
+                     .order_by("name"))
+        self.fields["customer"].queryset = customers
+        people = (get_user_model().objects.filter(is_active=True)
+                  .filter(Q(memberships__isnull=True) | Q(memberships__organisation__in=customers))
+                  .distinct().order_by("username"))
+        self.fields["customer_engineers"].queryset = people
+        self.fields["customer_approvers"].queryset = people
+        self.fields["plan"].choices = plan_templates()
+        self.fields["start_date"].initial = timezone.localdate()
+
+
+# ── Sites, nodes and SSH credentials ───────────────────────────────────────────────────────────
+
+
+class SiteForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=100)
+    queue = forms.SlugField(
+        label=_("Celery queue"),
+        max_length=64,
+        help_text=_("Letters, digits, - and _; served by the worker that can reach this site"),
+    )
+
+    def clean_queue(self) -> str:
+        queue = self.cleaned_data["queue"]
+        if Site.objects.filter(queue=queue).exists():
+            raise ValidationError(_("The queue “%(queue)s” is already used by another site."), params={"queue": queue})
+        return queue
+
+
+class NodeForm(forms.Form):
+    name = forms.SlugField(label=_("Name"), max_length=100)
+    host = forms.CharField(label=_("Host"), max_length=253, help_text=_("IP address or host name"))
+    port = forms.IntegerField(label=_("SSH port"), initial=22, min_value=1, max_value=65535)
+    username = forms.CharField(label=_("User name"), max_length=32)
+    role = forms.ChoiceField(label=_("Role"))
+    credential = forms.ModelChoiceField(label=_("Credential"), queryset=None, required=False)
+    jump_host = forms.ModelChoiceField(label=_("Jump host"), queryset=None, required=False)
+
+    def __init__(self, *args, site, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.site = site
+        self.fields["role"].choices = Node.Role.choices
+        self.fields["credential"].queryset = Credential.objects.filter(site=site)
+        self.fields["jump_host"].queryset = Node.objects.filter(site=site, role=Node.Role.JUMP)
+
+    def clean_host(self) -> str:
+        return validate_host(self.cleaned_data["host"].strip())
+
+    def clean_port(self) -> int:
+        return validate_port(self.cleaned_data["port"])
+
+    def clean_username(self) -> str:
+        return validate_username(self.cleaned_data["username"].strip())
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if Node.objects.filter(site=self.site, name=name).exists():
+            raise ValidationError(_("This site already has a node named “%(name)s”."), params={"name": name})
+        return name
+
+
+class CredentialForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=100)
+    private_key = forms.CharField(
+        label=_("Private key"),
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
+        help_text=_("OpenSSH or PEM; it is stored encrypted and never shown again"),
+    )
+    key_file = forms.FileField(label=_("…or a key file"), required=False)
+    passphrase = forms.CharField(
+        label=_("Passphrase"),
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        upload = data.get("key_file")
+        if upload is not None:
+            if upload.size > MAX_KEY_BYTES:
+                self.add_error("key_file", _("This file is too large to be an SSH private key."))
+                return data
+            data["private_key"] = upload.read().decode("utf-8", errors="replace")
+        if not data.get("private_key", "").strip():
+            self.add_error("private_key", _("Paste the private key or choose its file."))
+        return data

@@ -1,0 +1,91 @@
+"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the control queue).
+
+`verify_upload` imports `reports.service` when it runs: every worker, a site worker on a jump host too,
+imports this module at start, and must not need the PDF renderer and signer for that."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from pathlib import Path
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from gates.models import UploadVerification
+from portal.notifications import sweep
+
+log = logging.getLogger(__name__)
+CHUNK = 1024 * 1024
+# The start of the reason when the worker itself failed; the view shows it translated, the detail as it was.
+NOT_CARRIED_OUT = gettext_noop("The verification could not be carried out:")
+
+
+@shared_task(name="gates.tasks.notify", ignore_result=True)
+def notify() -> int:
+    """Idempotent: each person is told once per event, however often this runs."""
+    return sweep()
+
+
+def upload_area() -> Path:
+    folder = Path(settings.DATA_DIR) / "uploads" / "verify"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def queue_upload_verification(upload, user) -> UploadVerification:
+    """Stream the upload into the upload area with its SHA-256, record it queued, and send it to a worker."""
+    path = upload_area() / f"{uuid.uuid4().hex}.pdf"
+    digest, size = hashlib.sha256(), 0
+    with open(path, "xb") as out:
+        for chunk in upload.chunks(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    row = UploadVerification.objects.create(requested_by=user, filename=(upload.name or "")[:255], size=size,
+                                            sha256=digest.hexdigest(), path=str(path))
+    transaction.on_commit(lambda: verify_upload.apply_async((row.pk,)))
+    return row
+
+
+def _unreadable(exc: Exception) -> dict:
+    reason = f"The file could not be read as a signed PDF ({type(exc).__name__})."
+    return {"ok": False, "reasons": [reason], "signatures": [], "attachments": [], "report": {}, "metadata": {}}
+
+
+@shared_task(name="gates.tasks.verify_upload", ignore_result=True)
+def verify_upload(pk: int) -> str:
+    """Verify one queued upload; the row ends `done` with the result or `error` with the reason, never stuck."""
+    if not UploadVerification.objects.filter(pk=pk, state=UploadVerification.State.QUEUED).update(
+            state=UploadVerification.State.RUNNING):
+        return "not queued"  # already taken by another delivery, or gone
+    # Imported here: a site worker imports this module too (task discovery), and must not need WeasyPrint,
+    # pyHanko, Pango or fonts to start.
+    from reports.service import trust_roots, verify_report_bytes
+
+    row = UploadVerification.objects.get(pk=pk)
+    state, result, error = UploadVerification.State.ERROR, None, ""
+    try:
+        missing = [str(root) for root in trust_roots() if not Path(root).is_file()]
+        if missing:
+            error = gettext_noop("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+        else:
+            data = Path(row.path).read_bytes()
+            if hashlib.sha256(data).hexdigest() != row.sha256:
+                error = gettext_noop("The uploaded file changed in the upload area after it was received; upload it again.")
+            else:
+                try:
+                    result = verify_report_bytes(data).to_dict()
+                except Exception as exc:  # a damaged file is "not verified", not infrastructure trouble
+                    result = _unreadable(exc)
+                state = UploadVerification.State.DONE
+    except Exception as exc:  # the upload area or the trust root unreadable: infrastructure trouble
+        log.exception("verifying upload %s", row.code)
+        error = f"{NOT_CARRIED_OUT} {type(exc).__name__}: {exc}"
+    UploadVerification.objects.filter(pk=pk).update(state=state, result=result, error=error,
+                                                    finished=timezone.now())
+    Path(row.path).unlink(missing_ok=True)
+    return state

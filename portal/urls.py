@@ -1,0 +1,46 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from portal.views import pilots, runs
+
+urlpatterns = [
+    path("", pilots.home, name="home"),
+    path("accounts/login/", pilots.ThrottledLoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("language/", pilots.set_language, name="set_language"),
+    path("notifications/read/", pilots.notifications_read, name="notifications_read"),
+    path("pilots/new/", pilots.pilot_new, name="pilot_new"),
+    path("pilots/<uuid:code>/", pilots.pilot_detail, name="pilot"),
+    path("pilots/<uuid:code>/plan/", pilots.plan_detail, name="plan"),
+    path("pilots/<uuid:code>/plan/criteria/<slug:key>/", pilots.criterion_edit, name="criterion_edit"),
+    path("pilots/<uuid:code>/plan/sample-trace/", pilots.plan_sample_trace, name="plan_sample_trace"),
+    path("pilots/<uuid:code>/plan/sign/", pilots.plan_sign, name="plan_sign"),
+    path("pilots/<uuid:code>/plan/amend/", pilots.plan_amend, name="plan_amend"),
+    path("pilots/<uuid:code>/gates/<int:number>/", pilots.gate_detail, name="gate"),
+    path("pilots/<uuid:code>/gates/<int:number>/signoff/", pilots.gate_signoff, name="gate_signoff"),
+    path("pilots/<uuid:code>/gates/<int:number>/trace/", pilots.gate_trace, name="gate_trace"),
+    path("pilots/<uuid:code>/gates/<int:number>/trace/<int:trace>/", pilots.gate_trace_download,
+         name="gate_trace_download"),
+    path("pilots/<uuid:code>/gates/<int:number>/extend/", pilots.gate_extend, name="gate_extend"),
+    path("pilots/<uuid:code>/reports/", pilots.reports_list, name="reports"),
+    path("pilots/<uuid:code>/audit/", pilots.audit_log, name="audit"),
+    path("reports/<uuid:code>/download/", pilots.report_download, name="report_download"),
+    path("reports/verify/", pilots.report_verify, name="report_verify"),
+    path("reports/verify/<uuid:code>/", pilots.report_verification, name="report_verification"),
+    path("reports/<uuid:code>/countersign/", pilots.report_countersign, name="report_countersign"),
+    path("pilots/<uuid:code>/procurement/", pilots.procurement_make, name="procurement_make"),
+    path("reports/<uuid:code>/check/", pilots.report_check, name="report_check"),
+    # Runs, logs, artifacts; sites, nodes and credentials.
+    path("runs/<uuid:code>/", runs.run_detail, name="run"),
+    path("runs/<uuid:code>/log/", runs.run_log, name="run_log"),
+    path("runs/<uuid:code>/cancel/", runs.run_cancel, name="run_cancel"),
+    path("pilots/<uuid:code>/gates/<int:number>/run/", runs.run_start, name="run_start"),
+    path("artifacts/<uuid:code>/download/", runs.artifact_download, name="artifact_download"),
+    path("pilots/<uuid:code>/sites/", runs.sites, name="sites"),
+    path("pilots/<uuid:code>/sites/new/", runs.site_create, name="site_create"),
+    path("sites/<uuid:code>/nodes/new/", runs.node_create, name="node_create"),
+    path("sites/<uuid:code>/credentials/new/", runs.credential_create, name="credential_create"),
+    path("nodes/<uuid:code>/", runs.node_detail, name="node"),
+    path("nodes/<uuid:code>/accept-host-key/", runs.node_accept_host_key, name="node_accept_host_key"),
+    path("nodes/<uuid:code>/contact/", runs.node_contact, name="node_contact"),
+]

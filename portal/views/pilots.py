@@ -1,0 +1,856 @@
+"""The portal's pages about pilots, plans, gates, reports and the audit log.
+
+Every object is reached through portal.access (404 outside the pilot, 403 for a role that may not);
+every state change goes through gates.lifecycle; what a role may not do is not offered.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from gates import lifecycle
+from gates.judge import planner
+from gates.models import (
+    LANGUAGE_SESSION_KEY,
+    AuditEvent,
+    Criterion,
+    Evaluation,
+    Gate,
+    Membership,
+    Notification,
+    Party,
+    Pilot,
+    PlanVersion,
+    Profile,
+    Report,
+    Role,
+    SignOff,
+    UploadVerification,
+)
+from gates.plan import PlanError, load_plan
+from portal import access, notifications
+from portal.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
+from portal.forms import (
+    CriterionForm,
+    GateSignOffForm,
+    NewPilotForm,
+    PdfUploadForm,
+    PlanSignForm,
+    TraceUploadForm,
+    max_report_bytes,
+)
+from portal.tasks import NOT_CARRIED_OUT, queue_upload_verification
+from portal.templatetags.portal import simulated_pilot_ids
+from reports import charts
+from reports.context import TRACE_GATE, trace_of_job
+from reports.service import (
+    ReportError,
+    countersign,
+    create_procurement_report,
+    finish_pilot,
+    procurement_report_of,
+    report_bytes,
+    trust_roots,
+    verify_report_bytes,
+)
+from runners import orchestration
+from runners.evaluation import extension_history
+from runners.models import Job, Node
+
+# Either party's engineers and signers may give G4 the customer's trace.
+TRACE_UPLOAD = access.RAW_DATA
+
+PAGE_SIZE = 50
+PILOTS_PER_PAGE = 25
+
+# ── Signing in ────────────────────────────────────────────────────────────────────────────────
+
+
+class ThrottledLoginView(auth_views.LoginView):
+    """Django's login; throttling is django-axes (portal.signin), counted in the database for every process.
+
+    A signed-in person's chosen language is restored into the session and the language cookie.
+    """
+
+    template_name = "registration/login.html"
+    redirect_authenticated_user = True
+
+    def form_valid(self, form) -> HttpResponse:
+        response = super().form_valid(form)
+        language = Profile.objects.filter(user=form.get_user()).values_list("language", flat=True).first()
+        if language:
+            self.request.session[LANGUAGE_SESSION_KEY] = language
+            response.set_cookie(
+                settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax", secure=settings.SESSION_COOKIE_SECURE
+            )
+        return response
+
+
+@require_POST
+def set_language(request: HttpRequest) -> HttpResponse:
+    """The person's language: remembered on their profile (all devices), in the session and a cookie."""
+    language = request.POST.get("language", "")
+    target = request.POST.get("next") or reverse("home")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("home")
+    if language not in dict(settings.LANGUAGES):
+        messages.error(request, _("Unknown language."))
+        return redirect(target)
+    if request.user.is_authenticated:
+        Profile.objects.update_or_create(user=request.user, defaults={"language": language})
+        request.session[LANGUAGE_SESSION_KEY] = language
+        notifications.relocalise(request.user, language)
+    translation.activate(language)
+    response = redirect(target)
+    response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax", secure=settings.SESSION_COOKIE_SECURE)
+    return response
+
+
+# ── Home: pilots and what to do ───────────────────────────────────────────────────────────────
+
+
+def _my_roles_by_pilot(user, pilots) -> dict[int, set[str]]:
+    by_org: dict[int, set[str]] = defaultdict(set)
+    for org_id, role in Membership.objects.filter(user=user).values_list("organisation_id", "role"):
+        by_org[org_id].add(role)
+    return {p.pk: by_org[p.customer_id] | by_org[p.vendor_id] for p in pilots}
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    page = Paginator(access.pilots_for(request).defer("deployment"), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
+    pilots = list(page.object_list)
+    mine = _my_roles_by_pilot(request.user, pilots)
+    simulated = simulated_pilot_ids(pilots)
+    gates = lifecycle.current_gates(pilots)
+    pending = lifecycle.pending_actions_by_pilot(pilots, gates)
+    todo = []
+    for pilot in pilots:
+        gate = gates.get(pilot.pk)
+        if gate is not None:
+            gate.pilot = pilot
+        pilot.current = gate
+        pilot.my_roles = mine[pilot.pk]
+        pilot.simulated = pilot.pk in simulated
+        pilot.actions = [
+            {**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
+            for a in pending.get(pilot.pk, [])
+        ]
+        todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
+    host_keys = list(
+        Node.objects.filter(
+            host_key_state=Node.HostKeyState.PENDING, site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]
+        ).select_related("site")
+    )
+    notes = list(Notification.objects.filter(user=request.user, read_at__isnull=True)[:20])
+    return render(
+        request,
+        "gates/home.html",
+        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes,
+         "may_create": _vendor_led_by(request.user) is not None},
+    )
+
+
+def _vendor_led_by(user):
+    """The vendor organisation `user` leads (the first by name), or None."""
+    membership = (Membership.objects.filter(user=user, role=Role.VENDOR_LEAD, organisation__kind="vendor")
+                  .select_related("organisation").order_by("organisation__name").first())
+    return membership.organisation if membership else None
+
+
+@login_required
+def pilot_new(request: HttpRequest) -> HttpResponse:
+    """A vendor lead's new pilot, made by the lifecycle with its plan and four gates; the customer's people added."""
+    vendor = _vendor_led_by(request.user)
+    if vendor is None:
+        raise PermissionDenied(_("Only a vendor lead may create a pilot."))
+    form = NewPilotForm(vendor, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            plan = load_plan(data["plan"])
+        except PlanError as error:
+            form.add_error("plan", str(error))
+        else:
+            with transaction.atomic():
+                pilot = lifecycle.create_pilot(name=data["name"], customer=data["customer"], vendor=vendor,
+                                               who=request.user, plan=plan, start_date=data["start_date"])
+                for field_name, role in (("customer_engineers", Role.CUSTOMER_ENGINEER),
+                                         ("customer_approvers", Role.CUSTOMER_APPROVER)):
+                    for person in data[field_name]:
+                        lifecycle.add_member(person, data["customer"], role)
+            messages.success(request, _("Pilot %(name)s created with plan %(plan)s and its four gates.")
+                             % {"name": pilot.name, "plan": data["plan"]})
+            return redirect("pilot", pilot.code)
+    return render(request, "gates/pilot_new.html", {"form": form, "vendor": vendor})
+
+
+@login_required
+@require_POST
+def notifications_read(request: HttpRequest) -> HttpResponse:
+    Notification.objects.filter(user=request.user, read_at__isnull=True).update(read_at=timezone.now())
+    return redirect("home")
+
+
+# ── A pilot: overview and timeline ────────────────────────────────────────────────────────────
+
+
+def _who(pilot: Pilot) -> dict[str, list[str]]:
+    """Role → names of the people holding it in this pilot's two organisations."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for membership in (
+        Membership.objects.filter(organisation_id__in=[pilot.customer_id, pilot.vendor_id])
+        .select_related("user")
+        .order_by("user__username")
+    ):
+        names[membership.role].append(membership.user.get_full_name() or membership.user.get_username())
+    return names
+
+
+def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
+    who = _who(pilot) if actions else {}
+    roles = dict(Membership._meta.get_field("role").choices)
+    return [
+        {
+            **a,
+            "label": notifications.ACTION_LABELS[a["action"]],
+            "role_label": roles.get(a["role"], a["role"]),
+            "people": who.get(a["role"], []),
+        }
+        for a in actions
+    ]
+
+
+def _host_keys_waiting(pilot: Pilot) -> list[dict]:
+    return [
+        {"role": Role.VENDOR_ENGINEER, "action": "accept_host_key", "subject": node}
+        for node in Node.objects.filter(site__pilot=pilot, host_key_state=Node.HostKeyState.PENDING)
+    ]
+
+
+def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
+    today = timezone.localdate()
+    current_week = (today - pilot.start_date).days // 7 + 1
+    rows = []
+    for gate in gates:
+        opened = timezone.localdate(gate.opened_at) if gate.opened_at else None
+        closed = timezone.localdate(gate.closed_at) if gate.closed_at else None
+        actual_start = actual_end = None
+        if opened:
+            actual_start = max(1, min(weeks, (opened - pilot.start_date).days // 7 + 1))
+            end_day = closed or today
+            actual_end = max(actual_start, min(weeks, (end_day - pilot.start_date).days // 7 + 1))
+        rows.append(
+            {
+                "gate": gate,
+                "opened": opened,
+                "closed": closed,
+                "actual_start": actual_start,
+                "actual_end_col": actual_end + 1 if actual_end else None,
+                "planned_end_col": gate.week_end + 1,
+            }
+        )
+    return {
+        "weeks": range(1, weeks + 1),
+        "rows": rows,
+        "current_week": current_week if 1 <= current_week <= weeks else None,
+    }
+
+
+def _outcome(pilot: Pilot, gates: list[Gate]) -> str:
+    """The pilot's overall outcome in one line, for its overview."""
+    if pilot.state == Pilot.State.COMPLETED:
+        return _("Proven: every gate passed and was signed off by both parties.")
+    if pilot.state == Pilot.State.HALTED:
+        failed = next((g for g in gates if g.state == Gate.State.FAILED), None)
+        return (_("Not proven: the pilot stopped at %(gate)s.") % {"gate": f"{failed.label} {failed}"} if failed
+                else _("Not proven: the pilot was halted."))
+    return ""
+
+
+@login_required
+def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    gates = list(pilot.gates.all())
+    for gate in gates:
+        gate.pilot = pilot
+    plan = pilot.latest_plan
+    weeks = int((plan.document or {}).get("calendar_weeks", 10)) if plan else 10
+    weeks = max(weeks, max((g.week_end for g in gates), default=weeks))
+    runs = list(Job.objects.filter(pilot=pilot).select_related("gate", "created_by")[:10])
+    return render(
+        request,
+        "gates/pilot.html",
+        {
+            "pilot": pilot,
+            "gates": gates,
+            "plan": plan,
+            "timeline": _timeline(pilot, gates, weeks),
+            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot) + _host_keys_waiting(pilot)),
+            "runs": runs,
+            "procurement": procurement_report_of(pilot),
+            "outcome": _outcome(pilot, gates),
+            "can_make_procurement": Role.VENDOR_LEAD in access.roles_of(pilot, request.user),
+        },
+    )
+
+
+# ── The plan: review, edit while draft, sign, amend ───────────────────────────────────────────
+
+
+@login_required
+def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    versions = list(pilot.plan_versions.order_by("-number"))
+    if not versions:
+        raise Http404("This pilot has no plan")
+    number = request.GET.get("v")
+    version = next((v for v in versions if str(v.number) == number), versions[0])
+    roles = access.roles_of(pilot, request.user)
+    editable = (
+        version.pk == versions[0].pk
+        and lifecycle.plan_editable(version)
+        and bool(roles & EDIT_PLAN)
+        and pilot.state not in lifecycle.FINAL
+    )
+    signoffs = list(version.signoffs.select_related("person"))
+    approved = {s.party for s in signoffs if s.decision == SignOff.Decision.APPROVE}
+    may_sign = lifecycle.parties_left_to_sign(roles, approved)
+    can_sign = (
+        version.state == PlanVersion.State.DRAFT
+        and version.pk == versions[0].pk
+        and bool(may_sign)
+        and pilot.state not in lifecycle.FINAL
+    )
+    criteria = list(version.criteria.all())
+    gate_names = {g.number: g for g in pilot.gates.all()}
+    groups = []
+    for criterion in criteria:
+        if not groups or groups[-1]["number"] != criterion.gate_number:
+            groups.append(
+                {"number": criterion.gate_number, "gate": gate_names.get(criterion.gate_number), "criteria": []}
+            )
+        criterion.form = CriterionForm.for_criterion(criterion) if editable else None
+        groups[-1]["criteria"].append(criterion)
+    edits = AuditEvent.objects.filter(
+        Q(action="criterion.edited", object_id__in=[str(c.pk) for c in criteria])
+        | Q(action__in=("plan.sample_trace", "plan.sample_trace_unsigned"), object_id=str(version.pk)),
+        pilot=pilot,
+    ).select_related("actor")[:30]
+    try:
+        sample_trace = version.to_plan().gate(TRACE_GATE).sample_trace
+    except ValueError:
+        sample_trace = False
+    for group in groups:
+        group["trace_gate"] = group["number"] == TRACE_GATE
+    can_amend = (
+        versions[0].state != PlanVersion.State.DRAFT
+        and bool(roles & EDIT_PLAN)
+        and pilot.state not in lifecycle.FINAL
+    )
+    return render(
+        request,
+        "gates/plan.html",
+        {
+            "pilot": pilot,
+            "version": version,
+            "versions": versions,
+            "groups": groups,
+            "editable": editable,
+            "signoffs": signoffs,
+            "can_sign": can_sign,
+            "sign_form": PlanSignForm(),
+            "edits": edits,
+            "can_amend": can_amend,
+            "plan_sha256": version.sha256
+            or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else ""),
+            "planner": planner_figures(pilot, version),
+            "sample_trace": sample_trace,
+        },
+    )
+
+
+def measured_spread(pilot) -> float | None:
+    """The CV across repetitions G1 measured (the worst of TTFT p50 and throughput), once G1 was judged."""
+    evaluation = (
+        Evaluation.objects.filter(gate__pilot=pilot, gate__number=1)
+        .exclude(verdict=Gate.Verdict.INVALID)
+        .order_by("-pk")
+        .first()
+    )
+    if evaluation is None:
+        return None
+    values = [
+        row.get(key)
+        for row in (evaluation.result or {}).get("spread", [])
+        if row.get("phase") == "measure"
+        for key in ("ttft_p50_cv", "throughput_cv")
+    ]
+    values = [float(v) for v in values if isinstance(v, (int, float)) and 0 < v < 1]
+    return round(max(values), 4) if values else None
+
+
+def planner_figures(pilot, version) -> dict | None:
+    """The sample-size planner's figures for a plan version (docs/judge.md), cached by plan and spread."""
+    try:
+        plan = version.to_plan()
+    except ValueError:
+        return None
+    spread = measured_spread(pilot)
+    key = f"planner:{plan.sha256}:{spread}"
+    figures = cache.get(key)
+    if figures is None:
+        figures = planner.summary(plan, spread=spread)
+        cache.set(key, figures, 24 * 3600)
+    figures = dict(figures)
+    figures["spread_percent"] = f"{figures['spread'] * 100:.3g}"
+    figures["power_percent"] = f"{figures['power'] * 100:.0f}"
+    figures["planned"] = [
+        {**c, "power_percent": None if c["power_at_plan"] is None else f"{c['power_at_plan'] * 100:.0f}"}
+        for c in figures["criteria"]
+        if c["kind"] in ("comparison", "cv", "drift", "rate", "timing")
+    ]
+    return figures
+
+
+@login_required
+@require_POST
+def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    version = pilot.latest_plan
+    criterion = get_object_or_404(Criterion, plan_version=version, key=key)
+    form = CriterionForm.for_criterion(criterion, data=request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(
+                request,
+                f"{criterion.key} · {form.fields[field].label if field in form.fields else field}: {' '.join(errors)}",
+            )
+        return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
+    changes = form.changes(criterion)
+    if changes:
+        try:
+            lifecycle.edit_criterion(criterion, request.user, **changes)
+        except lifecycle.TransitionRefused as refused:
+            messages.error(request, refused.message)
+        except ValidationError as error:
+            messages.error(request, f"{criterion.key}: {'; '.join(error.messages)}")
+        except ValueError as error:  # the edited plan no longer validates (gates.plan.PlanError)
+            messages.error(request, f"{criterion.key}: {error}")
+        else:
+            messages.success(request, _("%(key)s updated.") % {"key": criterion.key})
+    return redirect(reverse("plan", args=[pilot.code]) + f"#c-{criterion.key}")
+
+
+@login_required
+@require_POST
+def plan_sample_trace(request: HttpRequest, code: UUID) -> HttpResponse:
+    """Allow (or not) G4 to replay a generated sample trace: a value of the draft plan, signed with it."""
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    allowed = request.POST.get("sample_trace") == "allowed"
+    try:
+        lifecycle.set_sample_trace(pilot.latest_plan, allowed, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("G4 may replay a generated sample trace.") if allowed
+                         else _("G4 replays the customer's trace only."))
+    return redirect(reverse("plan", args=[pilot.code]) + f"#g{TRACE_GATE}-h")
+
+
+@login_required
+@require_POST
+def plan_sign(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, SIGN)
+    form = PlanSignForm(request.POST)
+    if form.is_valid():
+        try:
+            lifecycle.sign_plan(pilot.latest_plan, request.user, comment=form.cleaned_data["comment"])
+        except lifecycle.TransitionRefused as refused:
+            messages.error(request, refused.message)
+        else:
+            messages.success(request, _("You signed the plan."))
+            notifications.sweep([Pilot.objects.get(pk=pilot.pk)])
+    return redirect("plan", pilot.code)
+
+
+@login_required
+@require_POST
+def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, EDIT_PLAN)
+    try:
+        version = lifecycle.amend_plan(pilot, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(
+            request,
+            _("Plan v%(number)s is a draft: change it, then both parties sign it again.") % {"number": version.number},
+        )
+        notifications.sweep([pilot])
+    return redirect("plan", pilot.code)
+
+
+# ── A gate: verdicts, runs, sign-off, reports ─────────────────────────────────────────────────
+
+
+def _charts(evaluation: Evaluation | None) -> list:
+    """The evaluation's SVG charts (reports.charts), as the gate report draws them.
+
+    An evaluation never changes, so its charts are drawn once per language and kept in the cache.
+    """
+    if evaluation is None or not evaluation.result:
+        return []
+    key = f"portal-charts:{evaluation.pk}:{evaluation.created.timestamp()}:{translation.get_language()}"
+    drawn = cache.get(key)
+    if drawn is None:
+        try:
+            drawn = [{"key": c.key, "title": str(c.title), "svg": c.svg} for c in charts.gate_charts(evaluation.result)]
+        except (KeyError, TypeError, ValueError):
+            drawn = []
+        cache.set(key, drawn, 3600)
+    return drawn
+
+
+def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
+    chinese = language.startswith("zh")
+    if result.get("criteria"):
+        rows = []
+        for item in result["criteria"]:
+            def said(field: str, item=item) -> str:
+                return (item.get(f"{field}_zh") if chinese else "") or item.get(field, "")
+
+            rows.append({**item, "text": said("description"), "rule": said("rule"), "explanation": said("explanation")})
+        return rows
+    version = gate.pilot.signed_plan or gate.pilot.latest_plan
+    criteria = version.criteria.filter(gate_number=gate.number) if version else []
+    return [
+        {
+            "key": c.key,
+            "text": (c.description_zh if chinese else "") or c.description,
+            "metric": c.metric,
+            "statistic": c.statistic,
+            "comparison": c.comparison,
+            "op": c.get_op_display(),
+            "threshold": c.threshold,
+            "unit": c.unit,
+            "verdict": "",
+        }
+        for c in criteria
+    ]
+
+
+@login_required
+def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    pilot = gate.pilot
+    roles = access.roles_of(pilot, request.user)
+    evaluation = gate.latest_evaluation
+    result = evaluation.result if evaluation else {}
+    runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:10])
+    signoffs = list(gate.signoffs.select_related("person", "evaluation"))
+    decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
+    may_sign = lifecycle.parties_left_to_sign(roles, decided)
+    can_sign_off = (
+        bool(may_sign)
+        and evaluation is not None
+        and pilot.state == Pilot.State.ACTIVE
+        and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
+    )
+    can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
+    trace = orchestration.current_trace(gate) if gate.number == TRACE_GATE else None
+    return render(
+        request,
+        "gates/gate.html",
+        {
+            "trace": trace,
+            "trace_gate": gate.number == TRACE_GATE,
+            "can_upload_trace": bool(roles & TRACE_UPLOAD) and gate.number == TRACE_GATE
+            and gate.state in (Gate.State.PENDING, Gate.State.OPEN) and pilot.state in (Pilot.State.DRAFT, Pilot.State.ACTIVE),
+            "trace_form": TraceUploadForm(),
+            "can_download_trace": bool(roles & TRACE_UPLOAD),
+            "replayed": trace_of_job(evaluation.job) if evaluation is not None and gate.number == TRACE_GATE else None,
+            "pilot": pilot,
+            "gate": gate,
+            "evaluation": evaluation,
+            "result": result,
+            "criteria": _criteria_view(gate, result, translation.get_language() or "en"),
+            "validity": result.get("validity") or {},
+            "charts": _charts(evaluation),
+            "runs": runs,
+            "signoffs": signoffs,
+            "can_sign_off": can_sign_off,
+            "signoff_form": GateSignOffForm(),
+            "sign_party_label": Party(may_sign[0]).label if may_sign else "",
+            "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
+            "extended": extension_history(evaluation),
+            "can_start": can_start,
+            "reports": _versions(gate.reports.select_related("gate", "countersigned_by")),
+        },
+    )
+
+
+@login_required
+@require_POST
+def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    """The customer's session trace for G4, uploaded by either party before the run."""
+    gate = get_gate_for_user(request, code, number)
+    roles = access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    form = TraceUploadForm(request.POST, request.FILES)
+    if gate.number != TRACE_GATE or gate.state not in (Gate.State.PENDING, Gate.State.OPEN):
+        messages.error(request, _("A trace is uploaded for G4 before its run."))
+    elif not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+    else:
+        upload = form.cleaned_data["trace"]
+        party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
+        try:
+            trace = orchestration.upload_trace(gate, upload.read(), upload.name, request.user, party)
+        except orchestration.TraceRefused as refused:
+            messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
+        else:
+            messages.success(request, _("The trace %(name)s is kept: %(n)s sessions, SHA-256 %(sha)s.")
+                             % {"name": trace.name, "n": trace.sessions, "sha": trace.sha256})
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+@login_required
+def gate_trace_download(request: HttpRequest, code: UUID, number: int, trace: int) -> HttpResponse:
+    """The uploaded trace from the evidence store, re-hashed as it streams (404 if it no longer matches)."""
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    row = get_object_or_404(gate.traces, pk=trace)
+    return access.serve_stored(row.path, row.sha256, filename=row.name, content_type="text/csv", size=row.size)
+
+
+@login_required
+@require_POST
+def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, SIGN)
+    form = GateSignOffForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect("gate", gate.pilot.code, gate.number)
+    try:
+        signoff = lifecycle.sign_off_gate(
+            gate, request.user, decision=form.cleaned_data["decision"], comment=form.cleaned_data["comment"]
+        )
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("Your decision is recorded."))
+        if signoff.decision == SignOff.Decision.APPROVE and signoff.party == Party.CUSTOMER:
+            _countersign(request, signoff)
+        _finish(request, gate)
+        notifications.sweep([Pilot.objects.get(pk=gate.pilot_id)])
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+def _countersign(request: HttpRequest, signoff: SignOff) -> None:
+    """The customer approver's signature added to the report of the evidence they approved, when one exists."""
+    report = (
+        Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation)
+        .order_by("-signatures", "-created")
+        .first()
+    )
+    if report is None or report.signatures > 1:
+        return
+    try:
+        countersign(report, request.user)
+    except Exception as error:  # the decision stands; the report keeps the vendor's signature only
+        messages.warning(request, _("The report could not be countersigned: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("Your signature was added to the gate report."))
+
+
+def _finish(request: HttpRequest, gate: Gate) -> None:
+    """G4 signed off by both parties: the procurement report is the pilot's last act (countersigned when the customer
+    approver's decision completed it)."""
+    gate.refresh_from_db()
+    if gate.number != TRACE_GATE or gate.state != Gate.State.SIGNED_OFF:
+        return
+    language = translation.get_language() or "en"
+    try:
+        report = finish_pilot(gate.pilot, who=request.user, language="zh-hans" if language.startswith("zh") else "en")
+        if report is not None and access.roles_of(gate.pilot, request.user) & {Role.CUSTOMER_APPROVER} \
+                and report.countersigned_by_id is None and not report.is_superseded:
+            countersign(report, request.user)
+    except Exception as error:  # noqa: BLE001 — the sign-off stands; the vendor lead can make the report again
+        messages.warning(request, _("The procurement report could not be made: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("The pilot is complete: the procurement report is on the overview."))
+
+
+@login_required
+@require_POST
+def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The procurement report on demand, for the vendor lead."""
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, frozenset({Role.VENDOR_LEAD}))
+    language = translation.get_language() or "en"
+    try:
+        create_procurement_report(pilot, language="zh-hans" if language.startswith("zh") else "en", who=request.user)
+    except Exception as error:  # noqa: BLE001 — said to the person, nothing is stored
+        messages.error(request, _("The procurement report could not be made: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("The procurement report is made and signed."))
+    return redirect("pilot", pilot.code)
+
+
+@login_required
+@require_POST
+def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The customer approver countersigns a report: a new version that says who signed and when."""
+    report = access.get_report_for_user(request, code)
+    access.require_role(report.pilot, request.user, frozenset({Role.CUSTOMER_APPROVER}))
+    try:
+        countersign(report, request.user)
+    except Exception as error:  # noqa: BLE001 — said to the person; the earlier version stays
+        messages.error(request, _("The report could not be countersigned: %(error)s") % {"error": error})
+    else:
+        messages.success(request, _("Your signature is on a new, final version of the report."))
+    return redirect("reports", report.pilot.code)
+
+
+@login_required
+@require_POST
+def gate_extend(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, EXTEND)
+    try:
+        lifecycle.extend_gate(gate, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("The gate is open again for a run with more repetitions."))
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+# ── Reports ───────────────────────────────────────────────────────────────────────────────────
+
+
+@login_required
+def report_download(request: HttpRequest, code: UUID) -> HttpResponse:
+    # A signed report attaches the raw data: the same capability as an artifact (docs/portal.md).
+    return access.serve_report(access.get_report_for_user(request, code, may=access.RAW_DATA))
+
+
+@login_required
+def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    reports = _versions(Report.objects.filter(pilot=pilot).select_related("gate", "countersigned_by"))
+    return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports,
+                                                  "can_countersign": Role.CUSTOMER_APPROVER in access.roles_of(pilot, request.user)})
+
+
+def _versions(queryset) -> list[Report]:
+    """Reports with `final` (countersigned, not superseded) and `superseded` marked, latest versions first."""
+    reports = list(queryset)
+    superseded = {r.supersedes_id for r in reports if r.supersedes_id}
+    for report in reports:
+        report.superseded = report.pk in superseded
+        report.final = report.countersigned_by_id is not None and not report.superseded
+    return sorted(reports, key=lambda r: (r.superseded, -r.created.timestamp()))
+
+
+def _verify(data: bytes) -> tuple[object | None, str | None]:
+    """(verification result, None) or (None, what prevented checking)."""
+    if not all(Path(root).is_file() for root in trust_roots()):
+        return None, _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+    try:
+        return verify_report_bytes(data), None
+    except Exception as exc:  # a damaged file gets a message, not a server error
+        return None, _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
+
+
+@login_required
+def report_verify(request: HttpRequest) -> HttpResponse:
+    """Upload a PDF: kept in the upload area with its SHA-256 and verified by a worker; the page follows it."""
+    form = PdfUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        row = queue_upload_verification(form.cleaned_data["file"], request.user)
+        return redirect("report_verification", code=row.code)
+    return render(request, "gates/verify.html", {"form": form, "max_mb": max_report_bytes() // 2**20})
+
+
+def _error_text(error: str) -> str:
+    """A worker's reason in the reader's language: a known sentence whole, else its known start and the detail."""
+    if error.startswith(NOT_CARRIED_OUT):
+        return _(NOT_CARRIED_OUT) + error[len(NOT_CARRIED_OUT):]
+    return _(error)
+
+
+@login_required
+def report_verification(request: HttpRequest, code: UUID) -> HttpResponse:
+    """One uploaded PDF's verification: "verifying…" until the worker is done, then its result. Only the uploader's."""
+    row = get_object_or_404(UploadVerification, code=code, requested_by=request.user)
+    context = {"form": PdfUploadForm(), "max_mb": max_report_bytes() // 2**20, "verification": row,
+               "result": row.result if row.state == UploadVerification.State.DONE else None,
+               "error": _error_text(row.error) if row.state == UploadVerification.State.ERROR else None,
+               "poll_seconds": 2}
+    if request.headers.get("HX-Request"):
+        return render(request, "gates/_verification.html", context)
+    return render(request, "gates/verify.html", context)
+
+
+@login_required
+def report_check(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The same checks on a stored report, as it is on disk now."""
+    report = access.get_report_for_user(request, code)
+    try:
+        data = report_bytes(report)  # from the evidence store, hashed again
+    except ReportError as exc:
+        result, error = None, _("The stored report cannot be checked: %(error)s") % {"error": exc}
+    else:
+        result, error = _verify(data)
+    return render(
+        request,
+        "gates/verify.html",
+        {
+            "form": PdfUploadForm(),
+            "result": result,
+            "error": error,
+            "max_mb": max_report_bytes() // 2**20,
+            "report": report,
+        },
+    )
+
+
+# ── The audit log ─────────────────────────────────────────────────────────────────────────────
+
+
+@login_required
+def audit_log(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    page = Paginator(AuditEvent.objects.filter(pilot=pilot).select_related("actor"), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    return render(request, "gates/audit.html", {"pilot": pilot, "page": page})

@@ -1,0 +1,393 @@
+"""The portal's pages about what touches a node: runs and their live log, artifacts, sites, nodes, credentials.
+
+Every object is reached through its parent pilot (portal.access); downloads included.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_POST
+
+from gates import lifecycle
+from portal import access, notifications
+from portal.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
+from portal.forms import CredentialForm, NodeForm, SiteForm
+from runners.config import DeploymentSettingsError
+from runners.credentials import create_credential
+from runners.dispatch import dispatch_contact
+from runners.engine import request_cancel
+from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder, same_parties
+from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
+from runners.runs import RunRefused, start_gate_run
+from runners.ssh import accept_host_key
+
+POLL_SECONDS = 1
+
+
+def _progress(job: Job) -> dict:
+    """Step n of N, requests done of total and each step's row, with each status's label."""
+    progress = job_progress(job)
+    labels = dict(Status.choices)
+    for step in progress["steps"]:
+        step["status_label"] = labels.get(step["status"], step["status"])
+    return progress
+
+
+def _job_for_user(request: HttpRequest, code: UUID) -> tuple[Job, object]:
+    return get_for_user(
+        request,
+        Job.objects.select_related("gate", "site", "created_by", "pilot__customer", "pilot__vendor"),
+        code,
+        "pilot",
+    )
+
+
+def log_html(chunks: list[Chunk]) -> SafeString:
+    """The log lines as HTML, built here rather than in a template loop: a page may carry hundreds of chunks."""
+    return mark_safe(
+        "".join(  # noqa: S308 - every value is escaped or an integer
+            f'<span class="chunk st-{escape(c.stream)}" data-seq="{int(c.seq)}">'
+            + "".join((f'<span class="lbl">{escape(label)}</span> ' if label else "") + escape(line)
+                      for label, line in c.lines())
+            + "</span>"
+            for c in chunks
+        )
+    )
+
+
+def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
+    progress = _progress(job)
+    return {
+        "job": job,
+        "pilot": pilot,
+        "steps": progress["steps"],
+        "progress": progress,
+        # A run on simulated nodes says so wherever it is shown, whatever its time scale.
+        "simulated": job.steps.filter(node__simulated=True).exists(),
+        "can_cancel": access.can(pilot, request.user, OPERATE)
+        and not job.is_finished
+        and not job.cancel_requested,
+        "waiting_queue": _waiting_queue(job),
+        "waiting_nodes": _waiting_nodes(job),
+    }
+
+
+def _waiting_nodes(job: Job) -> dict | None:
+    """A run waiting for nodes another run holds: which node, and that run (gate and short code only)."""
+    if job.is_finished or not job.waiting_for:
+        return None
+    holder = job.waiting_on
+    node = next((n for n in job_nodes(job) if holder is not None and lease_holder(n) == holder), None)
+    if holder is not None and not same_parties(holder, job):
+        # Another pilot's run (perhaps another organisation's): neither its code nor its gate is told.
+        return {"node": node.name if node else "", "other_pilot": True, "run": "", "gate": ""}
+    return {"node": node.name if node else "", "run": str(holder.code)[:8] if holder else "",
+            "gate": (holder.gate.label if holder.gate_id else holder.get_kind_display()) if holder else ""}
+
+
+def _waiting_queue(job: Job) -> str:
+    """The worker queue of a run that nobody has picked up for a minute (no step started), else ''."""
+    if job.is_finished or job.site_id is None or job.waiting_for or timezone.now() - job.created < timedelta(seconds=60):
+        return ""
+    if job.steps.exclude(status=Status.PENDING).exists() or job.steps.filter(started__isnull=False).exists():
+        return ""
+    return job.site.queue
+
+
+# ── Runs ──────────────────────────────────────────────────────────────────────────────────────
+
+
+@login_required
+def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    job, pilot = _job_for_user(request, code)
+    chunks = log_since(job, 0)
+    artifacts = list(job.artifacts.select_related("node"))
+    return render(
+        request,
+        "runners/run.html",
+        {
+            **_status_context(request, job, pilot),
+            "chunks": chunks,
+            "log_html": log_html(chunks),
+            "last_seq": chunks[-1].seq if chunks else 0,
+            "more": len(chunks) == LOG_BATCH,
+            "artifacts": artifacts,
+            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            "poll_seconds": POLL_SECONDS,
+        },
+    )
+
+
+@login_required
+def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
+    """htmx: the chunks numbered after ?after=<seq>, the refreshed status panel, and the next poller."""
+    job, pilot = _job_for_user(request, code)
+    try:
+        after = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        return HttpResponse(_("“after” must be a chunk number."), status=400)
+    chunks = log_since(job, after)
+    last = chunks[-1].seq if chunks else after
+    return render(
+        request,
+        "runners/_log_update.html",
+        {
+            "artifacts": list(job.artifacts.select_related("node")),
+            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            **_status_context(request, job, pilot),
+            "chunks": chunks,
+            "log_html": log_html(chunks),
+            "last_seq": last,
+            "more": len(chunks) == LOG_BATCH or (job.is_finished and last < job.chunk_count),
+            "poll_seconds": POLL_SECONDS,
+        },
+    )
+
+
+@login_required
+@require_POST
+def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
+    gate = get_gate_for_user(request, code, number)
+    access.require_role(gate.pilot, request.user, OPERATE)
+    try:
+        lifecycle.require_runnable(gate)
+        job = start_gate_run(gate, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.error(request, refused.message)
+    except (RunRefused, DeploymentSettingsError) as refused:
+        messages.error(request, str(refused))
+    else:
+        return redirect("run", job.code)
+    return redirect("gate", gate.pilot.code, gate.number)
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
+    job, pilot = _job_for_user(request, code)
+    access.require_role(pilot, request.user, OPERATE)
+    if job.is_finished:
+        messages.info(request, _("The run has already ended."))
+    else:
+        request_cancel(job, request.user)
+        messages.success(request, _("Cancel requested: remote processes are being stopped and torn down."))
+    return redirect("run", job.code)
+
+
+@login_required
+def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
+    return access.serve_artifact(access.artifact_for(request.user, code, may=RAW_DATA))
+
+
+# ── Sites, nodes, credentials ─────────────────────────────────────────────────────────────────
+
+
+@login_required
+def sites(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    site_list = list(
+        pilot.sites.prefetch_related(
+            Prefetch("nodes", queryset=Node.objects.select_related("credential", "jump_host")),
+            Prefetch(
+                "credentials",
+                queryset=Credential.objects.only(
+                    "id", "code", "site_id", "name", "key_type", "public_fingerprint", "created"
+                ),
+            ),
+        )
+    )
+    can_operate = access.can(pilot, request.user, OPERATE)
+    for site in site_list:
+        if can_operate:
+            site.node_form = NodeForm(site=site, prefix=f"n-{site.code}")
+            site.credential_form = CredentialForm(prefix=f"c-{site.code}")
+    return render(
+        request,
+        "runners/sites.html",
+        {
+            "pilot": pilot,
+            "sites": site_list,
+            "can_operate": can_operate,
+            "site_form": SiteForm() if can_operate else None,
+        },
+    )
+
+
+@login_required
+@require_POST
+def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    pilot = get_pilot_for_user(request, code)
+    access.require_role(pilot, request.user, OPERATE)
+    form = SiteForm(request.POST)
+    if form.is_valid():
+        site = Site.objects.create(pilot=pilot, **form.cleaned_data)
+        lifecycle.audit(pilot, request.user, "site.created", site, name=site.name, queue=site.queue)
+        messages.success(request, _("Site %(name)s created.") % {"name": site.name})
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+def _form_errors(request: HttpRequest, form) -> None:
+    for field, errors in form.errors.items():
+        label = form.fields[field].label if field in form.fields else ""
+        messages.error(request, f"{label}: {' '.join(errors)}" if label else " ".join(errors))
+
+
+@login_required
+@require_POST
+def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_role(pilot, request.user, OPERATE)
+    form = NodeForm(request.POST, site=site, prefix=f"n-{site.code}")
+    if form.is_valid():
+        node = Node(site=site, **form.cleaned_data)
+        try:
+            node.full_clean()
+        except ValidationError as error:
+            for field, errors in error.message_dict.items():
+                messages.error(request, f"{field}: {' '.join(errors)}")
+            return redirect("sites", pilot.code)
+        node.save()
+        lifecycle.audit(pilot, request.user, "node.created", node, name=node.name, host=node.host, port=node.port)
+        messages.success(
+            request,
+            _("Node %(name)s added. Its host key is recorded on first contact and must then be accepted here.")
+            % {"name": node.name},
+        )
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+@sensitive_post_parameters()
+@login_required
+@require_POST
+def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_role(pilot, request.user, OPERATE)
+    form = CredentialForm(request.POST, request.FILES, prefix=f"c-{site.code}")
+    if form.is_valid():
+        try:
+            credential = create_credential(
+                site,
+                form.cleaned_data["name"],
+                form.cleaned_data["private_key"],
+                form.cleaned_data["passphrase"],
+                created_by=request.user,
+            )
+        except ValidationError as error:
+            messages.error(request, _("Private key: %(error)s") % {"error": " ".join(error.messages)})
+        else:
+            lifecycle.audit(
+                pilot,
+                request.user,
+                "credential.created",
+                credential,
+                name=credential.name,
+                fingerprint=credential.public_fingerprint,
+            )
+            messages.success(
+                request,
+                _("Credential %(name)s stored encrypted (%(fingerprint)s).")
+                % {"name": credential.name, "fingerprint": credential.public_fingerprint},
+            )
+    else:
+        _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+@login_required
+def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
+    node, pilot = get_for_user(
+        request,
+        Node.objects.select_related(
+            "site__pilot__customer", "site__pilot__vendor", "credential", "jump_host", "host_key_accepted_by"
+        ),
+        code,
+        "site__pilot",
+    )
+    probes = list(Job.objects.filter(pilot=pilot, steps__node=node).distinct().select_related("gate")[:10])
+    return render(
+        request,
+        "runners/node.html",
+        {
+            "pilot": pilot,
+            "node": node,
+            "inventory": node.inventory or {},
+            "probes": probes,
+            "can_operate": access.can(pilot, request.user, OPERATE),
+        },
+    )
+
+
+@login_required
+@require_POST
+def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
+    node, pilot = get_for_user(
+        request, Node.objects.select_related("site__pilot__customer", "site__pilot__vendor"), code, "site__pilot"
+    )
+    access.require_role(pilot, request.user, OPERATE)
+    fingerprint = request.POST.get("fingerprint", "")
+    try:
+        accepted = accept_host_key(node, fingerprint, user=request.user)
+    except ValueError as error:
+        messages.error(request, str(error))
+    else:
+        lifecycle.audit(
+            pilot,
+            request.user,
+            "node.host_key_accepted",
+            accepted,
+            Node.HostKeyState.PENDING,
+            Node.HostKeyState.ACCEPTED,
+            fingerprint=fingerprint,
+        )
+        messages.success(
+            request,
+            _("Host key %(fingerprint)s of %(node)s accepted.") % {"fingerprint": fingerprint, "node": node.name},
+        )
+        notifications.sweep([pilot])
+    if request.POST.get("back") == "sites":
+        return redirect("sites", pilot.code)
+    return redirect("node", node.code)
+
+
+@login_required
+@require_POST
+def node_contact(request: HttpRequest, code: UUID) -> HttpResponse:
+    """Ask the site's worker to connect once (the portal never opens SSH to a node); the node page shows the answer.
+
+    A first contact records the offered host key, which then waits on the node page for acceptance.
+    """
+    node, pilot = get_for_user(
+        request,
+        Node.objects.select_related("site__pilot__customer", "site__pilot__vendor", "credential", "site"),
+        code,
+        "site__pilot",
+    )
+    access.require_role(pilot, request.user, OPERATE)
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(contact_state="waiting", contact_message="",
+                                               contact_requested_at=timezone.now())
+        dispatch_contact(node)
+    messages.info(
+        request,
+        _("The worker of site %(site)s (queue %(queue)s) is contacting %(node)s; its answer appears below.")
+        % {"site": node.site.name, "queue": node.site.queue, "node": node.name},
+    )
+    return redirect("node", node.code)

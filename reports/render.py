@@ -1,0 +1,336 @@
+"""Report context + language → PDF/A-3b bytes (WeasyPrint), with the raw artifacts and manifest.json attached.
+
+No database access: everything comes from the context built by context.py. Every attached file is
+re-hashed here, so a file altered on disk after it was stored cannot slip into a report.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mimetypes
+import unicodedata
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from django.conf import settings
+from django.template.loader import render_to_string
+from django.utils import translation
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from weasyprint import HTML, Attachment
+from weasyprint.urls import URLFetcher, URLFetcherResponse
+
+from gates.models import Gate, Party, Pilot, Role, SignOff
+from reports.charts import font_stack, gate_charts
+from reports.context import read_attachment
+from reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
+from reports.words import procurement_summary
+from runners.artifacts import ArtifactMismatch
+
+VERDICT_LABELS = {
+    "pass": gettext_lazy("Pass"), "marginal": gettext_lazy("Marginal"), "fail": gettext_lazy("Fail"),
+    "invalid": gettext_lazy("Invalid"), "": gettext_lazy("Not evaluated"), None: gettext_lazy("Not evaluated"),
+}
+COMPARISON_LABELS = {
+    "absolute": gettext_lazy("absolute value"), "speedup": gettext_lazy("speed-up (baseline ÷ candidate)"),
+    "reduction": gettext_lazy("reduction (1 − candidate ÷ baseline)"), "gain": gettext_lazy("gain (candidate ÷ baseline − 1)"),
+    "drift": gettext_lazy("drift (late steady windows ÷ early steady windows − 1)"),
+}
+OPS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
+TEMPLATES = {"gate": "reports/gate.html", "procurement": "reports/procurement.html"}
+logger = logging.getLogger(__name__)
+
+
+class ReportError(Exception):
+    """A report that cannot be made honestly (e.g. an artifact no longer matches its hash)."""
+
+
+def fmt_value(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if unit == "fraction":
+        return f"{value * 100:.1f} %"
+    if unit == "×":
+        return f"{value:.2f}×"
+    text = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "—"
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def fmt_interval(ci: list | None, unit: str = "") -> str:
+    low, high = (list(ci or []) + [None, None])[:2]
+    return f"[{fmt_value(low, unit)}, {fmt_value(high, unit)}]"
+
+
+def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any]]:
+    rows = []
+    for criterion in verdict.get("criteria") or []:
+        unit = criterion.get("unit", "")
+        cells = [{
+            "concurrency": cell.get("concurrency", "—"), "value": fmt_value(cell.get("value"), unit),
+            "ci": fmt_interval(cell.get("ci"), unit),
+            "candidate_value": fmt_value(cell.get("candidate_value")), "baseline_value": fmt_value(cell.get("baseline_value")),
+            "n": f"{cell.get('n_candidate', '—')} / {cell.get('n_baseline', '—')}",
+            "verdict": cell.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(cell.get("verdict"), cell.get("verdict")),
+        } for cell in criterion.get("cells") or []]
+        zh = language.startswith("zh")
+        description = (criterion.get("description_zh") if zh else "") or criterion.get("description", "")
+        arms = criterion.get("candidate", "") + (f" vs {criterion['baseline']}" if criterion.get("baseline") else "")
+        rows.append({
+            "key": criterion.get("key", ""), "description": description, "metric": criterion.get("metric", ""),
+            "statistic": criterion.get("statistic", ""),
+            "comparison": COMPARISON_LABELS.get(criterion.get("comparison"), criterion.get("comparison", "")),
+            "arms": arms or "—", "phase": criterion.get("phase", ""),
+            "bar": f"{OPS.get(criterion.get('op'), criterion.get('op', ''))} {fmt_value(criterion.get('threshold'), unit)}",
+            "value": fmt_value(criterion.get("value"), unit),
+            "ci": fmt_interval(criterion.get("ci"), unit),
+            "confidence": f"{criterion.get('confidence', 0.95) * 100:.0f} %", "n": criterion.get("n", "—"),
+            "concurrency": ", ".join(str(c.get("concurrency")) for c in criterion.get("cells") or [] if c.get("concurrency")) or "—",
+            "verdict": criterion.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(criterion.get("verdict"), ""),
+            "rule": (criterion.get("rule_zh") if zh else "") or criterion.get("rule", ""),
+            "explanation": (criterion.get("explanation_zh") if zh else "") or criterion.get("explanation", ""), "cells": cells,
+        })
+    return rows
+
+
+def manifest(context: dict[str, Any], language: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+    pilot, gate = context["pilot"], context.get("gate") or {}
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "report": {
+            "code": context["code"], "kind": context["kind"], "language": language, "created": context["created"],
+            "pilot_code": pilot["code"], "pilot_name": pilot["name"], "customer": pilot["customer"],
+            "vendor": pilot["vendor"], "gate": gate.get("number"), "gate_name": gate.get("name"),
+            "gate_name_zh": gate.get("name_zh"),
+            "verdict": (context.get("evaluation") or {}).get("verdict"),
+            "evaluation": (context.get("evaluation") or {}).get("id"),
+            "evidence_sha256": (context.get("evaluation") or {}).get("evidence_sha256"),
+            "plan_sha256": (context.get("verdict") or {}).get("plan_sha256") or context.get("plan_sha256", ""),
+            "simulated": bool(context["simulated"]), "generator": "fxpilot",
+        },
+        "artifacts": files,
+        "missing_inputs": context.get("missing_inputs", []),
+    }
+
+
+def _attachments(context: dict[str, Any]) -> tuple[list[Attachment], list[dict[str, Any]]]:
+    attachments, files = [], []
+    for item in context["attachments"]:
+        try:
+            data = read_attachment(item)
+        except ArtifactMismatch as error:
+            raise ReportError(f"artifact {item['name']}: {error}") from None
+        except OSError as error:
+            raise ReportError(f"artifact {item['name']}: cannot read {item.get('storage_name')}: {error.strerror}") from None
+        sha256 = hashlib.sha256(data).hexdigest()
+        if item.get("sha256") and item["sha256"] != sha256:
+            raise ReportError(f"artifact {item['name']}: the stored file hashes to {sha256}, recorded as {item['sha256']}")
+        entry = {"file": item["file"], "name": item["name"], "kind": item.get("kind", ""), "sha256": sha256,
+                 "size": len(data), "simulated": bool(item.get("simulated")), "node": item.get("node", "")}
+        files.append(entry)
+        attachments.append(Attachment(string=data, name=item["file"], relationship="Data",
+                                      description=f"{item['name']} sha256:{sha256}"))
+    return attachments, files
+
+
+HOW_LABELS = {
+    "measured": gettext_lazy("measured at your concurrency"), "interpolated": gettext_lazy("interpolated (log2 scale)"),
+    "outside": gettext_lazy("outside the measured range: not projected"), "none": gettext_lazy("not measured"),
+    "own-traffic": gettext_lazy("your own replayed traffic"), "measured-overall": gettext_lazy("measured (all levels)"),
+    "sample-trace": gettext_lazy("generated sample trace — not the customer's traffic"),
+}
+
+
+def _display_time(iso: str) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return iso
+
+
+# Characters left as they are inside a CSS string; every other one is written as a hex escape.
+_CSS_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,-_·:()[]#+×—–/")
+
+
+def css_string(text: str) -> SafeString:
+    """A quoted CSS string for page margin boxes (inside <style>, where HTML escaping does not apply).
+
+    ASCII letters, digits and a few harmless signs stay; every other ASCII character (quotes, backslash,
+    <, >, &, @, ;, {, }, line and form feeds…) is a six-digit hex escape, which ends unambiguously, so no
+    value can close the string, the rule or the <style> element. Control characters were replaced
+    before (clean_text); printable non-ASCII text (Chinese names) stays as it is.
+    """
+    out = []
+    for char in clean_text(str(text)):
+        if char in _CSS_PLAIN or (ord(char) > 0x7F and unicodedata.category(char)[0] not in "CZ"):
+            out.append(char)
+        elif char == " " or unicodedata.category(char) == "Zs":
+            out.append(" ")
+        else:
+            out.append(f"\\{ord(char):06X} ")  # the space ends the escape and is not shown
+    return mark_safe('"' + "".join(out) + '"')
+
+
+def clean_text(text: str) -> str:
+    """A user value as the report shows it: control and format characters (NUL, CR, form feed, bidi
+    overrides, line separators…) become U+FFFD, visibly, so they neither break the PDF's XML metadata
+    nor hide text; tab and line feed stay."""
+    return "".join(
+        char if char in "\t\n" or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+        else "\ufffd"
+        for char in text
+    )
+
+
+def clean_context(value: Any) -> Any:
+    """Every string in the context (names, comments, inventory, verdict texts) through clean_text."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_context(k) if isinstance(k, str) else k: clean_context(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(clean_context(v) for v in value)
+    return value
+
+
+class StaticOnlyFetcher(URLFetcher):
+    """WeasyPrint's URL fetcher for reports: data: URLs and the project's own static files, nothing else.
+
+    No HTTP, FTP or file outside the static folders is ever opened, whatever a template or a value
+    names; each refusal is kept (refused) and logged, and the resource is left out.
+    """
+
+    def __init__(self, roots: list[Path] | None = None):
+        super().__init__(allowed_protocols=("data", "file"), allow_redirects=False, timeout=1)
+        self.roots = [Path(r).resolve() for r in (roots if roots is not None else static_roots())]
+        self.refused: list[str] = []
+
+    def fetch(self, url, headers=None):
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        if scheme == "data":
+            return super().fetch(url, headers)
+        if scheme == "file":
+            path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)).resolve()
+            for root in self.roots:
+                if path.is_relative_to(root) and path.is_file():
+                    return URLFetcherResponse(url, body=path.read_bytes(),
+                                              headers={"Content-Type": mimetypes.guess_type(path.name)[0]
+                                                       or "application/octet-stream"})
+        self.refused.append(url)
+        logger.warning("report renderer: refused to fetch %s (only the project's static files are served)", url[:200])
+        raise ValueError(f"refused: reports fetch only the project's own static files, not {url[:200]}")
+
+
+def static_roots() -> list[Path]:
+    return [Path(p) for p in getattr(settings, "STATICFILES_DIRS", [])] + [Path(settings.STATIC_ROOT)]
+
+
+def _watermark_url(text: str) -> str:
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="600" height="840" viewBox="0 0 600 840">'
+           f'<text x="300" y="420" font-family={quoteattr(font_stack())} font-size="64" font-weight="bold" '
+           f'fill="#dc2626" fill-opacity="0.10" text-anchor="middle" transform="rotate(-50 300 420)">{escape(text)}</text></svg>')
+    return "data:image/svg+xml," + urllib.parse.quote(svg)
+
+
+def _localised(context: dict[str, Any]) -> dict[str, Any]:
+    """State, party, role and decision labels in the active language (the context was built in another)."""
+    def signoffs(rows: list[dict]) -> list[dict]:
+        return [dict(row, party_label=_label(Party, row["party"]), role_label=_label(Role, row["role"]),
+                     decision_label=_label(SignOff.Decision, row["decision"])) for row in rows]
+
+    def gate(item: dict | None) -> dict | None:
+        return dict(item, state_label=_label(Gate.State, item["state"])) if item else item
+
+    out = dict(context, gate=gate(context.get("gate")), signoffs=signoffs(context.get("signoffs") or []),
+               plan_signoffs=signoffs(context.get("plan_signoffs") or []))
+    out["pilot"] = dict(context["pilot"], state_label=_label(Pilot.State, context["pilot"]["state"]))
+    if "gates" in context:
+        out["gates"] = [dict(item, gate=gate(item["gate"]), signoffs=signoffs(item["signoffs"])) for item in context["gates"]]
+    return out
+
+
+def _label(choices, value: str) -> str:
+    try:
+        return str(choices(value).label)
+    except ValueError:
+        return value
+
+
+def render_html(context: dict[str, Any], language: str, files: list[dict[str, Any]] | None = None) -> str:
+    with translation.override(language):
+        context = _localised(clean_context(context))
+        if files is not None:
+            files = clean_context(files)
+        kind = context["kind"]
+        extra: dict[str, Any] = {}
+        if kind == "gate":
+            extra["criteria"] = criterion_rows(context["verdict"], language)
+            extra["charts"] = gate_charts(context["verdict"])
+        else:
+            extra["summary"] = procurement_summary(context, language.lower().startswith("zh"))
+            extra["gate_sections"] = [
+                dict(item, criteria=criterion_rows(item["verdict"], language),
+                     verdict_label=VERDICT_LABELS.get((item["evaluation"] or {}).get("verdict"), ""),
+                     charts=gate_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
+                for item in context["gates"]]
+            extra["sizing_display"] = {
+                "per_token": fmt_bytes(context["sizing"].get("kv_bytes_per_token")),
+                "kv": fmt_bytes(context["sizing"].get("kv_bytes")),
+                "capacity": fmt_bytes(context["sizing"].get("capacity_bytes")),
+            }
+            extra["projection_rows"] = [dict(row, value_display=fmt_value(row["value"], row["unit"]),
+                                             how_label=HOW_LABELS.get(row["how"], row["how"]),
+                                             low_display=fmt_value(row["low"], row["unit"]),
+                                             ci_display=fmt_interval(row.get("ci"), row["unit"]))
+                                        for row in context["projections"]]
+        is_zh = language.lower().startswith("zh")
+        explanation = (context.get("verdict") or {}).get("explanation_zh" if is_zh else "explanation") or ""
+        gate = context.get("gate") or {}
+        verdict = (context.get("evaluation") or {}).get("verdict")
+        css = {
+            "header": css_string(f"fxpilot · {context['pilot']['name']}"),
+            "banner": css_string(_("SIMULATION — not evidence")),
+            "verdict": css_string((f"G{gate['number']} · " if gate else "")
+                                  + (str(VERDICT_LABELS.get(verdict, verdict)) if gate else _("Procurement report"))),
+            "footer": css_string(_("Report %(code)s") % {"code": context["code"]}),
+            "page": css_string(_("Page")),
+        }
+        return render_to_string(TEMPLATES[kind], {
+            **context, **extra, "language": language, "is_zh": is_zh,
+            "html_lang": "zh-Hans" if is_zh else "en",
+            "manifest_files": files if files is not None else context["attachments"],
+            "watermark": _watermark_url(_("SIMULATION")) if context["simulated"] else "",
+            "gate_explanation": explanation, "created_display": _display_time(context["created"]), "verdict_labels": VERDICT_LABELS, "css": css, "verdict_label": VERDICT_LABELS.get(verdict, verdict),
+        })
+
+
+def render_pdf(context: dict[str, Any], language: str) -> bytes:
+    """The unsigned PDF/A-3b. `context` needs `code` and `created` (set by the service) besides context.py's keys."""
+    attachments, files = _attachments(context)
+    document = manifest(context, language, files)
+    attachments.append(Attachment(
+        string=json.dumps(document, indent=1, ensure_ascii=False).encode(), name=MANIFEST_NAME,
+        relationship="Supplement", description="fxpilot report manifest: every attached file with its SHA-256"))
+    html = render_html(context, language, files)
+    fetcher = StaticOnlyFetcher()
+    base = static_roots()[0].resolve().as_uri() + "/"
+    return HTML(string=html, base_url=base, url_fetcher=fetcher).write_pdf(
+        pdf_variant="pdf/a-3b", attachments=attachments)

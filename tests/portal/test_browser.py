@@ -492,7 +492,8 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
     log_out(page)
 
     log_in(page, base, "bob", demo.password)
-    approve_gate(page, base, pilot, "G1 reviewed.")
+    # The approver's approval countersigns the gate report within the request (seconds; minutes on a loaded machine).
+    approve_gate(page, base, pilot, "G1 reviewed.", timeout=REPORTS_TIMEOUT_MS)
     page.locator("#gate-state").get_by_text("Signed off").wait_for()
     with page.expect_download() as download:
         page.get_by_role("link", name=re.compile("Gate report G1")).first.click()

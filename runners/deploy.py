@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import detached, ssh
-from runners.artifacts import ArtifactMismatch, store_bytes
+from runners.artifacts import ArtifactMismatch, EvidenceStoreError, store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
 from runners.models import Artifact, Job, Node, Step, describe_holder, lease_holder
 from runners.output import system_line
@@ -500,7 +500,7 @@ class _Parts:
 
 def _problem(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text if isinstance(exc, (ssh.SSHError, DeployError, ArtifactMismatch)) else f"{type(exc).__name__}: {text}"
+    return text if isinstance(exc, (ssh.SSHError, DeployError, ArtifactMismatch, EvidenceStoreError)) else f"{type(exc).__name__}: {text}"
 
 
 def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment | Mapping[str, Any], *,
@@ -665,8 +665,8 @@ def collect(job: Job, step: Step | None, node: Node, remote_paths: Iterable[str]
                 continue
             try:
                 collected.append(conn.download(path, job=job, name=name, kind=_kind(path), step=step))
-            except (ssh.SSHError, ArtifactMismatch) as exc:
-                problems.append(f"{path}: {exc}")
+            except (ssh.SSHError, ArtifactMismatch, EvidenceStoreError) as exc:
+                problems.append(f"{path}: {exc}")  # a full store: named; the files stored before are kept
     if missing or problems:
         detail = "; ".join(([f"missing: {', '.join(missing)}"] if missing else []) + problems)
         raise DeployError(f"node {node.name}: collected {len(collected)} file(s), but {detail}",

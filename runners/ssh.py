@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import codecs
 import hashlib
+import os
 import re
 import shlex
 import socket
@@ -25,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from runners.artifacts import ArtifactMismatch, sha256_file, store_file
+from runners.artifacts import ArtifactMismatch, EvidenceStoreError, sha256_file, store_file
 from runners.credentials import credential_pkey
 from runners.crypto import DecryptionError
 from runners.models import Artifact, Job, Node, OutputChunk, Step
@@ -465,7 +466,13 @@ class NodeConnection:
         remote = remote_sha256 or self.remote_sha256(remote_path)
         with open(local_path, "wb") as handle:
             try:
-                self.sftp.getfo(sftp_path(remote_path), handle)
+                local = _LocalFile(handle, local_path)
+                self.sftp.getfo(sftp_path(remote_path), local)
+                local.flush()
+            except _LocalWriteFailed as exc:
+                raise EvidenceStoreError(f"cannot write the download of {remote_path} from node {self.node.name} to "
+                                         f"{Path(local_path).parent} ({exc.cause.strerror or exc.cause}): "
+                                         "nothing of it was stored") from None
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 if not self.transport.is_active():
                     raise ConnectionLost(f"connection lost while downloading {remote_path}", node=self.node) from None
@@ -510,6 +517,35 @@ def download(node: Node, remote_path: str, *, job: Job, name: str, kind: str, st
 
 
 # --- output helpers -----------------------------------------------------------------------------
+
+class _LocalWriteFailed(Exception):
+    def __init__(self, cause: OSError) -> None:
+        self.cause = cause
+        super().__init__(str(cause))
+
+
+class _LocalFile:
+    """The local end of a download: its write errors (a full disk) are told apart from the node's read errors."""
+
+    def __init__(self, handle: BinaryIO, path: Path | str) -> None:
+        self._handle, self.path = handle, path
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as exc:
+            raise _LocalWriteFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise _LocalWriteFailed(exc) from exc
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
 
 class _BytesReader:
     def __init__(self, data: bytes) -> None:

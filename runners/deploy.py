@@ -514,7 +514,15 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     if isinstance(deployment, Mapping):
         deployment = Deployment.from_dict(deployment)
     outcome = run_outcome(job)
-    parts = _Parts(node, ssh.connect(node))
+    try:
+        conn = ssh.connect(node)
+    except ssh.SSHError as exc:
+        if exc.transient:
+            raise  # the node may answer in a moment: the orchestrator tries the teardown again
+        raise DeployError(f"node {node.name}: {deployment.arm}: teardown not done: the node cannot be reached "
+                          f"({exc}); its server, FX attachment and caches are left as they were",
+                          deployment=deployment) from None
+    parts = _Parts(node, conn)
     try:
         if deployment.server:
             parts.run("stopping the server", lambda conn: detached.cancel(conn, deployment.server))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import hashlib
 import os
 import re
 import shlex
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +82,10 @@ class AuthenticationFailed(SSHError):
     pass
 
 
+class Interrupted(SSHError):
+    """A command was stopped on our side because its step's run was canceled (see ``interruptible``)."""
+
+
 class InvalidNodeSettings(SSHError):
     pass
 
@@ -119,6 +125,35 @@ class TransferMismatch(SSHError, ArtifactMismatch):
 
 def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, SSHError) and exc.transient
+
+
+# Thread → (event, why): while the event is set, the next command of that thread is interrupted, once.
+_INTERRUPTS: dict[int, tuple[threading.Event, str]] = {}
+
+
+@contextlib.contextmanager
+def interruptible(event: threading.Event, why: str):
+    """Within the block, a command this thread runs stops (Interrupted) as soon as `event` is set.
+
+    The interruption is delivered once: what the handler does after it — a deploy tearing down what it
+    started — runs its commands to the end. The remote command itself is not signalled (closing the channel
+    does not kill it); the caller's cleanup stops what must not stay.
+    """
+    ident = threading.get_ident()
+    _INTERRUPTS[ident] = (event, why)
+    try:
+        yield
+    finally:
+        _INTERRUPTS.pop(ident, None)
+
+
+def _interruption() -> str | None:
+    ident = threading.get_ident()
+    entry = _INTERRUPTS.get(ident)
+    if entry is None or not entry[0].is_set():
+        return None
+    _INTERRUPTS.pop(ident, None)
+    return entry[1]
 
 
 @dataclass
@@ -339,6 +374,9 @@ class NodeConnection:
         out, err = _Tail(), _Tail()
         sink = _OutputSink(job, step)
         transport = self.transport
+        why = _interruption()
+        if why:
+            raise Interrupted(f"`{_short(command)}` not run: {why}", node=self.node)
 
         def result(code: int | None) -> Result:
             return Result(command, code, out.text(), err.text(), time.monotonic() - started, out.truncated, err.truncated)
@@ -371,6 +409,11 @@ class NodeConnection:
                     chan.close()
                     raise CommandTimeout(f"`{_short(command)}` still running after {timeout:g} s; channel closed",
                                          node=self.node, result=result(None))
+                why = _interruption()
+                if why:
+                    chan.close()
+                    raise Interrupted(f"`{_short(command)}` stopped after {time.monotonic() - started:.0f} s: {why}",
+                                      node=self.node)
                 sink.flush(final=False)
                 if not busy:
                     time.sleep(0.02)

@@ -316,11 +316,8 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
             external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
             gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
             prompt = [d for d in (_delta(s, "vllm:prompt_tokens_total") for s in summaries) if d is not None]
-            if arm != RECOMPUTE_ARM and not (prompt and gpu):
-                # cached_tokens count GPU prefix-cache hits too: without /metrics nothing shows HBM was cold
-                problems.append(f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with "
-                                "vllm:prompt_tokens_total and vllm:prefix_cache_hits_total deltas), so nothing shows "
-                                "the GPU prefix cache was cold and the hits came from the tier")
+            if arm != RECOMPUTE_ARM:
+                problems += _instances_unverified(arm, phase, inputs.requests.loc[rows.index, "instance"], summaries)
             if prompt and (external or gpu):
                 evidence = True
                 total = max(sum(prompt), 1.0)
@@ -517,3 +514,25 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
         else:
             seen.append(f"{spec.key}: {len(measured)} /metrics window(s)")
     return _check("external-hits-measured", problems, "; ".join(seen))
+
+
+def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[str]:
+    """Every instance (node:port) of a cache arm shows its own /metrics counters: one node's counters never
+    vouch for another's server (issue 28). cached_tokens count GPU prefix-cache hits too, so without an
+    instance's /metrics nothing shows its HBM was cold and its hits came from the tier."""
+    def measured(group: list[dict]) -> bool:
+        return any(_delta(s, "vllm:prompt_tokens_total") is not None for s in group) and \
+            any(_delta(s, "vllm:prefix_cache_hits_total") is not None for s in group)
+
+    instances = sorted({str(i) for i in instances_of_rows.dropna().unique() if str(i)}
+                       | {str(s["instance"]) for s in summaries if s.get("instance")})
+    if len(instances) <= 1:  # one server: its summaries are its own, labelled or not
+        return [] if measured(summaries) else [
+            f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with vllm:prompt_tokens_total and "
+            "vllm:prefix_cache_hits_total deltas), so nothing shows the GPU prefix cache was cold and the hits came "
+            "from the tier"]
+    return [f"{arm}/{phase} on node {instance.rsplit(':', 1)[0]} (instance {instance}): cannot be verified: no "
+            "/metrics of its own (no phase summary of that instance with vllm:prompt_tokens_total and "
+            "vllm:prefix_cache_hits_total deltas; another node's counters do not count for it), so nothing shows its "
+            "GPU prefix cache was cold and its hits came from the tier"
+            for instance in instances if not measured([s for s in summaries if str(s.get("instance") or "") == instance])]

@@ -57,7 +57,7 @@ class EvidenceStoreError(Exception):
 
 # An object larger than this goes to an object store in parts (multipart upload), each with its own SHA-256.
 S3_PART_BYTES = 8 * 1024 * 1024
-INCOMING = ".incoming"   # where the file system store writes an object before it is whole and hashed
+INCOMING = ".incoming"   # the suffix of an object the file system store is still writing (hidden, next to it)
 
 
 def describe_store(storage=None) -> str:
@@ -124,7 +124,7 @@ def _stored_state(storage, name: str, sha256: str, size: int) -> str:
 def put_file(name: str, source: Path | str, sha256: str, *, what: str | None = None) -> None:
     """Store a local file under `name`, only whole and only if its bytes hash to `sha256`.
 
-    The object is written under a temporary name (a file in the store's `.incoming/` folder, or a multipart
+    The object is written under a temporary name (a hidden `….incoming` file next to it, or a multipart
     upload not yet completed) and moved or completed into `name` only once every byte is written and hashed.
     An object already under `name` is trusted only when its bytes hash to `sha256`; a broken one is replaced.
     A store that cannot take the bytes (full, read-only, unreachable) raises EvidenceStoreError naming the
@@ -164,12 +164,11 @@ def _reason(exc: BaseException) -> str:
 
 
 def _put_local(storage: FileSystemStorage, name: str, source: Path | str, sha256: str) -> None:
-    """Write into `<store>/.incoming/`, fsync, check the hash, then rename into the content address (atomic)."""
+    """Write a hidden `.<name>.…incoming` file next to the object (so on the same file system, whatever is mounted
+    where), fsync it, check its hash, then rename it into the content address: atomic."""
     final = Path(storage.path(name))
-    incoming = Path(storage.location) / INCOMING
-    for folder in (final.parent, incoming):
-        folder.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=incoming, prefix=final.name[:24] + ".")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name[:24]}.", suffix=INCOMING)
     try:
         digest = hashlib.sha256()
         with os.fdopen(fd, "wb") as out, open(source, "rb") as handle:

@@ -467,10 +467,19 @@ def _cancel_now(step: Step, token: str) -> str:
     try:
         return cancel_step(step.pk)
     except Exception as exc:  # noqa: BLE001 — the kill must be tried again, not dropped
-        system_line(step.job_id, f"{step_label(step)}: the cancel could not kill its remote process yet "
-                                 f"({_describe(exc)}); trying again", step=step)
-        dispatch_poll(step, token, settings.FXPILOT_POLL_SECONDS)
-        return "cancel retry"
+        if _is_transient(exc) and timezone.now() < step_deadline(step, known_kind(step.name)):
+            system_line(step.job_id, f"{step_label(step)}: the cancel could not kill its remote process yet "
+                                     f"({_describe(exc)}); trying again", step=step)
+            dispatch_poll(step, token, settings.FXPILOT_POLL_SECONDS)
+            return "cancel retry"
+        # A node that will not let us in (a changed host key) or is still away at the step's deadline: the step
+        # ends canceled saying what may be left; teardown tries the node again and is an error if it cannot.
+        why = f"canceled, but its remote process could not be killed: {_describe(exc)}"
+        if Step.objects.filter(pk=step.pk, status=Status.RUNNING).update(status=Status.CANCELED,
+                                                                        finished=timezone.now(), error=why):
+            system_line(step.job_id, f"{step_label(step)} {why}", step=step)
+        dispatch_advance(step.job_id)
+        return "canceled"
 
 
 def cancel_step(step_id: int) -> str:

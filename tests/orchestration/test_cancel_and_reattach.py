@@ -165,7 +165,8 @@ def _look_at_the_node(ctx) -> Poll:
 
 
 register_kind(StepKind("t_edge_away", start=lambda ctx: {"dir": "/tmp/x", "pid": 12345, "pgid": 12345},
-                       poll=_look_at_the_node, soft_time_limit=30, max_seconds=lambda step: step.params.get("deadline")))
+                       poll=_look_at_the_node, cancel=lambda ctx: ssh.run(ctx.node, "true", timeout=10) and None,
+                       soft_time_limit=30, max_seconds=lambda step: step.params.get("deadline")))
 
 
 def test_an_unreachable_node_is_looked_for_again_until_the_step_s_deadline(
@@ -231,3 +232,29 @@ def test_a_teardown_that_cannot_reach_its_node_is_an_error(pilot, site, simnodes
     from runners.simnode.server import _kill_sandbox_processes
 
     _kill_sandbox_processes(server.root)  # the server the teardown could not stop
+
+
+def test_a_cancel_that_cannot_reach_the_node_is_tried_again_until_the_deadline_then_ends_the_step(
+        pilot, site, make_node, settings, simnodes):  # noqa: F811
+    server = simnodes(1)[0]
+    node = make_node(server, port=_closed_port())
+    settings.FXPILOT_POLL_SECONDS = 0.25
+    job = make_job(pilot, site, lambda steps: steps.add("t_edge_away", node=node, deadline=3600))
+    step = job.steps.get()
+    assert execute_step(step.pk, "w") == "started"
+    step.refresh_from_db()
+    Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+    sent = engine.dispatch_poll
+    engine.dispatch_poll = lambda *args: None
+    try:
+        assert poll_step(step.pk, step.claimed_by) == "cancel retry"  # the node may answer in a moment
+        step.refresh_from_db()
+        assert step.status == Status.RUNNING
+        Step.objects.filter(pk=step.pk).update(params={**step.params, "deadline": 5},
+                                               started=step.started - timedelta(seconds=10))
+        assert poll_step(step.pk, step.claimed_by) == "canceled"
+    finally:
+        engine.dispatch_poll = sent
+    step.refresh_from_db()
+    assert step.status == Status.CANCELED
+    assert step.error.startswith("canceled, but its remote process could not be killed:") and "node1" in step.error

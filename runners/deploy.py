@@ -476,6 +476,7 @@ class _Parts:
 
     def __init__(self, node: Node, conn: ssh.NodeConnection) -> None:
         self.node, self.conn, self.problems = node, conn, []
+        self.transient = True  # every failure so far was the node being away (worth the whole teardown again)
 
     def run(self, what: str, action) -> Any:
         if self.conn is None:
@@ -483,11 +484,14 @@ class _Parts:
                 self.conn = ssh.connect(self.node)
             except ssh.SSHError as exc:
                 self.problems.append(f"{what}: {exc}")
+                self.transient &= exc.transient
                 return None
         try:
             return action(self.conn)
         except Exception as exc:  # noqa: BLE001 — a teardown part that fails must not stop the next one
             self.problems.append(f"{what}: {_problem(exc)}")
+            self.transient &= ssh.is_transient(exc) or (
+                isinstance(exc, DeployError) and isinstance(exc.__cause__, ssh.SSHError) and exc.__cause__.transient)
             if isinstance(exc, ssh.ConnectionLost):
                 self.conn.close()
                 self.conn = None
@@ -553,8 +557,12 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     except Exception as exc:  # noqa: BLE001
         parts.problems.append(f"recording the teardown: {_problem(exc)}")
     if parts.problems:
-        raise DeployError(f"node {node.name}: {deployment.arm}: teardown incomplete ({len(parts.problems)} part(s) "
-                          "failed): " + "; ".join(parts.problems), deployment=deployment)
+        message = (f"{deployment.arm}: teardown incomplete ({len(parts.problems)} part(s) failed): "
+                   + "; ".join(parts.problems))
+        if parts.transient:
+            # Only the node being away stopped it (an SSH outage): the orchestrator runs the teardown again later.
+            raise ssh.ConnectionLost(message, node=node)
+        raise DeployError(f"node {node.name}: {message}", deployment=deployment)
     _say(job, step, node, f"{deployment.arm}: torn down")
     return deployment
 

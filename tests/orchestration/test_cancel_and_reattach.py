@@ -258,3 +258,22 @@ def test_a_cancel_that_cannot_reach_the_node_is_tried_again_until_the_deadline_t
     step.refresh_from_db()
     assert step.status == Status.CANCELED
     assert step.error.startswith("canceled, but its remote process could not be killed:") and "node1" in step.error
+
+
+def test_a_teardown_during_an_ssh_outage_is_tried_again_not_an_error(pilot, site, simnodes, make_node):  # noqa: F811
+    from runners.deploy import teardown_arm
+    from tests.runners.conftest import set_faults
+
+    server = simnodes(1, time_scale=0.001)[0]
+    node = make_node(server)
+    job = make_job(pilot, site, lambda steps: steps.add("note", node=node, text="deployed"))
+    deployment = deploy_arm(job, None, node, "recompute", time_scale=0.001)
+    set_faults(server, drop_ssh_after_seconds=0)  # the node is away: every command is dropped
+    with pytest.raises(ssh.ConnectionLost) as raised:
+        teardown_arm(job, None, node, deployment)
+    assert raised.value.transient and "teardown incomplete" in str(raised.value)
+    set_faults(server, drop_ssh_after_seconds=None)
+    done = teardown_arm(job, None, node, deployment)  # the orchestrator's next attempt
+    assert done.torn_down
+    pid = deployment.server["pid"]
+    assert not alive(pid)

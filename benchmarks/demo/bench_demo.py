@@ -71,6 +71,7 @@ class LoadSampler(threading.Thread):
 def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     idle, waited = wait_idle(args.idle_below, args.idle_wait) if args.idle_wait else (load()[0] < args.idle_below, 0.0)
     before = load()
+    commit, changed = git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     data = Path(tempfile.mkdtemp(prefix="fxpilot-demo-bench-"))
     log = out_dir / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-run{index}.log"
     argv = [sys.executable, "manage.py", "demo", "--no-serve", "--port", "0", "--scenario", args.scenario]
@@ -103,8 +104,8 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     rate = RATE.search(text)
     during = sampler.samples or [load()[0]]
     result = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git("rev-parse", "--short", "HEAD"),
-        "tree_changed": bool(git("status", "--porcelain", "--untracked-files=no")), "run": index,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit,
+        "tree_changed": changed, "run": index,
         "scenario": args.scenario, "time_scale": args.time_scale, "exit_code": code, "total_seconds": round(seconds, 1),
         "gate_seconds": gates,
         "soak_calibration_seconds": int(calibration[1]) * 60 + int(calibration[2]) if calibration else None,

@@ -25,17 +25,10 @@ from runners.gateplans import StepList
 from runners.kinds import Poll, StepError, StepKind, register_kind
 from runners.models import Job, Status, Step
 from tests.orchestration import kinds as local_kinds
+from tests.orchestration.test_engine import alive
 from tests.runners.conftest import credential, make_node, pilot, simnodes, site, user_key  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.split(")")[-1].split()[0] != "Z"
 
 
 def until(condition, timeout: float = 10, every: float = 0.05) -> None:

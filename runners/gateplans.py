@@ -120,7 +120,13 @@ class Lane:
 
 
 def _reps(job: Job, section: dict) -> int:
-    return int(job.params.get("repetitions") or section.get("repetitions", 1))
+    """The repetitions a run measures before its first judgement: the run's own `repetitions` when it sets them,
+    else the first of the signed plan's looks (judging.looks; docs/judge.md, "Planned looks"): the run stops at
+    the first decided look and measures up to the next one only while the verdict is marginal."""
+    if job.params.get("repetitions"):
+        return int(job.params["repetitions"])
+    looks = (job.pilot.signed_plan.to_plan().judging or {}).get("looks")
+    return int(looks[0]) if looks else int(section.get("repetitions", 1))
 
 
 def _cold_recovery(job: Job, loads: dict, levels: list[int]) -> list[tuple[str, dict]]:

@@ -158,6 +158,10 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                         item.requests_planned = per_rep * reps
                     item.decidable = bool(item.requests_planned and item.requests_needed
                                           and item.requests_planned >= item.requests_needed)
+                    if spec.phase != "soak" and per_rep and item.requests_needed:
+                        # repetitions whose requests can show the bar at the last look's level (a run sized by
+                        # the planner must send them, or its rate bar stays marginal)
+                        item.repetitions_needed = math.ceil(item.requests_needed / per_rep)
                     item.note = (f"needs ≥ {item.requests_needed:,} error-free requests; the plan sends about "
                                  f"{item.requests_planned:,}")
             elif spec.statistic == "cv":
@@ -199,6 +203,9 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                 item.power_at_plan = session_power(spec, truth, item.sessions_planned or 0, final)
                 item.decidable = bool(item.sessions_needed and item.sessions_planned
                                       and item.sessions_planned >= item.sessions_needed)
+                if spec.phase != "share" and item.sessions_needed and reps:
+                    # fresh sessions every repetition: the repetitions that measure enough of them
+                    item.repetitions_needed = math.ceil(item.sessions_needed * reps / max(item.sessions_planned, 1))
                 item.note = (f"the session is the unit: needs ≥ {item.sessions_needed or '—'} distinct sessions at a "
                              f"true {truth:.3g} (whole sessions missing); the plan measures {item.sessions_planned}")
             elif spec.metric in ("read_bw", "output_match", "external_hit_ratio"):

@@ -557,6 +557,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     else:
         verdict = max((c["verdict"] for c in criteria), key=SEVERITY.__getitem__)
     english, chinese = explain.gate_explanation(gate.label, verdict, criteria, failed)
+    english, chinese = _with_look(english, chinese, design, verdict)
     table = cell_table(frame)
     simulated = bool(inputs.requests["simulated"].any()) if len(inputs.requests) else False
     simulated |= any(validity.summary_simulated(s) for s in inputs.summaries) or any(i["simulated"] for i in inputs.inventories)
@@ -586,6 +587,24 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
                    "phase_summaries": len(inputs.summaries), "inventories": len(inputs.inventories)},
         "explanation": english, "explanation_zh": chinese,
     }
+
+
+def _with_look(english: str, chinese: str, design: Design, verdict: str) -> tuple[str, str]:
+    """The gate's explanation says which look of how many this is and what error has been spent, so the gate page
+    and the reports, which show it, say so too."""
+    if not design.look:
+        return english, chinese
+    d = design.describe(0)
+    spent, budget = f"{d['alpha_spent'] * 100:.2g} %", f"{d['alpha'] * 100:.2g} %"
+    reps = d["repetitions_judged"]
+    english += (f" Look {d['look']} of {d['of']} ({reps} repetitions), run {d['run']} of {d['runs']}; error spent "
+                f"{spent} of {budget} per cell.")
+    chinese += (f"第 {d['look']} 次查看（共 {d['of']} 次，{reps} 次重复），第 {d['run']} 次运行（共 {d['runs']} 次）；"
+                f"每个单元已用误差 {spent}（共 {budget}）。")
+    if verdict == "marginal" and not d["final"]:
+        english += f" Marginal before the last look: the run continues to look {d['look'] + 1}."
+        chinese += f"在最后一次查看之前为临界：运行继续到第 {d['look'] + 1} 次查看。"
+    return english, chinese
 
 
 def canonical_json(verdict: dict) -> str:

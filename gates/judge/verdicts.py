@@ -546,7 +546,8 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
                             confidence_of=judge.confidence, final=design.look == len(design.looks))
     checks += [validity.completeness(gate, full, every_summary, design.looks, main_phase(gate), planned=planned),
-               validity.near_copies(gate, full, inputs.requests, float(judging.get("copy_tolerance_s", 1e-3))),
+               validity.near_copies(gate, full, inputs.requests, float(judging.get("copy_tolerance_s", 1e-3)),
+                                    every_summary),
                validity.clocks(inputs.requests, inputs.summaries, float(judging.get("clock_tolerance_s", 2.0))),
                counter_check]
     failed = [c for c in checks if not c["ok"]]

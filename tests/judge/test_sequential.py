@@ -304,3 +304,26 @@ def test_the_gate_row_marks_unreachable_criteria_instead_of_hiding_them():
 def test_joint_power_is_not_the_product_of_powers_when_criteria_move_together():
     joint = planner.simulate_gate(PLAN, 3, spread=0.10, pilots=1500)
     assert 0 <= joint["pass"] <= 1 and sum(joint["stopped_at"].values()) == pytest.approx(1.0)
+
+
+def test_the_simulators_deterministic_model_clock_is_not_taken_for_copies():
+    """The simulated server's model times of the same load agree exactly in every repetition (docs/simulator.md);
+    its phase summaries carry its /metrics gauge, and such arms are not compared. Without the gauge the same
+    records are copies."""
+    frame = g3_frame(8)
+    cell = (frame["arm"] == "recompute") & (frame["concurrency"] == 16)
+    first = frame[cell & (frame["repetition"] == 1)].copy()
+    for rep in range(2, 9):
+        same = first.copy()
+        for column in ("t_send", "t_first_token", "t_end"):
+            same[column] += 10_000.0 * rep
+        same["repetition"] = rep
+        same["session"] = same["session"].str.replace("r1-", f"r{rep}-")
+        frame = pd.concat([frame[~(cell & (frame["repetition"] == rep))], same], ignore_index=True)
+    summaries = synthetic.phase_summaries(frame)
+    assert "recompute/measure@16: repetition 2 repeats repetition 1" in failed(
+        evaluate(PLAN, 3, g3_files(frame, summaries)))["no-copied-repetitions"]
+    for summary in summaries:
+        summary["metrics_after"] = {**summary["metrics_after"], "fxpilot_simulated": 1.0}
+        summary["metrics_before"] = {**summary["metrics_before"], "fxpilot_simulated": 1.0}
+    assert "no-copied-repetitions" not in failed(evaluate(PLAN, 3, g3_files(frame, summaries)))

@@ -80,7 +80,7 @@ def sequential_section(pilots: int) -> dict:
     return out
 
 
-def timestamp_section(count: int) -> dict:
+def timestamp_section(count: int, only: list[str] | None = None) -> dict:
     """Pilots generated from timestamps (benchmarks/calibration/timestamps.py), judged by the real judge look by
     look: power and repetitions to a decision at Table 1, false pass at the bars, slow requests, a skewed clock,
     omitted and copied repetitions, G2 at the bar with session-tied misses."""
@@ -106,6 +106,8 @@ def timestamp_section(count: int) -> dict:
     }
     out = {}
     for name, (gate, scenario, extra) in cases.items():
+        if only and name not in only:
+            continue
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         verdicts, stops = {"pass": 0, "marginal": 0, "fail": 0, "invalid": 0}, []
         n = count if gate == 3 else 3 * count
@@ -118,7 +120,8 @@ def timestamp_section(count: int) -> dict:
             elif extra == "omit":
                 frame = ts.g3_records(rng, looks[-1], sc)
                 cell = frame[(frame["arm"] == "fx") & (frame["concurrency"] == 8)]
-                worst = cell.groupby("repetition")["t_first_token"].median().nlargest(2).index
+                ttft = cell["t_first_token"] - cell["t_send"]
+                worst = ttft.groupby(cell["repetition"]).median().nlargest(2).index  # FX's slowest two
                 frame = frame[~((frame["arm"] == "fx") & (frame["concurrency"] == 8)
                                 & frame["repetition"].isin(worst))]
                 from gates.judge import evaluate
@@ -153,13 +156,14 @@ def main() -> int:
     parser.add_argument("--sequential", type=int, default=0, metavar="N",
                         help="judge version 3 only: planned looks and session bounds with N simulated cells, then "
                              "--timestamps pilots judged end to end")
+    parser.add_argument("--case", action="append", default=[], help="with --timestamps: only this case (repeatable)")
     parser.add_argument("--timestamps", type=int, default=0, metavar="N",
                         help="G3 pilots per case generated from timestamps and judged look by look (G2: 3 N)")
     args = parser.parse_args()
     started = time.time()
     if args.sequential or args.timestamps:
         result = {"sequential": sequential_section(args.sequential) if args.sequential else {},
-                  "timestamps": timestamp_section(args.timestamps) if args.timestamps else {}}
+                  "timestamps": timestamp_section(args.timestamps, args.case) if args.timestamps else {}}
         out = ROOT / "benchmarks" / "out"
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"calibration-v3-{time.strftime('%Y%m%dT%H%M%S')}.json"

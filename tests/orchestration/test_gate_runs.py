@@ -84,7 +84,14 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
     open_gate(sim_site.pilot, 3, sim_site.people)
     job = start_gate_run(sim_site.pilot.gate(3), sim_site.people.alice, site=sim_site.site, params=params)
     job = wait_for(job, 300)
-    assert_judged(job, cluster)
+    # Two fast repetitions send 112 FX requests; G3's ≤ 1 % failure-rate bar needs 390 to be shown at all, so the
+    # judge may call the run invalid for that alone (the planner sizes real runs to send them; docs/judge.md).
+    evaluation = Evaluation.objects.filter(job=job).order_by("-pk").first()
+    assert evaluation is not None, explain(job, cluster)
+    failed = {c["name"] for c in evaluation.result["validity"]["checks"] if not c["ok"]}
+    assert failed <= {"enough-requests-for-rates"}, explain(job, cluster)
+    if not failed:
+        assert_judged(job, cluster)
     rows = [r for r in records_of(job) if r["phase"] == "measure"]
     assert len({request_key(r) for r in rows}) == len(rows)
     cells = {(r["arm"], r["concurrency"]): r["instance"].split(":")[0] for r in rows}

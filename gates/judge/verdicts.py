@@ -570,7 +570,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         "bootstrap": {"seed": judge.seed, "confidence": num(plan.confidence),
                       "method": "; ".join(f"{k}: {v}" for k, v in METHODS.items())},
         "sequential": design.describe(seen),
-        # kept for readers of judge version 2 (gates.evaluation.extension_history): later looks were extensions
+        # kept for readers of judge version 2 (runners.evaluation.extension_history): later looks were extensions
         "extension": {"extensions": max(design.look - 1, 0), "planned_repetitions": design.looks[-1],
                       "repetitions": seen, "max_extra_repetitions": 0,
                       "confidence": num(design.level(plan.confidence))},

@@ -103,7 +103,7 @@ def test_a_run_that_set_its_own_repetitions_is_judged_at_the_look_its_records_re
 
 
 def test_a_gates_second_run_spends_what_the_first_left_and_a_third_is_refused(signed_pilot):
-    from gates.evaluation import prior_runs
+    from runners.evaluation import prior_runs
     from runners.runs import RunRefused, _require_error_budget
 
     first = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))

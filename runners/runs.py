@@ -18,7 +18,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gates import lifecycle
-from gates.models import Gate
+from gates.judge import sequential
+from gates.models import Evaluation, Gate
 from runners import gateplans, traces
 from runners.artifacts import store_bytes
 from runners.dispatch import dispatch_advance
@@ -161,9 +162,6 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
 def _require_error_budget(gate: Gate) -> None:
     """A gate's runs share one error budget (judging.runs, default 2; docs/judge.md): once that many runs were
     judged (pass, marginal or fail) the gate is decided and no further run may shop for another verdict."""
-    from gates.judge import sequential
-    from gates.models import Evaluation
-
     version = gate.pilot.signed_plan
     if version is None:
         return

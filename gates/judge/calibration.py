@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gates.judge import intervals
+from gates.judge import intervals, sequential
 from gates.judge.verdicts import look_confidence
 
 SHAPES = {
@@ -231,8 +231,6 @@ def sequential_false_pass(rng: np.random.Generator, pilots: int, shape: str, loo
     look of `looks` at the nominal level of the group-sequential boundary for one-sided error `alpha`
     (gates.judge.sequential), with per-repetition medians of simulated requests of `shape`: how often any look
     passes it (the false pass the boundary promises to keep ≤ alpha), and how often each look decides."""
-    from gates.judge import sequential
-
     levels = sequential.nominal_levels(looks, alpha)
     cand = per_rep_p50(cell_ttfts(rng, pilots, looks[-1], 10.0 * ratio, SHAPES[shape]))
     base = per_rep_p50(cell_ttfts(rng, pilots, looks[-1], 10.0, SHAPES[shape]))

@@ -12,9 +12,10 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from scipy import stats
 
 from gates.judge import intervals
-from gates.judge.verdicts import planned_repetitions, soak_warmup
+from gates.judge.verdicts import Design, planned_repetitions, soak_warmup
 from gates.plan import CriterionSpec, Plan
 
 DEFAULT_SPREAD = 0.06     # CV of a closed-loop repetition's statistic, before G1 measures it
@@ -250,8 +251,6 @@ def gpu_hours_per_repetition(plan: Plan, gate: int) -> float | None:
 
 
 def _final_level(plan: Plan, gate_number: int, spec: CriterionSpec) -> float:
-    from gates.judge.verdicts import Design
-
     design = Design(plan, gate_number)
     design.look = len(design.looks)
     return design.confidence(spec)
@@ -285,8 +284,6 @@ def session_power(spec: CriterionSpec, truth: float, sessions: int, confidence: 
     `truth` the population hit ratio of a tier whose hitting sessions recover all their context."""
     if sessions <= 0:
         return 0.0
-    from scipy import stats
-
     full = 0.9948 if truth < 0.9948 else truth
     share = min(truth / full, 1.0)
     k = np.arange(sessions + 1)
@@ -359,8 +356,6 @@ def simulate_gate(plan: Plan, gate_number: int, *, spread: float | None = None, 
     the planning spread, an arm's TTFT and throughput of one repetition moving together (a slow repetition is
     slow in both), rate bars with no failure, CV bars at the planning spread. Returns the chance of each
     outcome, the look each pilot stopped at, and the repetitions (median, mean, p90) to a decision."""
-    from gates.judge.verdicts import Design
-
     planning = plan.planning or {}
     spread = float(spread if spread is not None else planning.get("spread", DEFAULT_SPREAD))
     design = Design(plan, gate_number, prior_runs=prior_runs)

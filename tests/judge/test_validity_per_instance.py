@@ -11,7 +11,7 @@ PLAN = load_plan("default")
 
 def two_nodes(*, node1_metrics: bool) -> list[tuple[str, bytes]]:
     """G3 as the placement rule spreads it: concurrency 8 and 16 (with recompute) on node1, 32 on node2."""
-    frame = synthetic.table1_frame(seed=5)
+    frame = synthetic.table1_frame(seed=5, repetitions=synthetic.FIRST_LOOK)  # a look of the plan's design
     frame["instance"] = ["node2:8001" if c == 32 else "node1:8001" for c in frame["concurrency"]]
     summaries = synthetic.phase_summaries(frame)
     for summary in summaries:

@@ -389,7 +389,8 @@ class Command(BaseCommand):
             if number == 2:
                 measured = measured_spread(pilot)
                 spread = max(measured or 0.0, THROUGHPUT_SPREAD)
-                seen = f"G1 measured {measured:.2%} across repetitions" if measured else "G1 measured no spread"
+                seen = (f"G1 measured {measured * 100:.2g}% across repetitions" if measured is not None
+                        else "G1 measured no spread")
                 repetitions = self.plan_repetitions(plan, spread, f"{seen}; at least the simulator's "
                                                                   f"{THROUGHPUT_SPREAD:.0%} for throughput")
             if number == 4 and soak_seconds is None:
@@ -454,7 +455,11 @@ class Command(BaseCommand):
         """Repetitions per gate from the sample-size planner at `spread`: what each gate's criteria need to reach
         the plan's power on the published figures (at least MIN_REPETITIONS), said with its basis."""
         sizing = self.sizing = planner.summary(plan, spread=spread)
-        needed = {row["gate"]: max(MIN_REPETITIONS, row["repetitions_needed"] or MIN_REPETITIONS)
+        # a gate the planner cannot size (G4's replay has no published figure to plan for) runs the plan's own
+        # repetitions: two would leave its comparison an interval over one degree of freedom, marginal whatever
+        # the tier does
+        needed = {row["gate"]: max(MIN_REPETITIONS, row["repetitions_needed"] or row["planned_repetitions"]
+                                   or MIN_REPETITIONS)
                   for row in sizing["gates"]}
         self.say(f"The planner at a {spread:.1%} spread ({basis}) asks "
                  + ", ".join(f"G{gate} {count}" for gate, count in sorted(needed.items())) + " repetitions.")

@@ -24,7 +24,7 @@ from runners.models import Artifact, Job, Node, Step, describe_holder, lease_hol
 from runners.output import system_line
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
-SCRIPTS = ("deploy.sh", "attach_fx.sh", "workload.py")
+SCRIPTS = ("deploy.sh", "lmcache_inspect.py", "attach_fx.sh", "workload.py")  # deploy.sh reads lmcache_inspect.py
 HEALTH_POLL_S = 5           # one SSH command waits at most this long; between looks: cancel, the log, progress
 HEALTH_PROGRESS_S = 30      # how often the wait says how long it has waited
 LOG_TAIL_LINES = 40
@@ -137,6 +137,24 @@ def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None) -> tu
     return None, None
 
 
+# One chunk hash on every node and in every process of a run. LMCache 0.3.9–0.5.6 default to
+# `pre_caching_hash_algorithm: builtin`, a name vLLM 0.20.1 does not have: LMCache then falls back to Python's
+# hash(), salted per process, so the scheduler's lookup and the workers' stores (separate processes), and two
+# instances sharing one pool, make different keys for the same tokens and a pilot records about 0 % hits. The
+# rendered configuration names one of vLLM's hash functions (vllm.utils.hashing.get_hash_fn_by_name: sha256,
+# sha256_cbor, xxhash, xxhash_cbor; the xxhash ones need a package a node may lack), and deploy.sh exports a
+# fixed PYTHONHASHSEED: vLLM seeds the first block's hash (init_none_hash) from it, and draws it at random per
+# process without it, whatever the algorithm. Both are in the manifest (chunk_hash) and the phase summaries.
+CHUNK_HASH_ALGORITHM = "sha256_cbor"
+PYTHONHASHSEED = "0"
+CHUNK_HASH_ALGORITHMS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
+
+def chunk_hash() -> dict[str, str]:
+    """The chunk hash every LMCache arm runs with, as the manifest records it."""
+    return {"algorithm": CHUNK_HASH_ALGORITHM, "pythonhashseed": PYTHONHASHSEED}
+
+
 def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str | None = None, share_pool: bool = False,
                           simulated: bool = False) -> str:
     """The LMCache YAML of an arm: the same backend type and sizes for both cache arms, only the disk path differs."""
@@ -159,6 +177,8 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
         f"max_local_cpu_size: {sizes.max_local_cpu_size}",
         f"local_disk: {json.dumps('file://' + disk_dir + '/')}",
         f"max_local_disk_size: {sizes.max_local_disk_size}",
+        "# One deterministic chunk hash in every process and on every node (deploy.sh also exports PYTHONHASHSEED).",
+        f"pre_caching_hash_algorithm: {CHUNK_HASH_ALGORITHM}",
     ]
     if share_pool and pool_dir:
         lines += ["# Cross-instance sharing: every instance reads and writes the same pool on the FX mount.",
@@ -267,6 +287,8 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "MAX_LOCAL_DISK_SIZE": settings.sizes.max_local_disk_size, "EXTRA_VLLM_FLAGS": list(settings.extra_vllm_flags),
         "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,
         "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
+        "CHUNK_HASH": CHUNK_HASH_ALGORITHM if deployment.config_path else "", "HASH_SEED": PYTHONHASHSEED,
+        "LMCACHE_FAILED": LMCACHE_TROUBLE,
         **settings.launcher.params(),
     }
     conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")
@@ -364,13 +386,18 @@ def server_log_paths(deployment: Deployment) -> list[str]:
 
 # LMCache that fails does not stop vLLM: the server stays healthy and every request recomputes (after waiting
 # for a lookup timeout). These are the lines LMCache 0.5.x writes then (lmcache/v1/manager.py,
-# health_monitor/base.py, health_monitor/checks/remote_backend_check.py, gpu_connector/__init__.py). The same
-# extended regular expression is deploy.sh's LMCACHE_FAILED, read at /health; this one is read during the run.
+# health_monitor/base.py, health_monitor/checks/remote_backend_check.py, gpu_connector/__init__.py). deploy.sh
+# reads this same extended regular expression at /health (params.env's LMCACHE_FAILED); the runner during the run.
+# Also a chunk hash that is not the one stated (CHUNK_HASH_ALGORITHM with PYTHONHASHSEED): LMCache's fallback to
+# Python's salted hash() (lmcache/v1/token_database.py) and vLLM's warning that its first block hash is drawn at
+# random (vllm/v1/core/kv_cache_utils.py init_none_hash, e.g. a container launcher that did not pass the seed on).
 LMCACHE_TROUBLE = (
     r"System will operate in degraded mode|entering degraded mode|No supported [A-Za-z]+ connector found"
     r"|Failed to initiali[sz]e LMCache|Failed during post_init|LMCacheConnectorV1.*(Error|Exception):"
     r"|LMCache (ERROR|WARNING):.*([Cc]onnection (refused|reset|lost|error|closed|timed out)|[Ff]ailed to connect"
     r"|Ping (error|timeout))"
+    r"|Using builtin hash without PYTHONHASHSEED set|Could not load '[^']*' from vLLM\. Using builtin hash"
+    r"|PYTHONHASHSEED is not set\. This will lead to non-reproducible block-hashes"
 )
 # Run with the node's python3: the complete lines of each log from where the last look stopped, colour codes
 # removed, searched for the first match. A line still being written is left for the next look, so no line is

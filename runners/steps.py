@@ -202,7 +202,9 @@ def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     lmcache = found.get("lmcache") or {}
     # the connector the server was started with: the judge checks a real cache arm ran LMCache's
     # and how a disk hit was kept from being a page-cache hit (O_DIRECT, a page-cache drop): checked too
-    connector = {"kv_connector": manifest.get("kv_connector"), "page_cache": manifest.get("page_cache")}
+    # and the chunk hash the server ran with: the instances of a sharing test must hash alike
+    connector = {"kv_connector": manifest.get("kv_connector"), "page_cache": manifest.get("page_cache"),
+                 "chunk_hash": manifest.get("chunk_hash")}
     if isinstance(lmcache, dict):
         return {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
                 "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm"), **connector}

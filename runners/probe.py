@@ -21,7 +21,7 @@ from django.utils import timezone
 from runners import preflight
 from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.config import DeploymentSettings, DeploymentSettingsError
-from runners.deploy import settings_for
+from runners.deployment import settings_for
 from runners.inventory import build_inventory, parse_fx_write
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line

@@ -12,7 +12,7 @@
 # RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH KV_CONNECTOR USE_ODIRECT DROP_PAGE_CACHE
 # PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, the chunk hash
 # (CHUNK_HASH: the algorithm the LMCache YAML names, HASH_SEED: the PYTHONHASHSEED exported to vLLM), the lines
-# that show LMCache failing (LMCACHE_FAILED, runners.deploy.LMCACHE_TROUBLE), and how vLLM is
+# that show LMCache failing (LMCACHE_FAILED, runners.lmcache.LMCACHE_TROUBLE), and how vLLM is
 # launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
 # LAUNCH_ENV (array of NAME=value).
 set -euo pipefail

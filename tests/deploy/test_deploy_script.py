@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from runners.config import default_simulated, validate_deployment
-from runners.deploy import CHUNK_HASH_ALGORITHM, LMCACHE_TROUBLE, PYTHONHASHSEED, cache_dirs, render_lmcache_config
+from runners.lmcache import CHUNK_HASH_ALGORITHM, LMCACHE_TROUBLE, PYTHONHASHSEED, cache_dirs, render_lmcache_config
 
 
 def arm_params(sandbox, arm: str, **overrides) -> str:

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from runners.config import default_simulated, validate_deployment
-from runners.deploy import render_lmcache_config
+from runners.lmcache import render_lmcache_config
 
 # Keys and types from LMCache's lmcache/v1/config.py (_CONFIG_DEFINITIONS) that fxpilot writes.
 LMCACHE_TYPES = {"chunk_size": int, "local_cpu": bool, "max_local_cpu_size": float, "local_disk": str,

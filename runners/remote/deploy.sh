@@ -177,6 +177,17 @@ preflight() {
         while [[ ! -d "$root" && "$root" != / ]]; do root=$(dirname "$root"); done
         [[ -w "$root" ]] || fail "cannot create the KV cache directory $CACHE_DIR: $root is not writable by $(id -un)"
         mkdir -p "$CACHE_DIR" || fail "cannot create the KV cache directory $CACHE_DIR"
+        # LMCache 0.5.6 writes its chunks from a disk worker whose failures nobody reads: a directory it cannot
+        # write to (or, with O_DIRECT, a filesystem that refuses O_DIRECT) stores nothing and says nothing. So one
+        # block is written here as LMCache would write it, and the deploy fails with what the write said.
+        local test_file="$CACHE_DIR/.fxpilot-write-test" said
+        local direct=()
+        [[ "$USE_ODIRECT" == 1 ]] && direct=(oflag=direct)
+        if ! said=$(dd if=/dev/zero of="$test_file" bs=4096 count=1 "${direct[@]}" 2>&1); then
+            rm -f -- "$test_file" 2>/dev/null || true
+            fail "LMCache cannot write its KV files to $CACHE_DIR${direct[*]:+ with O_DIRECT}: $(printf %s "$said" | grep -m 1 -v records || true)"
+        fi
+        rm -f -- "$test_file"
         local free_gb need_gb
         # Which device and mount hold the KV files: evidence that each cache arm used the disk it names.
         CACHE_DEVICE=$(df -P "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { print $1 }' || true)

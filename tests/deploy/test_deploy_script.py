@@ -191,3 +191,35 @@ def test_deploy_sh_refuses_params_without_a_hash_seed_or_failure_lines(sandbox):
     for missing in ("HASH_SEED", "LMCACHE_FAILED"):
         result = sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "fx", **{missing: ""}))
         assert result.returncode == 1 and missing in result.stderr, result.stderr
+
+
+@pytest.fixture
+def immutable(sandbox):
+    """A directory nobody, root included, may create files in (chattr +i); made writable again after the test."""
+    import shutil
+    import subprocess
+
+    made = []
+
+    def make(path):
+        path.mkdir(parents=True, exist_ok=True)
+        if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available here")
+        made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_a_kv_directory_lmcache_could_not_write_fails_preflight_with_what_the_write_said(sandbox, immutable):
+    """LMCache 0.5.6 drops a chunk whose disk write fails without a log line: preflight writes one block the way
+    LMCache would (O_DIRECT when use_odirect) and fails quoting the error."""
+    immutable(sandbox.root / "mnt" / "nvme0" / "fxpilot" / "kv" / "r1")
+    result = sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "local_nvme"))
+    assert result.returncode == 1
+    assert "LMCache cannot write its KV files to" in result.stderr and "with O_DIRECT" in result.stderr
+    assert "Operation not permitted" in result.stderr, result.stderr
+    assert not (sandbox.root / "runs" / "r1" / "local_nvme" / "manifest.json").exists()
+

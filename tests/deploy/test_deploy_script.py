@@ -223,3 +223,25 @@ def test_a_kv_directory_lmcache_could_not_write_fails_preflight_with_what_the_wr
     assert "Operation not permitted" in result.stderr, result.stderr
     assert not (sandbox.root / "runs" / "r1" / "local_nvme" / "manifest.json").exists()
 
+
+def test_drop_page_cache_needs_a_user_who_can_drop_it_without_sudo(sandbox, tmp_path):
+    """The client drops the page cache as the SSH user without sudo: preflight refuses drop_page_cache when that user
+    cannot write drop_caches (here a stand-in file made immutable), whatever sudo would allow."""
+    import subprocess
+
+    stand_in = tmp_path / "drop_caches"
+    stand_in.write_text("0\n")
+    if subprocess.run(["chattr", "+i", str(stand_in)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        sandbox.env["FXPILOT_DROP_CACHES"] = str(stand_in)
+        result = sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "local_nvme", USE_ODIRECT=False,
+                                                                    DROP_PAGE_CACHE=True, PAGE_CACHE_METHOD="drop_caches"))
+        assert result.returncode == 1
+        assert f"cannot write {stand_in}, and the workload client drops the page cache" in result.stderr, result.stderr
+        subprocess.run(["chattr", "-i", str(stand_in)], check=True)
+        assert sandbox.run("deploy.sh", "preflight", arm_params(sandbox, "local_nvme", USE_ODIRECT=False,
+                                                                DROP_PAGE_CACHE=True,
+                                                                PAGE_CACHE_METHOD="drop_caches")).returncode == 0
+    finally:
+        subprocess.run(["chattr", "-i", str(stand_in)], check=False)

@@ -13,7 +13,7 @@ PLAN = load_plan("default")
 
 def g4_real(change=None) -> list[tuple[str, bytes]]:
     """The default plan's G4 inputs from real nodes, the share summaries changed by `change(summary)`; the share
-    phase split over two instances as a real sharing test writes it."""
+    summary also as instance B's (only this check is read here: records for B are not made up)."""
     out = []
     for name, data in synthetic.gate_inputs(4, simulated=False):
         if name.endswith(".summary.json"):

@@ -109,6 +109,7 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
         checks.append(_hashes(gate, inputs.requests, frame))
     if any(spec.phase == "share" for spec in gate.criteria):
         checks.append(_other_instance(inputs.requests))
+        checks.append(_chunk_hash(gate, inputs))
     if any(spec.phase in FAULT_PHASES for spec in gate.criteria):
         checks.append(_fault_cut(gate, inputs))
     if any(spec.metric == "external_hit_ratio" for spec in gate.criteria):
@@ -467,6 +468,40 @@ def _other_instance(requests: pd.DataFrame) -> dict:
     problems = [f"{len(same)} share-phase request(s) were answered by the instance that wrote the session "
                 f"(e.g. {same[0]})"] if same else []
     return _check("share-read-on-another-instance", problems, "every shared session was read on another instance")
+
+
+SHARE_WRITE_PHASES = ("populate", "share")  # instance A writes the shared sessions, instance B reads them
+
+
+def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
+    """Instances sharing one pool find each other's chunks only if they hash tokens alike: the deploy manifest's
+    chunk_hash (versions.chunk_hash: LMCache's pre_caching_hash_algorithm and the PYTHONHASHSEED the server ran
+    with) must be the same deterministic one on every real instance of the sharing test. Without a seed, vLLM
+    draws the first block's hash at random per process and LMCache's `builtin` is Python's salted hash()."""
+    arms = {spec.candidate for spec in gate.criteria if spec.phase == "share" and spec.candidate}
+    rows = [s for s in inputs.summaries if s["phase"] in SHARE_WRITE_PHASES and (not arms or s["arm"] in arms)
+            and not summary_simulated(s)]
+    if not rows:
+        return _check("chunk-hash-shared", [], "no real populate or share phase to check")
+    problems, found = [], {}
+    for summary in rows:
+        where = f"{summary['arm']} {summary['phase']} on {summary.get('instance') or 'an unnamed instance'}"
+        stated = (summary.get("versions") or {}).get("chunk_hash")
+        if not isinstance(stated, dict) or not stated.get("algorithm"):
+            problems.append(f"{where}: no chunk hash recorded (versions.chunk_hash from the deploy manifest), so "
+                            f"whether the instances hash alike cannot be verified")
+            continue
+        seed = stated.get("pythonhashseed")
+        if seed in (None, "", "random"):
+            problems.append(f"{where}: {stated['algorithm']} without a fixed PYTHONHASHSEED hashes differently in "
+                            f"every process")
+            continue
+        found.setdefault(f"{stated['algorithm']} with PYTHONHASHSEED={seed}", []).append(where)
+    if len(found) > 1:
+        problems.append("the instances hash differently: " + "; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
+                                                                      for value, wheres in sorted(found.items())))
+    detail = f"every instance ran {next(iter(found))}" if len(found) == 1 else "no chunk hash to compare"
+    return _check("chunk-hash-shared", problems, detail)
 
 
 def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:

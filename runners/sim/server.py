@@ -535,7 +535,13 @@ def build_app(server: SimServer) -> web.Application:
 
     async def models(request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                 "root": config.model, "parent": None, "max_model_len": config.max_model_len}
+                 "root": config.model, "parent": None, "max_model_len": config.max_model_len,
+                 # vLLM 0.20.1's ModelCard carries one default ModelPermission (tests/real/test_contract.py)
+                 "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                                 "created": int(time.time()), "allow_create_engine": False, "allow_sampling": True,
+                                 "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                                 "allow_fine_tuning": False, "organization": "*", "group": None,
+                                 "is_blocking": False}]}
                 for name in config.served_names]
         return web.json_response({"object": "list", "data": data, "simulated": True})
 

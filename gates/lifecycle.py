@@ -36,12 +36,19 @@ from gates.models import (
     SignOff,
 )
 from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
+from gates.policy import (
+    FINAL,
+    SIGNING_ROLE,
+    Act,
+    TransitionRefused,
+    actor_roles,
+    parties_left_to_sign,
+    plan_editable,
+    require,
+    signing_party,
+)
 
-
-class TransitionRefused(Exception):
-    def __init__(self, rule: str, message: str):
-        self.rule, self.message = rule, message
-        super().__init__(f"{message} (rule: {rule})")
+__all__ = ["FINAL", "SIGNING_ROLE", "TransitionRefused", "parties_left_to_sign", "plan_editable"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +71,6 @@ def as_actor(who) -> Actor:
     if who is None or isinstance(who, str):
         return Actor(label=who or "system")
     return Actor(user=who)
-
-
-SIGNING_ROLE = {Party.VENDOR: Role.VENDOR_LEAD, Party.CUSTOMER: Role.CUSTOMER_APPROVER}
-FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
-"""A pilot in these states changes no more."""
-PLAN_EDITORS = {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_APPROVER}
 
 
 def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_state: str = "", **detail) -> AuditEvent:
@@ -126,36 +127,13 @@ def _create_plan_version(pilot: Pilot, plan: Plan, *, number: int, who) -> PlanV
     return version
 
 
-def plan_editable(version: PlanVersion) -> bool:
-    """A plan version's criteria may change while it is a draft that neither party has approved."""
-    return not version.is_frozen and not version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists()
-
-
-def parties_left_to_sign(roles, decided) -> list[str]:
-    """The parties a person with these roles may still sign for: their signing roles, less the parties decided."""
-    return [party for party, role in SIGNING_ROLE.items() if role in roles and party not in decided]
-
-
-def _require_editable(version: PlanVersion) -> None:
-    if plan_editable(version):
-        return
-    if version.is_frozen:
-        raise TransitionRefused("plan-frozen", f"plan v{version.number} is signed and frozen; amend the plan to change it")
-    if version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists():
-        raise TransitionRefused(
-            "plan-frozen", f"plan v{version.number} has already been approved by one party; amend the plan to change it")
-
-
 @transaction.atomic
 def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
     """Change a criterion of a draft plan (threshold, op, concurrency, confidence); audited field by field."""
     criterion = Criterion.objects.select_for_update().select_related("plan_version__pilot").get(pk=criterion.pk)
     version = criterion.plan_version
     pilot = version.pilot
-    actor = as_actor(who)
-    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
-        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
-    _require_editable(version)
+    require(Act.EDIT_PLAN, version, actor_roles(pilot, who))
     allowed = {"threshold", "op", "concurrency", "confidence", "description", "description_zh"}
     unknown = set(changes) - allowed
     if unknown:
@@ -181,12 +159,7 @@ def set_sample_trace(version: PlanVersion, allowed: bool, who) -> PlanVersion:
     """
     version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
     pilot = version.pilot
-    actor = as_actor(who)
-    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
-        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
-    if pilot.state in FINAL:
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
-    _require_editable(version)
+    require(Act.EDIT_PLAN, version, actor_roles(pilot, who))
     allowed = bool(allowed)
     before = version.to_plan().gate(TRACE_GATE).sample_trace
     if before == allowed:
@@ -213,37 +186,30 @@ def _jsonable(values: dict) -> dict:
 def amend_plan(pilot: Pilot, who) -> PlanVersion:
     """A change to a signed plan makes a new version that both parties must sign again."""
     pilot = Pilot.objects.select_for_update().get(pk=pilot.pk)
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
+    require(Act.AMEND_PLAN, pilot, actor_roles(pilot, who))
     latest = pilot.latest_plan
-    if latest.state == PlanVersion.State.DRAFT:
-        return latest
     return _create_plan_version(pilot, latest.to_plan(), number=latest.number + 1, who=who)
 
 
-def _signing_party(pilot: Pilot, user, party: str | None) -> tuple[str, str]:
-    parties = parties_left_to_sign(pilot.roles_for(user), decided=())
-    candidates = [(p, SIGNING_ROLE[p]) for p in parties if party is None or p == party]
-    if not candidates:
-        wanted = f"the {party} party's " if party else ""
+def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str]:
+    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role."""
+    roles = actor_roles(subject.pilot, user)
+    if party is None:
+        party = signing_party(act, subject, roles)
+    elif SIGNING_ROLE.get(party) not in roles:
         raise TransitionRefused(
-            "signing-role", f"{user.get_username()} holds none of {wanted}signing roles (vendor lead for the vendor, "
-            "customer approver for the customer)")
-    return candidates[0]
+            "signing-role", f"{user.get_username()} holds none of the {party} party's signing roles (vendor lead for "
+            "the vendor, customer approver for the customer)")
+    return party, SIGNING_ROLE[party]
 
 
 @transaction.atomic
 def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.APPROVE, comment: str = "",
               party: str | None = None) -> SignOff:
     version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
-    pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; nothing more can be signed")
-    if version.state != PlanVersion.State.DRAFT:
-        raise TransitionRefused("plan-frozen", f"plan v{version.number} is {version.state}; it cannot be signed again")
-    if pilot.latest_plan.pk != version.pk:
-        raise TransitionRefused("plan-latest", f"plan v{version.number} is not the latest version")
-    party, role = _signing_party(pilot, user, party)
+    pilot = version.pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
+    require(Act.SIGN_PLAN, version, actor_roles(pilot, user))
+    party, role = _signing_party(Act.SIGN_PLAN, version, user, party)
     if version.signoffs.filter(party=party, decision=SignOff.Decision.APPROVE).exists():
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already approved plan v{version.number}")
     plan_sha = version.to_plan().sha256
@@ -299,15 +265,9 @@ def open_gate(gate: Gate, who) -> Gate:
     return _open_gate(pilot, gate.number, who)
 
 
-def require_runnable(gate: Gate) -> None:
-    """A run may start only on the open gate of an active pilot with a signed plan."""
-    pilot = gate.pilot
-    if pilot.state != Pilot.State.ACTIVE:
-        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; runs start only while it is active")
-    if gate.state != Gate.State.OPEN:
-        raise TransitionRefused("gate-open", f"{gate.label} is {gate.get_state_display().lower()}; runs start only on an open gate")
-    if pilot.signed_plan is None:
-        raise TransitionRefused("plan-signed", "the plan is not signed by both parties")
+def require_runnable(gate: Gate, who=None) -> None:
+    """A run may start only on the open gate of an active pilot with a signed plan, by a vendor engineer (policy)."""
+    require(Act.START_RUN, gate, actor_roles(gate.pilot, who))
 
 
 def failure_reason(gate: Gate, evaluation: Evaluation) -> str:
@@ -362,8 +322,7 @@ def extend_gate(gate: Gate, who) -> Gate:
     (A person's decision. A run that extends itself on a marginal verdict is runners.runs.extend_run.)
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    if gate.state != Gate.State.REVIEW:
-        raise TransitionRefused("extend-marginal", f"{gate.label} is {gate.state}; only a gate under review can be extended")
+    require(Act.EXTEND_GATE, gate, actor_roles(gate.pilot, who))
     _set_state(gate, Gate.State.OPEN, who, "gate.extended", gate.pilot)
     gate.save(update_fields=["state"])
     return gate
@@ -377,21 +336,14 @@ def evidence_sha256(evaluation: Evaluation) -> str:
 @transaction.atomic
 def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: str | None = None) -> SignOff:
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
-    if pilot.state != Pilot.State.ACTIVE:
-        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; gates are signed off only while it is active")
-    if gate.state not in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
-        raise TransitionRefused(
-            "signoff-needs-verdict", f"{gate.label} is {gate.get_state_display().lower()}; it can be signed off only after "
-            "a pass verdict or during a joint review")
+    pilot = gate.pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
+    require(Act.SIGN_OFF_GATE, gate, actor_roles(pilot, user))
     if decision not in SignOff.Decision.values:
         raise TransitionRefused("signoff-decision", f"{decision!r} is not approve or reject")
     if decision == SignOff.Decision.REJECT and not comment.strip():
         raise TransitionRefused("reject-needs-comment", "a rejection must say why")
-    party, role = _signing_party(pilot, user, party)
+    party, role = _signing_party(Act.SIGN_OFF_GATE, gate, user, party)
     evaluation = gate.latest_evaluation
-    if evaluation is None:
-        raise TransitionRefused("signoff-needs-verdict", f"{gate.label} has no evaluation to sign off")
     if gate.signoffs.filter(evaluation=evaluation, party=party).exists():
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already decided on this {gate.label} evidence")
     signoff = SignOff.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, party=party, person=user, role=role,

@@ -118,13 +118,6 @@ class Pilot(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def roles_for(self, user) -> set[str]:
-        if not getattr(user, "is_authenticated", False):
-            return set()
-        return set(
-            Membership.objects.filter(user=user, organisation_id__in=[self.customer_id, self.vendor_id]).values_list("role", flat=True)
-        )
-
     @property
     def signed_plan(self) -> PlanVersion | None:
         return self.plan_versions.filter(state=PlanVersion.State.SIGNED).order_by("-number").first()

@@ -28,7 +28,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from gates import lifecycle
+from gates import lifecycle, policy
 from runners import ssh
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
@@ -538,7 +538,14 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
 
 
 def request_cancel(job: Job, who=None) -> Job:
-    """Stop dispatching, kill the run's remote process groups, run teardown, end `canceled`."""
+    """Stop dispatching, kill the run's remote process groups, run teardown, end `canceled`.
+
+    A person must be allowed to (gates.policy, CANCEL_RUN); for anyone, a run already ended or already being
+    canceled is left as it is.
+    """
+    roles = policy.actor_roles(job.pilot, who)
+    if roles is not None:
+        policy.require(policy.Act.CANCEL_RUN, job, roles)
     with transaction.atomic():
         mine = Job.objects.filter(pk=job.pk, status__in=UNFINISHED, cancel_requested=False)
         if not mine.update(cancel_requested=True):

@@ -101,7 +101,7 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     (then it replays a generated sample trace and its log says so).
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    lifecycle.require_runnable(gate)
+    lifecycle.require_runnable(gate, who)
     busy = Job.objects.filter(gate=gate, status__in=UNFINISHED).first()
     if busy is not None:
         raise RunRefused(_("%(gate)s already has a run going (%(run)s, %(status)s); cancel it first")

@@ -23,6 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from gates.models import (
+    AuditAction,
     AuditEvent,
     Criterion,
     Evaluation,
@@ -73,7 +74,17 @@ def as_actor(who) -> Actor:
     return Actor(user=who)
 
 
-def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_state: str = "", **detail) -> AuditEvent:
+_PLAN_DECISION = {SignOff.Decision.APPROVE: AuditAction.PLAN_APPROVE, SignOff.Decision.REJECT: AuditAction.PLAN_REJECT}
+_GATE_DECISION = {SignOff.Decision.APPROVE: AuditAction.GATE_APPROVE, SignOff.Decision.REJECT: AuditAction.GATE_REJECT}
+
+
+def audit(pilot: Pilot | None, who, action: AuditAction | str, obj, from_state: str = "", to_state: str = "",
+          **detail) -> AuditEvent:
+    """Append one audit event; `action` must be one of AuditAction (ValueError names an unknown one)."""
+    try:
+        action = AuditAction(action)
+    except ValueError:
+        raise ValueError(f"{action!r} is not an audit action: add it to gates.models.AuditAction with its words") from None
     actor = as_actor(who)
     return AuditEvent.objects.create(
         actor=actor.user, actor_label=actor.name, pilot=pilot, action=action,
@@ -82,7 +93,7 @@ def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_s
     )
 
 
-def _set_state(obj, new_state: str, who, action: str, pilot: Pilot, **detail) -> None:
+def _set_state(obj, new_state: str, who, action: AuditAction, pilot: Pilot, **detail) -> None:
     old = obj.state
     obj.state = new_state
     audit(pilot, who, action, obj, old, new_state, **detail)
@@ -100,7 +111,7 @@ def create_pilot(*, name: str, customer: Organisation, vendor: Organisation, who
         raise TransitionRefused("pilot-parties", f"{vendor} is not a vendor organisation")
     plan = plan or load_plan("default")
     pilot = Pilot.objects.create(name=name, customer=customer, vendor=vendor, **fields)
-    audit(pilot, who, "pilot.created", pilot, "", pilot.state, plan=plan.source)
+    audit(pilot, who, AuditAction.PILOT_CREATED, pilot, "", pilot.state, plan=plan.source)
     _create_plan_version(pilot, plan, number=1, who=who)
     for gate in plan.gates:
         Gate.objects.create(pilot=pilot, number=gate.number, name=gate.name, name_zh=gate.name_zh,
@@ -123,7 +134,7 @@ def _create_plan_version(pilot: Pilot, plan: Plan, *, number: int, who) -> PlanV
                 confidence=spec.confidence if spec.confidence is not None else plan.confidence, position=position,
             ))
     Criterion.objects.bulk_create(rows)
-    audit(pilot, who, "plan.version_created", version, "", version.state, number=number)
+    audit(pilot, who, AuditAction.PLAN_VERSION_CREATED, version, "", version.state, number=number)
     return version
 
 
@@ -145,7 +156,7 @@ def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
     criterion.save()
     # The edited plan must still be a valid plan.
     version.to_plan()
-    audit(pilot, who, "criterion.edited", criterion, detail_key=criterion.key,
+    audit(pilot, who, AuditAction.CRITERION_EDITED, criterion, detail_key=criterion.key,
           before=_jsonable(before), after=_jsonable(changes))
     return criterion
 
@@ -173,7 +184,7 @@ def set_sample_trace(version: PlanVersion, allowed: bool, who) -> PlanVersion:
     version.document = document
     version.save(update_fields=["document"])
     version.to_plan()  # still a valid plan
-    audit(pilot, who, "plan.sample_trace", version, detail_key=f"G{TRACE_GATE}",
+    audit(pilot, who, AuditAction.PLAN_SAMPLE_TRACE, version, detail_key=f"G{TRACE_GATE}",
           before={"sample_trace": before}, after={"sample_trace": allowed})
     return version
 
@@ -209,13 +220,15 @@ def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.AP
     version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
     pilot = version.pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
     require(Act.SIGN_PLAN, version, actor_roles(pilot, user))
+    if decision not in SignOff.Decision.values:
+        raise TransitionRefused("signoff-decision", f"{decision!r} is not approve or reject")
     party, role = _signing_party(Act.SIGN_PLAN, version, user, party)
     if version.signoffs.filter(party=party, decision=SignOff.Decision.APPROVE).exists():
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already approved plan v{version.number}")
     plan_sha = version.to_plan().sha256
     signoff = SignOff.objects.create(pilot=pilot, plan_version=version, party=party, person=user, role=role,
                                      decision=decision, comment=comment, evidence_sha256=plan_sha)
-    audit(pilot, user, f"plan.{decision}", version, version.state, version.state, party=party,
+    audit(pilot, user, _PLAN_DECISION[decision], version, version.state, version.state, party=party,
           comment=comment, plan_sha256=plan_sha)
     approvals = version.signoffs.filter(decision=SignOff.Decision.APPROVE)
     if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
@@ -223,14 +236,14 @@ def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.AP
             raise TransitionRefused("plan-same-evidence", "the two parties approved different plan contents")
         previous = pilot.plan_versions.filter(state=PlanVersion.State.SIGNED).exclude(pk=version.pk)
         for old in previous:
-            _set_state(old, PlanVersion.State.SUPERSEDED, user, "plan.superseded", pilot)
+            _set_state(old, PlanVersion.State.SUPERSEDED, user, AuditAction.PLAN_SUPERSEDED, pilot)
             old.save(update_fields=["state"])
         version.sha256 = plan_sha
         version.signed_at = timezone.now()
-        _set_state(version, PlanVersion.State.SIGNED, user, "plan.signed", pilot, plan_sha256=plan_sha)
+        _set_state(version, PlanVersion.State.SIGNED, user, AuditAction.PLAN_SIGNED, pilot, plan_sha256=plan_sha)
         version.save(update_fields=["state", "sha256", "signed_at"])
         if pilot.state == Pilot.State.DRAFT:
-            _set_state(pilot, Pilot.State.ACTIVE, user, "pilot.activated", pilot)
+            _set_state(pilot, Pilot.State.ACTIVE, user, AuditAction.PILOT_ACTIVATED, pilot)
             pilot.save(update_fields=["state"])
             _open_gate(pilot, 1, user)
     return signoff
@@ -250,7 +263,7 @@ def _open_gate(pilot: Pilot, number: int, who) -> Gate:
                 "gate-order", f"{gate.label} cannot open before G{number - 1} is signed off by both parties")
     gate.opened_at = timezone.now()
     gate.verdict = ""
-    _set_state(gate, Gate.State.OPEN, who, "gate.opened", pilot)
+    _set_state(gate, Gate.State.OPEN, who, AuditAction.GATE_OPENED, pilot)
     gate.save(update_fields=["state", "opened_at", "verdict"])
     pilot.current_gate = number
     pilot.save(update_fields=["current_gate"])
@@ -287,7 +300,7 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
     pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
     if evaluation.gate_id != gate.pk:
         raise TransitionRefused("verdict-gate", "the evaluation belongs to another gate")
-    if AuditEvent.objects.filter(pilot=pilot, action="gate.verdict", object_type=gate._meta.model_name,
+    if AuditEvent.objects.filter(pilot=pilot, action=AuditAction.GATE_VERDICT, object_type=gate._meta.model_name,
                                  object_id=str(gate.pk), detail__evaluation=evaluation.pk).exists():
         return gate
     if gate.state not in (Gate.State.OPEN, Gate.State.REVIEW):
@@ -302,14 +315,14 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
         Gate.Verdict.INVALID: Gate.State.OPEN,
     }[evaluation.verdict]
     if target == gate.state:
-        audit(pilot, who, "gate.verdict", gate, gate.state, gate.state, verdict=evaluation.verdict, evaluation=evaluation.pk)
+        audit(pilot, who, AuditAction.GATE_VERDICT, gate, gate.state, gate.state, verdict=evaluation.verdict, evaluation=evaluation.pk)
     else:
-        _set_state(gate, target, who, "gate.verdict", pilot, verdict=evaluation.verdict, evaluation=evaluation.pk)
+        _set_state(gate, target, who, AuditAction.GATE_VERDICT, pilot, verdict=evaluation.verdict, evaluation=evaluation.pk)
     if target == Gate.State.FAILED:
         gate.closed_at = timezone.now()
         failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
         pilot.halted_reason = failure_reason(gate, evaluation)
-        _set_state(pilot, Pilot.State.HALTED, who, "pilot.halted", pilot, gate=gate.number, failed=failed)
+        _set_state(pilot, Pilot.State.HALTED, who, AuditAction.PILOT_HALTED, pilot, gate=gate.number, failed=failed)
         pilot.save(update_fields=["state", "halted_reason"])
     gate.save(update_fields=["state", "verdict", "closed_at"])
     return gate
@@ -323,7 +336,7 @@ def extend_gate(gate: Gate, who) -> Gate:
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
     require(Act.EXTEND_GATE, gate, actor_roles(gate.pilot, who))
-    _set_state(gate, Gate.State.OPEN, who, "gate.extended", gate.pilot)
+    _set_state(gate, Gate.State.OPEN, who, AuditAction.GATE_EXTENDED, gate.pilot)
     gate.save(update_fields=["state"])
     return gate
 
@@ -348,23 +361,23 @@ def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: 
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already decided on this {gate.label} evidence")
     signoff = SignOff.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, party=party, person=user, role=role,
                                      decision=decision, comment=comment, evidence_sha256=evidence_sha256(evaluation))
-    audit(pilot, user, f"gate.{decision}", gate, gate.state, gate.state, party=party, comment=comment,
+    audit(pilot, user, _GATE_DECISION[decision], gate, gate.state, gate.state, party=party, comment=comment,
           evidence_sha256=signoff.evidence_sha256)
     if decision == SignOff.Decision.REJECT:
         # Evidence not accepted: the gate needs a new run; only a failed verdict halts a pilot.
-        _set_state(gate, Gate.State.OPEN, user, "gate.reopened", pilot, reason=comment)
+        _set_state(gate, Gate.State.OPEN, user, AuditAction.GATE_REOPENED, pilot, reason=comment)
         gate.verdict = ""
         gate.save(update_fields=["state", "verdict"])
         return signoff
     approvals = gate.signoffs.filter(evaluation=evaluation, decision=SignOff.Decision.APPROVE)
     if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
         gate.closed_at = timezone.now()
-        _set_state(gate, Gate.State.SIGNED_OFF, user, "gate.signed_off", pilot)
+        _set_state(gate, Gate.State.SIGNED_OFF, user, AuditAction.GATE_SIGNED_OFF, pilot)
         gate.save(update_fields=["state", "closed_at"])
         if gate.number < 4:
             _open_gate(pilot, gate.number + 1, user)
         else:
-            _set_state(pilot, Pilot.State.COMPLETED, user, "pilot.completed", pilot)
+            _set_state(pilot, Pilot.State.COMPLETED, user, AuditAction.PILOT_COMPLETED, pilot)
             pilot.save(update_fields=["state"])
     return signoff
 

@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gates.judge import explain
-from gates.models import Gate, Pilot, PlanVersion
+from gates.models import AuditAction, Gate, Pilot, PlanVersion
 from reports import reasons
 from reports.context import root_certificate
 from reports.templatetags import evidence
@@ -165,24 +165,6 @@ def report_gate_name(report: Any) -> str:
     return (report.get("gate_name_zh") if chinese else "") or report.get("gate_name") or ""
 
 
-AUDIT_ACTIONS = {
-    "pilot.created": gettext_lazy("pilot created"), "pilot.activated": gettext_lazy("pilot activated"),
-    "pilot.completed": gettext_lazy("pilot completed"), "pilot.halted": gettext_lazy("pilot halted"),
-    "plan.version_created": gettext_lazy("plan version created"), "plan.approve": gettext_lazy("plan approved"),
-    "plan.reject": gettext_lazy("plan rejected"), "plan.signed": gettext_lazy("plan signed by both parties"),
-    "plan.superseded": gettext_lazy("plan superseded"),
-    "plan.sample_trace_allowed": gettext_lazy("generated sample trace allowed for G4"),
-    "criterion.edited": gettext_lazy("criterion changed"), "gate.opened": gettext_lazy("gate opened"),
-    "gate.verdict": gettext_lazy("verdict recorded"), "gate.approve": gettext_lazy("gate approved"),
-    "gate.reject": gettext_lazy("gate rejected"), "gate.signed_off": gettext_lazy("gate signed off"),
-    "gate.extended": gettext_lazy("run extended after a marginal verdict"),
-    "gate.reopened": gettext_lazy("gate reopened"), "run.started": gettext_lazy("run started"),
-    "run.finished": gettext_lazy("run finished"), "run.cancel_requested": gettext_lazy("run cancel requested"),
-    "report.created": gettext_lazy("report made and signed"), "report.countersigned": gettext_lazy("report countersigned"),
-    "trace.uploaded": gettext_lazy("customer trace uploaded"), "site.created": gettext_lazy("site added"),
-    "node.created": gettext_lazy("node registered"), "node.host_key_accepted": gettext_lazy("host key accepted"),
-    "credential.created": gettext_lazy("SSH key uploaded"),
-}
 AUDIT_OBJECTS = {
     "pilot": gettext_lazy("pilot"), "planversion": gettext_lazy("plan version"), "criterion": gettext_lazy("criterion"),
     "gate": gettext_lazy("gate"), "job": gettext_lazy("run"), "report": gettext_lazy("report"),
@@ -194,7 +176,10 @@ AUDIT_OBJECTS = {
 @register.filter
 def audit_action(action: str) -> str:
     """An audit entry's action in the reader's language (the recorded code is shown beside it)."""
-    return str(AUDIT_ACTIONS.get(action, action))
+    try:
+        return str(AuditAction(action).label)
+    except ValueError:  # lifecycle.audit writes AuditAction only; a row from elsewhere shows its code
+        return action
 
 
 @register.filter

@@ -31,6 +31,7 @@ from gates import lifecycle, policy
 from gates.judge import planner
 from gates.models import (
     LANGUAGE_SESSION_KEY,
+    AuditAction,
     AuditEvent,
     Criterion,
     Evaluation,
@@ -332,8 +333,8 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
         criterion.form = CriterionForm.for_criterion(criterion) if editable else None
         groups[-1]["criteria"].append(criterion)
     edits = AuditEvent.objects.filter(
-        Q(action="criterion.edited", object_id__in=[str(c.pk) for c in criteria])
-        | Q(action__in=("plan.sample_trace", "plan.sample_trace_unsigned"), object_id=str(version.pk)),
+        Q(action=AuditAction.CRITERION_EDITED, object_id__in=[str(c.pk) for c in criteria])
+        | Q(action__in=(AuditAction.PLAN_SAMPLE_TRACE, AuditAction.PLAN_SAMPLE_TRACE_UNSIGNED), object_id=str(version.pk)),
         pilot=pilot,
     ).select_related("actor")[:30]
     try:

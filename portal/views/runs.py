@@ -23,6 +23,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from gates import lifecycle
+from gates.models import AuditAction
 from gates.policy import Act
 from portal import access, notifications
 from portal.access import get_for_user, get_gate_for_user, get_pilot_for_user
@@ -234,7 +235,7 @@ def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
     form = SiteForm(request.POST)
     if form.is_valid():
         site = Site.objects.create(pilot=pilot, **form.cleaned_data)
-        lifecycle.audit(pilot, request.user, "site.created", site, name=site.name, queue=site.queue)
+        lifecycle.audit(pilot, request.user, AuditAction.SITE_CREATED, site, name=site.name, queue=site.queue)
         messages.success(request, _("Site %(name)s created.") % {"name": site.name})
     else:
         _form_errors(request, form)
@@ -262,7 +263,7 @@ def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
                 messages.error(request, f"{field}: {' '.join(errors)}")
             return redirect("sites", pilot.code)
         node.save()
-        lifecycle.audit(pilot, request.user, "node.created", node, name=node.name, host=node.host, port=node.port)
+        lifecycle.audit(pilot, request.user, AuditAction.NODE_CREATED, node, name=node.name, host=node.host, port=node.port)
         messages.success(
             request,
             _("Node %(name)s added. Its host key is recorded on first contact and must then be accepted here.")
@@ -295,7 +296,7 @@ def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
             lifecycle.audit(
                 pilot,
                 request.user,
-                "credential.created",
+                AuditAction.CREDENTIAL_CREATED,
                 credential,
                 name=credential.name,
                 fingerprint=credential.public_fingerprint,
@@ -350,7 +351,7 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
         lifecycle.audit(
             pilot,
             request.user,
-            "node.host_key_accepted",
+            AuditAction.NODE_HOST_KEY_ACCEPTED,
             accepted,
             Node.HostKeyState.PENDING,
             Node.HostKeyState.ACCEPTED,

@@ -18,9 +18,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from gates.models import (
     AuditAction,
@@ -382,6 +383,16 @@ def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: 
     return signoff
 
 
+class NextAction(models.TextChoices):
+    """What somebody must do next on a pilot, with its words (runners.pending adds the nodes' host keys)."""
+
+    SIGN_PLAN = "sign_plan", _("Sign the plan")
+    RUN_GATE = "run_gate", _("Run the gate")
+    SIGN_OFF_GATE = "sign_off_gate", _("Sign off the gate")
+    REVIEW_GATE = "review_gate", _("Review the marginal gate")
+    ACCEPT_HOST_KEY = "accept_host_key", _("Accept a host key")
+
+
 def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
     """Pilot id → its current gate, in one query."""
     return {g.pilot_id: g for g in Gate.objects.filter(pilot__in=list(pilots), number=F("pilot__current_gate"))}
@@ -390,8 +401,9 @@ def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
 def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
     """Who must act next on each pilot, in a fixed number of queries: pilot id → actions.
 
-    An action is {'role': ..., 'action': sign_plan | run_gate | sign_off_gate | review_gate, 'subject': the plan
-    version or the gate, and for a gate decision 'evaluation_id'}; a halted or completed pilot has none.
+    An action is {'role': ..., 'action': a NextAction (sign_plan, run_gate, sign_off_gate, review_gate), 'subject': the
+    plan version or the gate, and for a gate decision 'evaluation_id'}; a halted or completed pilot has none. With
+    the nodes' host keys: runners.pending.pending_actions_by_pilot, which the pages and the notifications use.
     """
     pilots = [p for p in pilots if p.state not in FINAL]
     ids = [p.pk for p in pilots]
@@ -413,7 +425,7 @@ def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] |
         if version.state == PlanVersion.State.DRAFT:
             for party, role in SIGNING_ROLE.items():
                 if (version.pk, party) not in approved:
-                    actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
+                    actions[pilot_id].append({"role": role, "action": NextAction.SIGN_PLAN, "subject": version})
     current = current if current is not None else current_gates(pilots)
     gates = [current[pk] for pk in ids if pk in current]
     waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
@@ -429,9 +441,9 @@ def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] |
     )
     for gate in gates:
         if gate.state == Gate.State.OPEN:
-            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
+            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": NextAction.RUN_GATE, "subject": gate})
         elif gate in waiting:
-            action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
+            action = NextAction.REVIEW_GATE if gate.state == Gate.State.REVIEW else NextAction.SIGN_OFF_GATE
             for party, role in SIGNING_ROLE.items():
                 if (latest_eval.get(gate.pk), party) not in decided:
                     actions[gate.pilot_id].append(

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_POST
 
 from gates import lifecycle, policy
 from gates.judge import planner
+from gates.lifecycle import NextAction
 from gates.models import (
     LANGUAGE_SESSION_KEY,
     AuditAction,
@@ -76,7 +77,8 @@ from reports.service import (
 )
 from runners import orchestration
 from runners.evaluation import extension_history
-from runners.models import Job, Node
+from runners.models import Job
+from runners.pending import pending_actions, pending_actions_by_pilot
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
@@ -136,7 +138,7 @@ def home(request: HttpRequest) -> HttpResponse:
     mine = policy.roles_by_pilot(request.user, pilots)
     simulated = simulated_pilot_ids(pilots)
     gates = lifecycle.current_gates(pilots)
-    pending = lifecycle.pending_actions_by_pilot(pilots, gates)
+    pending = pending_actions_by_pilot(pilots, gates)
     todo = []
     for pilot in pilots:
         gate = gates.get(pilot.pk)
@@ -146,20 +148,15 @@ def home(request: HttpRequest) -> HttpResponse:
         pilot.my_roles = mine[pilot.pk]
         pilot.simulated = pilot.pk in simulated
         pilot.actions = [
-            {**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
+            {**a, "label": NextAction(a["action"]).label, "role_label": Role(a["role"]).label}
             for a in pending.get(pilot.pk, [])
         ]
         todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
-    host_keys = list(
-        Node.objects.filter(
-            host_key_state=Node.HostKeyState.PENDING, site__pilot__in=[p for p in pilots if policy.may(Act.OPERATE_NODES, p, p.my_roles)]
-        ).select_related("site")
-    )
     notes = list(Notification.objects.filter(user=request.user, read_at__isnull=True)[:20])
     return render(
         request,
         "gates/home.html",
-        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes,
+        {"page": page, "pilots": pilots, "todo": todo, "notifications": notes,
          "may_create": _vendor_led_by(request.user) is not None},
     )
 
@@ -226,18 +223,11 @@ def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
     return [
         {
             **a,
-            "label": notifications.ACTION_LABELS[a["action"]],
+            "label": NextAction(a["action"]).label,
             "role_label": roles.get(a["role"], a["role"]),
             "people": who.get(a["role"], []),
         }
         for a in actions
-    ]
-
-
-def _host_keys_waiting(pilot: Pilot) -> list[dict]:
-    return [
-        {"role": Role.VENDOR_ENGINEER, "action": "accept_host_key", "subject": node}
-        for node in Node.objects.filter(site__pilot=pilot, host_key_state=Node.HostKeyState.PENDING)
     ]
 
 
@@ -299,7 +289,7 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "gates": gates,
             "plan": plan,
             "timeline": _timeline(pilot, gates, weeks),
-            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot) + _host_keys_waiting(pilot)),
+            "actions": _describe_actions(pilot, pending_actions(pilot)),
             "runs": runs,
             "procurement": procurement_report_of(pilot),
             "outcome": _outcome(pilot, gates),

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy
 
 from gates.judge import explain
 from gates.models import AuditAction, Gate, Pilot, PlanVersion
-from reports import reasons
+from reports import reasons, units
 from reports.context import root_certificate
 from reports.templatetags import evidence
 from runners.models import Status
@@ -42,18 +42,8 @@ def percent(value: Any, digits: int = 0) -> str:
 
 @register.filter
 def number(value: Any, digits: int = 3) -> str:
-    """A figure to `digits` significant places, in the reader's number format."""
-    if value in (None, ""):
-        return "—"
-    if isinstance(value, bool):
-        return _("yes") if value else _("no")
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int) or float(value).is_integer():
-        return formats.number_format(int(value), use_l10n=True, force_grouping=True)
-    magnitude = abs(value)
-    places = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else int(digits)
-    return formats.number_format(value, decimal_pos=places, use_l10n=True)
+    """A figure to `digits` significant places, in the reader's number format (reports.units, as the reports)."""
+    return units.number(value, digits)
 
 
 @register.filter
@@ -82,10 +72,9 @@ def svg(markup: str) -> SafeString:
 
 
 @register.simple_tag
-def interval(ci: Any) -> str:
-    if not ci or len(ci) != 2 or ci[0] is None:
-        return "—"
-    return f"[{number(ci[0])}, {number(ci[1])}]"
+def interval(ci: Any, unit: str = "") -> str:
+    """[low, high] in the criterion's unit (reports.units, as the reports)."""
+    return units.interval(ci, unit)
 
 
 OPERATOR_SYMBOLS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
@@ -128,21 +117,10 @@ def measure(criterion: Any) -> str:
     return " ".join(part for part in (names[0].get(metric, metric), names[1].get(statistic, statistic)) if part)
 
 
-UNIT_WORDS = {"requests": gettext_lazy("requests"), "GPUs": gettext_lazy("GPUs")}
-
-
 @register.filter
 def in_unit(value: Any, unit: str = "") -> str:
-    """A criterion's figure in its unit, as a person reads it: a fraction as a percentage, a ratio with ×."""
-    if value in (None, "") or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return number(value)
-    if unit == "fraction":
-        return number(value * 100, 3) + " %"
-    if unit == "×":
-        return number(value) + "×"
-    if unit in ("", "version"):
-        return number(value)
-    return f"{number(value)} {UNIT_WORDS.get(unit, unit)}"
+    """A criterion's figure in its unit, as a person reads it (reports.units, as the reports)."""
+    return units.figure(value, unit)
 
 
 @register.filter

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy
 
 from gates.judge import explain
 from gates.models import AuditAction, Gate, Pilot, PlanVersion
-from reports import reasons, units
+from reports import findings, units
 from reports.context import root_certificate
 from reports.templatetags import evidence
 from runners.models import Status
@@ -124,14 +124,12 @@ def in_unit(value: Any, unit: str = "") -> str:
 
 
 @register.filter
-def finding(text: Any) -> str:
-    """One of the report verifier's findings (a reason, a signature's or attachment's problem) in the reader's language."""
-    return reasons.reason(str(text)) if text else ""
-
-
-@register.filter
-def finding_problem(text: Any) -> str:
-    return reasons.problem(str(text)) if text else ""
+def finding(value: Any) -> str:
+    """One of the report verifier's findings in the reader's language (as made: reports.findings); a result stored
+    before findings were kept shows its English sentence."""
+    if isinstance(value, dict) and "template" in value:
+        return findings.in_language(value)
+    return str(value) if value else ""
 
 
 @register.filter

@@ -149,7 +149,7 @@ def _gate_parties_decided(gate: Gate) -> set[str]:
     return set(gate.signoffs.filter(evaluation=evaluation).values_list("party", flat=True))
 
 
-def _edit_plan(version: PlanVersion) -> TransitionRefused | None:
+def _edit_plan(version: PlanVersion, roles=None) -> TransitionRefused | None:
     pilot = version.pilot
     if pilot.state in FINAL:
         return TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
@@ -177,7 +177,7 @@ def _sign_plan(version: PlanVersion, roles) -> TransitionRefused | None:
     return None
 
 
-def _amend_plan(pilot: Pilot) -> TransitionRefused | None:
+def _amend_plan(pilot: Pilot, roles=None) -> TransitionRefused | None:
     if pilot.state in FINAL:
         return TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
     latest = pilot.latest_plan
@@ -187,7 +187,7 @@ def _amend_plan(pilot: Pilot) -> TransitionRefused | None:
     return None
 
 
-def _start_run(gate: Gate) -> TransitionRefused | None:
+def _start_run(gate: Gate, roles=None) -> TransitionRefused | None:
     pilot = gate.pilot
     if pilot.state != Pilot.State.ACTIVE:
         return TransitionRefused("pilot-active", f"the pilot is {pilot.state}; runs start only while it is active")
@@ -199,7 +199,7 @@ def _start_run(gate: Gate) -> TransitionRefused | None:
     return None
 
 
-def _cancel_run(job) -> TransitionRefused | None:
+def _cancel_run(job, roles=None) -> TransitionRefused | None:
     if job.is_finished:
         return TransitionRefused("run-unfinished", "the run has already ended")
     if job.cancel_requested:
@@ -207,7 +207,7 @@ def _cancel_run(job) -> TransitionRefused | None:
     return None
 
 
-def _extend_gate(gate: Gate) -> TransitionRefused | None:
+def _extend_gate(gate: Gate, roles=None) -> TransitionRefused | None:
     if gate.pilot.state != Pilot.State.ACTIVE:
         return TransitionRefused("pilot-active", f"the pilot is {gate.pilot.state}; gates are extended only while it is active")
     if gate.state != Gate.State.REVIEW:
@@ -233,7 +233,7 @@ def _sign_off_gate(gate: Gate, roles) -> TransitionRefused | None:
     return None
 
 
-def _upload_trace(gate: Gate) -> TransitionRefused | None:
+def _upload_trace(gate: Gate, roles=None) -> TransitionRefused | None:
     pilot = gate.pilot
     if gate.number != TRACE_GATE:
         return TransitionRefused("trace-gate", f"a trace is replayed by G{TRACE_GATE} only, not by {gate.label}")
@@ -245,28 +245,21 @@ def _upload_trace(gate: Gate) -> TransitionRefused | None:
     return None
 
 
+RULES = {
+    Act.EDIT_PLAN: _edit_plan, Act.SIGN_PLAN: _sign_plan, Act.AMEND_PLAN: _amend_plan, Act.START_RUN: _start_run,
+    Act.CANCEL_RUN: _cancel_run, Act.EXTEND_GATE: _extend_gate, Act.SIGN_OFF_GATE: _sign_off_gate,
+    Act.UPLOAD_TRACE: _upload_trace,
+}
+"""Each action's rule over its subject's state (and, for signing, the parties the roles may still sign for)."""
+
+
 def refusal(act: Act, subject, roles: frozenset[str] | None) -> TransitionRefused | None:
     """Why `act` on `subject` is refused to a person with `roles` (None: a system actor, state only), or None."""
     act = Act(act)
     if roles is not None and not roles & ROLES[act]:
         return TransitionRefused(*ROLE_REFUSED[act])
-    if act is Act.EDIT_PLAN:
-        return _edit_plan(subject)
-    if act is Act.SIGN_PLAN:
-        return _sign_plan(subject, roles)
-    if act is Act.AMEND_PLAN:
-        return _amend_plan(subject)
-    if act is Act.START_RUN:
-        return _start_run(subject)
-    if act is Act.CANCEL_RUN:
-        return _cancel_run(subject)
-    if act is Act.EXTEND_GATE:
-        return _extend_gate(subject)
-    if act is Act.SIGN_OFF_GATE:
-        return _sign_off_gate(subject, roles)
-    if act is Act.UPLOAD_TRACE:
-        return _upload_trace(subject)
-    return None  # the role-only actions: any state
+    rule = RULES.get(act)
+    return rule(subject, roles) if rule else None  # the role-only actions: any state
 
 
 def may(act: Act, subject, roles: frozenset[str] | None) -> bool:

@@ -38,19 +38,7 @@ from gates.models import (
     SignOff,
 )
 from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
-from gates.policy import (
-    FINAL,
-    SIGNING_ROLE,
-    Act,
-    TransitionRefused,
-    actor_roles,
-    parties_left_to_sign,
-    plan_editable,
-    require,
-    signing_party,
-)
-
-__all__ = ["FINAL", "SIGNING_ROLE", "TransitionRefused", "parties_left_to_sign", "plan_editable"]
+from gates.policy import FINAL, SIGNING_ROLE, Act, TransitionRefused, actor_roles, require, signing_party
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from gates.models import (
+    AuditAction,
     AuditEvent,
     Criterion,
     Evaluation,
@@ -36,12 +38,7 @@ from gates.models import (
     SignOff,
 )
 from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
-
-
-class TransitionRefused(Exception):
-    def __init__(self, rule: str, message: str):
-        self.rule, self.message = rule, message
-        super().__init__(f"{message} (rule: {rule})")
+from gates.policy import FINAL, SIGNING_ROLE, Act, TransitionRefused, actor_roles, require, signing_party
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,17 @@ def as_actor(who) -> Actor:
     return Actor(user=who)
 
 
-SIGNING_ROLE = {Party.VENDOR: Role.VENDOR_LEAD, Party.CUSTOMER: Role.CUSTOMER_APPROVER}
-FINAL = (Pilot.State.HALTED, Pilot.State.COMPLETED)
-"""A pilot in these states changes no more."""
-PLAN_EDITORS = {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_APPROVER}
+_PLAN_DECISION = {SignOff.Decision.APPROVE: AuditAction.PLAN_APPROVE, SignOff.Decision.REJECT: AuditAction.PLAN_REJECT}
+_GATE_DECISION = {SignOff.Decision.APPROVE: AuditAction.GATE_APPROVE, SignOff.Decision.REJECT: AuditAction.GATE_REJECT}
 
 
-def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_state: str = "", **detail) -> AuditEvent:
+def audit(pilot: Pilot | None, who, action: AuditAction | str, obj, from_state: str = "", to_state: str = "",
+          **detail) -> AuditEvent:
+    """Append one audit event; `action` must be one of AuditAction (ValueError names an unknown one)."""
+    try:
+        action = AuditAction(action)
+    except ValueError:
+        raise ValueError(f"{action!r} is not an audit action: add it to gates.models.AuditAction with its words") from None
     actor = as_actor(who)
     return AuditEvent.objects.create(
         actor=actor.user, actor_label=actor.name, pilot=pilot, action=action,
@@ -81,7 +82,7 @@ def audit(pilot: Pilot | None, who, action: str, obj, from_state: str = "", to_s
     )
 
 
-def _set_state(obj, new_state: str, who, action: str, pilot: Pilot, **detail) -> None:
+def _set_state(obj, new_state: str, who, action: AuditAction, pilot: Pilot, **detail) -> None:
     old = obj.state
     obj.state = new_state
     audit(pilot, who, action, obj, old, new_state, **detail)
@@ -99,7 +100,7 @@ def create_pilot(*, name: str, customer: Organisation, vendor: Organisation, who
         raise TransitionRefused("pilot-parties", f"{vendor} is not a vendor organisation")
     plan = plan or load_plan("default")
     pilot = Pilot.objects.create(name=name, customer=customer, vendor=vendor, **fields)
-    audit(pilot, who, "pilot.created", pilot, "", pilot.state, plan=plan.source)
+    audit(pilot, who, AuditAction.PILOT_CREATED, pilot, "", pilot.state, plan=plan.source)
     _create_plan_version(pilot, plan, number=1, who=who)
     for gate in plan.gates:
         Gate.objects.create(pilot=pilot, number=gate.number, name=gate.name, name_zh=gate.name_zh,
@@ -122,28 +123,8 @@ def _create_plan_version(pilot: Pilot, plan: Plan, *, number: int, who) -> PlanV
                 confidence=spec.confidence if spec.confidence is not None else plan.confidence, position=position,
             ))
     Criterion.objects.bulk_create(rows)
-    audit(pilot, who, "plan.version_created", version, "", version.state, number=number)
+    audit(pilot, who, AuditAction.PLAN_VERSION_CREATED, version, "", version.state, number=number)
     return version
-
-
-def plan_editable(version: PlanVersion) -> bool:
-    """A plan version's criteria may change while it is a draft that neither party has approved."""
-    return not version.is_frozen and not version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists()
-
-
-def parties_left_to_sign(roles, decided) -> list[str]:
-    """The parties a person with these roles may still sign for: their signing roles, less the parties decided."""
-    return [party for party, role in SIGNING_ROLE.items() if role in roles and party not in decided]
-
-
-def _require_editable(version: PlanVersion) -> None:
-    if plan_editable(version):
-        return
-    if version.is_frozen:
-        raise TransitionRefused("plan-frozen", f"plan v{version.number} is signed and frozen; amend the plan to change it")
-    if version.signoffs.filter(decision=SignOff.Decision.APPROVE).exists():
-        raise TransitionRefused(
-            "plan-frozen", f"plan v{version.number} has already been approved by one party; amend the plan to change it")
 
 
 @transaction.atomic
@@ -152,10 +133,7 @@ def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
     criterion = Criterion.objects.select_for_update().select_related("plan_version__pilot").get(pk=criterion.pk)
     version = criterion.plan_version
     pilot = version.pilot
-    actor = as_actor(who)
-    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
-        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
-    _require_editable(version)
+    require(Act.EDIT_PLAN, version, actor_roles(pilot, who))
     allowed = {"threshold", "op", "concurrency", "confidence", "description", "description_zh"}
     unknown = set(changes) - allowed
     if unknown:
@@ -167,7 +145,7 @@ def edit_criterion(criterion: Criterion, who, **changes) -> Criterion:
     criterion.save()
     # The edited plan must still be a valid plan.
     version.to_plan()
-    audit(pilot, who, "criterion.edited", criterion, detail_key=criterion.key,
+    audit(pilot, who, AuditAction.CRITERION_EDITED, criterion, detail_key=criterion.key,
           before=_jsonable(before), after=_jsonable(changes))
     return criterion
 
@@ -181,12 +159,7 @@ def set_sample_trace(version: PlanVersion, allowed: bool, who) -> PlanVersion:
     """
     version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
     pilot = version.pilot
-    actor = as_actor(who)
-    if actor.user is not None and not (pilot.roles_for(actor.user) & PLAN_EDITORS):
-        raise TransitionRefused("plan-editor-role", "only a vendor engineer, a vendor lead or a customer approver may edit the plan")
-    if pilot.state in FINAL:
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
-    _require_editable(version)
+    require(Act.EDIT_PLAN, version, actor_roles(pilot, who))
     allowed = bool(allowed)
     before = version.to_plan().gate(TRACE_GATE).sample_trace
     if before == allowed:
@@ -200,7 +173,7 @@ def set_sample_trace(version: PlanVersion, allowed: bool, who) -> PlanVersion:
     version.document = document
     version.save(update_fields=["document"])
     version.to_plan()  # still a valid plan
-    audit(pilot, who, "plan.sample_trace", version, detail_key=f"G{TRACE_GATE}",
+    audit(pilot, who, AuditAction.PLAN_SAMPLE_TRACE, version, detail_key=f"G{TRACE_GATE}",
           before={"sample_trace": before}, after={"sample_trace": allowed})
     return version
 
@@ -213,43 +186,38 @@ def _jsonable(values: dict) -> dict:
 def amend_plan(pilot: Pilot, who) -> PlanVersion:
     """A change to a signed plan makes a new version that both parties must sign again."""
     pilot = Pilot.objects.select_for_update().get(pk=pilot.pk)
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; its plan can no longer change")
+    require(Act.AMEND_PLAN, pilot, actor_roles(pilot, who))
     latest = pilot.latest_plan
-    if latest.state == PlanVersion.State.DRAFT:
-        return latest
     return _create_plan_version(pilot, latest.to_plan(), number=latest.number + 1, who=who)
 
 
-def _signing_party(pilot: Pilot, user, party: str | None) -> tuple[str, str]:
-    parties = parties_left_to_sign(pilot.roles_for(user), decided=())
-    candidates = [(p, SIGNING_ROLE[p]) for p in parties if party is None or p == party]
-    if not candidates:
-        wanted = f"the {party} party's " if party else ""
+def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str]:
+    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role."""
+    roles = actor_roles(subject.pilot, user)
+    if party is None:
+        party = signing_party(act, subject, roles)
+    elif SIGNING_ROLE.get(party) not in roles:
         raise TransitionRefused(
-            "signing-role", f"{user.get_username()} holds none of {wanted}signing roles (vendor lead for the vendor, "
-            "customer approver for the customer)")
-    return candidates[0]
+            "signing-role", f"{user.get_username()} holds none of the {party} party's signing roles (vendor lead for "
+            "the vendor, customer approver for the customer)")
+    return party, SIGNING_ROLE[party]
 
 
 @transaction.atomic
 def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.APPROVE, comment: str = "",
               party: str | None = None) -> SignOff:
     version = PlanVersion.objects.select_for_update().select_related("pilot").get(pk=version.pk)
-    pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
-    if pilot.state in (Pilot.State.HALTED, Pilot.State.COMPLETED):
-        raise TransitionRefused("pilot-final", f"the pilot is {pilot.state}; nothing more can be signed")
-    if version.state != PlanVersion.State.DRAFT:
-        raise TransitionRefused("plan-frozen", f"plan v{version.number} is {version.state}; it cannot be signed again")
-    if pilot.latest_plan.pk != version.pk:
-        raise TransitionRefused("plan-latest", f"plan v{version.number} is not the latest version")
-    party, role = _signing_party(pilot, user, party)
+    pilot = version.pilot = Pilot.objects.select_for_update().get(pk=version.pilot_id)
+    require(Act.SIGN_PLAN, version, actor_roles(pilot, user))
+    if decision not in SignOff.Decision.values:
+        raise TransitionRefused("signoff-decision", f"{decision!r} is not approve or reject")
+    party, role = _signing_party(Act.SIGN_PLAN, version, user, party)
     if version.signoffs.filter(party=party, decision=SignOff.Decision.APPROVE).exists():
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already approved plan v{version.number}")
     plan_sha = version.to_plan().sha256
     signoff = SignOff.objects.create(pilot=pilot, plan_version=version, party=party, person=user, role=role,
                                      decision=decision, comment=comment, evidence_sha256=plan_sha)
-    audit(pilot, user, f"plan.{decision}", version, version.state, version.state, party=party,
+    audit(pilot, user, _PLAN_DECISION[decision], version, version.state, version.state, party=party,
           comment=comment, plan_sha256=plan_sha)
     approvals = version.signoffs.filter(decision=SignOff.Decision.APPROVE)
     if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
@@ -257,14 +225,14 @@ def sign_plan(version: PlanVersion, user, *, decision: str = SignOff.Decision.AP
             raise TransitionRefused("plan-same-evidence", "the two parties approved different plan contents")
         previous = pilot.plan_versions.filter(state=PlanVersion.State.SIGNED).exclude(pk=version.pk)
         for old in previous:
-            _set_state(old, PlanVersion.State.SUPERSEDED, user, "plan.superseded", pilot)
+            _set_state(old, PlanVersion.State.SUPERSEDED, user, AuditAction.PLAN_SUPERSEDED, pilot)
             old.save(update_fields=["state"])
         version.sha256 = plan_sha
         version.signed_at = timezone.now()
-        _set_state(version, PlanVersion.State.SIGNED, user, "plan.signed", pilot, plan_sha256=plan_sha)
+        _set_state(version, PlanVersion.State.SIGNED, user, AuditAction.PLAN_SIGNED, pilot, plan_sha256=plan_sha)
         version.save(update_fields=["state", "sha256", "signed_at"])
         if pilot.state == Pilot.State.DRAFT:
-            _set_state(pilot, Pilot.State.ACTIVE, user, "pilot.activated", pilot)
+            _set_state(pilot, Pilot.State.ACTIVE, user, AuditAction.PILOT_ACTIVATED, pilot)
             pilot.save(update_fields=["state"])
             _open_gate(pilot, 1, user)
     return signoff
@@ -284,7 +252,7 @@ def _open_gate(pilot: Pilot, number: int, who) -> Gate:
                 "gate-order", f"{gate.label} cannot open before G{number - 1} is signed off by both parties")
     gate.opened_at = timezone.now()
     gate.verdict = ""
-    _set_state(gate, Gate.State.OPEN, who, "gate.opened", pilot)
+    _set_state(gate, Gate.State.OPEN, who, AuditAction.GATE_OPENED, pilot)
     gate.save(update_fields=["state", "opened_at", "verdict"])
     pilot.current_gate = number
     pilot.save(update_fields=["current_gate"])
@@ -299,15 +267,9 @@ def open_gate(gate: Gate, who) -> Gate:
     return _open_gate(pilot, gate.number, who)
 
 
-def require_runnable(gate: Gate) -> None:
-    """A run may start only on the open gate of an active pilot with a signed plan."""
-    pilot = gate.pilot
-    if pilot.state != Pilot.State.ACTIVE:
-        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; runs start only while it is active")
-    if gate.state != Gate.State.OPEN:
-        raise TransitionRefused("gate-open", f"{gate.label} is {gate.get_state_display().lower()}; runs start only on an open gate")
-    if pilot.signed_plan is None:
-        raise TransitionRefused("plan-signed", "the plan is not signed by both parties")
+def require_runnable(gate: Gate, who=None) -> None:
+    """A run may start only on the open gate of an active pilot with a signed plan, by a vendor engineer (policy)."""
+    require(Act.START_RUN, gate, actor_roles(gate.pilot, who))
 
 
 def failure_reason(gate: Gate, evaluation: Evaluation) -> str:
@@ -327,7 +289,7 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
     pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
     if evaluation.gate_id != gate.pk:
         raise TransitionRefused("verdict-gate", "the evaluation belongs to another gate")
-    if AuditEvent.objects.filter(pilot=pilot, action="gate.verdict", object_type=gate._meta.model_name,
+    if AuditEvent.objects.filter(pilot=pilot, action=AuditAction.GATE_VERDICT, object_type=gate._meta.model_name,
                                  object_id=str(gate.pk), detail__evaluation=evaluation.pk).exists():
         return gate
     if gate.state not in (Gate.State.OPEN, Gate.State.REVIEW):
@@ -342,14 +304,14 @@ def record_verdict(gate: Gate, evaluation: Evaluation, who="judge") -> Gate:
         Gate.Verdict.INVALID: Gate.State.OPEN,
     }[evaluation.verdict]
     if target == gate.state:
-        audit(pilot, who, "gate.verdict", gate, gate.state, gate.state, verdict=evaluation.verdict, evaluation=evaluation.pk)
+        audit(pilot, who, AuditAction.GATE_VERDICT, gate, gate.state, gate.state, verdict=evaluation.verdict, evaluation=evaluation.pk)
     else:
-        _set_state(gate, target, who, "gate.verdict", pilot, verdict=evaluation.verdict, evaluation=evaluation.pk)
+        _set_state(gate, target, who, AuditAction.GATE_VERDICT, pilot, verdict=evaluation.verdict, evaluation=evaluation.pk)
     if target == Gate.State.FAILED:
         gate.closed_at = timezone.now()
         failed = [c["key"] for c in evaluation.result.get("criteria", []) if c.get("verdict") == "fail"]
         pilot.halted_reason = failure_reason(gate, evaluation)
-        _set_state(pilot, Pilot.State.HALTED, who, "pilot.halted", pilot, gate=gate.number, failed=failed)
+        _set_state(pilot, Pilot.State.HALTED, who, AuditAction.PILOT_HALTED, pilot, gate=gate.number, failed=failed)
         pilot.save(update_fields=["state", "halted_reason"])
     gate.save(update_fields=["state", "verdict", "closed_at"])
     return gate
@@ -362,9 +324,8 @@ def extend_gate(gate: Gate, who) -> Gate:
     (A person's decision. A run that extends itself on a marginal verdict is runners.runs.extend_run.)
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    if gate.state != Gate.State.REVIEW:
-        raise TransitionRefused("extend-marginal", f"{gate.label} is {gate.state}; only a gate under review can be extended")
-    _set_state(gate, Gate.State.OPEN, who, "gate.extended", gate.pilot)
+    require(Act.EXTEND_GATE, gate, actor_roles(gate.pilot, who))
+    _set_state(gate, Gate.State.OPEN, who, AuditAction.GATE_EXTENDED, gate.pilot)
     gate.save(update_fields=["state"])
     return gate
 
@@ -377,44 +338,47 @@ def evidence_sha256(evaluation: Evaluation) -> str:
 @transaction.atomic
 def sign_off_gate(gate: Gate, user, *, decision: str, comment: str = "", party: str | None = None) -> SignOff:
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
-    if pilot.state != Pilot.State.ACTIVE:
-        raise TransitionRefused("pilot-active", f"the pilot is {pilot.state}; gates are signed off only while it is active")
-    if gate.state not in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
-        raise TransitionRefused(
-            "signoff-needs-verdict", f"{gate.label} is {gate.get_state_display().lower()}; it can be signed off only after "
-            "a pass verdict or during a joint review")
+    pilot = gate.pilot = Pilot.objects.select_for_update().get(pk=gate.pilot_id)
+    require(Act.SIGN_OFF_GATE, gate, actor_roles(pilot, user))
     if decision not in SignOff.Decision.values:
         raise TransitionRefused("signoff-decision", f"{decision!r} is not approve or reject")
     if decision == SignOff.Decision.REJECT and not comment.strip():
         raise TransitionRefused("reject-needs-comment", "a rejection must say why")
-    party, role = _signing_party(pilot, user, party)
+    party, role = _signing_party(Act.SIGN_OFF_GATE, gate, user, party)
     evaluation = gate.latest_evaluation
-    if evaluation is None:
-        raise TransitionRefused("signoff-needs-verdict", f"{gate.label} has no evaluation to sign off")
     if gate.signoffs.filter(evaluation=evaluation, party=party).exists():
         raise TransitionRefused("one-signoff-per-party", f"the {party} party has already decided on this {gate.label} evidence")
     signoff = SignOff.objects.create(pilot=pilot, gate=gate, evaluation=evaluation, party=party, person=user, role=role,
                                      decision=decision, comment=comment, evidence_sha256=evidence_sha256(evaluation))
-    audit(pilot, user, f"gate.{decision}", gate, gate.state, gate.state, party=party, comment=comment,
+    audit(pilot, user, _GATE_DECISION[decision], gate, gate.state, gate.state, party=party, comment=comment,
           evidence_sha256=signoff.evidence_sha256)
     if decision == SignOff.Decision.REJECT:
         # Evidence not accepted: the gate needs a new run; only a failed verdict halts a pilot.
-        _set_state(gate, Gate.State.OPEN, user, "gate.reopened", pilot, reason=comment)
+        _set_state(gate, Gate.State.OPEN, user, AuditAction.GATE_REOPENED, pilot, reason=comment)
         gate.verdict = ""
         gate.save(update_fields=["state", "verdict"])
         return signoff
     approvals = gate.signoffs.filter(evaluation=evaluation, decision=SignOff.Decision.APPROVE)
     if {s.party for s in approvals} == {Party.VENDOR, Party.CUSTOMER}:
         gate.closed_at = timezone.now()
-        _set_state(gate, Gate.State.SIGNED_OFF, user, "gate.signed_off", pilot)
+        _set_state(gate, Gate.State.SIGNED_OFF, user, AuditAction.GATE_SIGNED_OFF, pilot)
         gate.save(update_fields=["state", "closed_at"])
         if gate.number < 4:
             _open_gate(pilot, gate.number + 1, user)
         else:
-            _set_state(pilot, Pilot.State.COMPLETED, user, "pilot.completed", pilot)
+            _set_state(pilot, Pilot.State.COMPLETED, user, AuditAction.PILOT_COMPLETED, pilot)
             pilot.save(update_fields=["state"])
     return signoff
+
+
+class NextAction(models.TextChoices):
+    """What somebody must do next on a pilot, with its words (runners.pending adds the nodes' host keys)."""
+
+    SIGN_PLAN = "sign_plan", _("Sign the plan")
+    RUN_GATE = "run_gate", _("Run the gate")
+    SIGN_OFF_GATE = "sign_off_gate", _("Sign off the gate")
+    REVIEW_GATE = "review_gate", _("Review the marginal gate")
+    ACCEPT_HOST_KEY = "accept_host_key", _("Accept a host key")
 
 
 def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
@@ -425,8 +389,9 @@ def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:
 def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
     """Who must act next on each pilot, in a fixed number of queries: pilot id → actions.
 
-    An action is {'role': ..., 'action': sign_plan | run_gate | sign_off_gate | review_gate, 'subject': the plan
-    version or the gate, and for a gate decision 'evaluation_id'}; a halted or completed pilot has none.
+    An action is {'role': ..., 'action': a NextAction (sign_plan, run_gate, sign_off_gate, review_gate), 'subject': the
+    plan version or the gate, and for a gate decision 'evaluation_id'}; a halted or completed pilot has none. With
+    the nodes' host keys: runners.pending.pending_actions_by_pilot, which the pages and the notifications use.
     """
     pilots = [p for p in pilots if p.state not in FINAL]
     ids = [p.pk for p in pilots]
@@ -448,7 +413,7 @@ def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] |
         if version.state == PlanVersion.State.DRAFT:
             for party, role in SIGNING_ROLE.items():
                 if (version.pk, party) not in approved:
-                    actions[pilot_id].append({"role": role, "action": "sign_plan", "subject": version})
+                    actions[pilot_id].append({"role": role, "action": NextAction.SIGN_PLAN, "subject": version})
     current = current if current is not None else current_gates(pilots)
     gates = [current[pk] for pk in ids if pk in current]
     waiting = [g for g in gates if g.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)]
@@ -464,9 +429,9 @@ def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] |
     )
     for gate in gates:
         if gate.state == Gate.State.OPEN:
-            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": "run_gate", "subject": gate})
+            actions[gate.pilot_id].append({"role": Role.VENDOR_ENGINEER, "action": NextAction.RUN_GATE, "subject": gate})
         elif gate in waiting:
-            action = "review_gate" if gate.state == Gate.State.REVIEW else "sign_off_gate"
+            action = NextAction.REVIEW_GATE if gate.state == Gate.State.REVIEW else NextAction.SIGN_OFF_GATE
             for party, role in SIGNING_ROLE.items():
                 if (latest_eval.get(gate.pk), party) not in decided:
                     actions[gate.pilot_id].append(

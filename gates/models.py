@@ -118,13 +118,6 @@ class Pilot(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def roles_for(self, user) -> set[str]:
-        if not getattr(user, "is_authenticated", False):
-            return set()
-        return set(
-            Membership.objects.filter(user=user, organisation_id__in=[self.customer_id, self.vendor_id]).values_list("role", flat=True)
-        )
-
     @property
     def signed_plan(self) -> PlanVersion | None:
         return self.plan_versions.filter(state=PlanVersion.State.SIGNED).order_by("-number").first()
@@ -441,6 +434,42 @@ class AuditQuerySet(models.QuerySet):
         raise PermissionError("The audit log is append-only.")
 
 
+class AuditAction(models.TextChoices):
+    """Every action the audit log records, with its words in the reader's language; nothing else can be written."""
+
+    PILOT_CREATED = "pilot.created", _("pilot created")
+    PILOT_ACTIVATED = "pilot.activated", _("pilot activated")
+    PILOT_COMPLETED = "pilot.completed", _("pilot completed")
+    PILOT_HALTED = "pilot.halted", _("pilot halted")
+    PILOT_SIZING_SET = "pilot.sizing_set", _("capacity sizing settings set")
+    PLAN_VERSION_CREATED = "plan.version_created", _("plan version created")
+    PLAN_APPROVE = "plan.approve", _("plan approved")
+    PLAN_REJECT = "plan.reject", _("plan rejected")
+    PLAN_SIGNED = "plan.signed", _("plan signed by both parties")
+    PLAN_SUPERSEDED = "plan.superseded", _("plan superseded")
+    PLAN_SAMPLE_TRACE = "plan.sample_trace", _("G4's permission to replay a generated sample trace changed")
+    PLAN_SAMPLE_TRACE_UNSIGNED = "plan.sample_trace_unsigned", _(
+        "generated sample trace no longer allowed for G4: it was not part of what was signed")
+    CRITERION_EDITED = "criterion.edited", _("criterion changed")
+    GATE_OPENED = "gate.opened", _("gate opened")
+    GATE_VERDICT = "gate.verdict", _("verdict recorded")
+    GATE_APPROVE = "gate.approve", _("gate approved")
+    GATE_REJECT = "gate.reject", _("gate rejected")
+    GATE_SIGNED_OFF = "gate.signed_off", _("gate signed off")
+    GATE_EXTENDED = "gate.extended", _("gate under review opened again for a run with more repetitions")
+    GATE_REOPENED = "gate.reopened", _("gate reopened")
+    RUN_STARTED = "run.started", _("run started")
+    RUN_FINISHED = "run.finished", _("run finished")
+    RUN_CANCEL_REQUESTED = "run.cancel_requested", _("run cancel requested")
+    REPORT_CREATED = "report.created", _("report made and signed")
+    REPORT_COUNTERSIGNED = "report.countersigned", _("report countersigned")
+    TRACE_UPLOADED = "trace.uploaded", _("customer trace uploaded")
+    SITE_CREATED = "site.created", _("site added")
+    NODE_CREATED = "node.created", _("node registered")
+    NODE_HOST_KEY_ACCEPTED = "node.host_key_accepted", _("host key accepted")
+    CREDENTIAL_CREATED = "credential.created", _("SSH key uploaded")
+
+
 class AuditEvent(models.Model):
     """Append-only: who did what, when, and from which state to which."""
 
@@ -448,7 +477,7 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     actor_label = models.CharField(max_length=150, help_text="The person's name, or the system component that acted")
     pilot = models.ForeignKey(Pilot, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events")
-    action = models.CharField(max_length=64)
+    action = models.CharField(max_length=64, choices=AuditAction.choices)
     object_type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=64)
     from_state = models.CharField(max_length=32, blank=True)

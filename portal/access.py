@@ -25,20 +25,20 @@ from django.core.files.storage import storages
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
-from gates.lifecycle import PLAN_EDITORS, SIGNING_ROLE
-from gates.models import Gate, Membership, Pilot, Report, Role
+from gates import policy
+from gates.models import Gate, Pilot, Report, Role
+from gates.policy import Act, roles_of
 from runners.models import Artifact, Job
 
 CHUNK = 1 << 20
 
-# Capabilities: the roles that hold them. VIEW is any membership of the pilot's two organisations.
+# Capabilities: the roles that hold them (gates.policy.ROLES). VIEW is any membership of the pilot's two organisations.
 VIEW = frozenset(Role.values)
-OPERATE = frozenset({Role.VENDOR_ENGINEER})
-SIGN = frozenset(SIGNING_ROLE.values())
-EDIT_PLAN = frozenset(PLAN_EDITORS)
+OPERATE = policy.ROLES[Act.OPERATE_NODES]
+SIGN = policy.SIGNERS
+EDIT_PLAN = policy.PLAN_EDITORS
 # Raw records, server logs, every stored artifact and the signed reports (which carry them as attachments).
-RAW_DATA = frozenset({Role.VENDOR_ENGINEER, Role.VENDOR_LEAD, Role.CUSTOMER_ENGINEER, Role.CUSTOMER_APPROVER})
-EXTEND = frozenset({Role.VENDOR_ENGINEER, *SIGN})
+RAW_DATA = policy.ROLES[Act.TAKE_RAW_DATA]
 
 REFUSED = {
     RAW_DATA: "Your role in this pilot does not include raw data (artifacts, logs and the reports that attach them).",
@@ -47,22 +47,17 @@ REFUSED = {
     EDIT_PLAN: "Your role in this pilot may not change the plan.",
 }
 
-
-def roles_of(pilot: Pilot, user) -> frozenset[str]:
-    """The person's roles in this pilot, computed once per pilot object."""
-    cached = getattr(pilot, "_portal_roles", None)
-    if cached is None or cached[0] != getattr(user, "pk", None):
-        roles = frozenset(
-            Membership.objects.filter(user=user, organisation_id__in=[pilot.customer_id, pilot.vendor_id]).values_list(
-                "role", flat=True
-            )
-        ) if getattr(user, "is_authenticated", False) and getattr(user, "is_active", True) else frozenset()
-        pilot._portal_roles = cached = (getattr(user, "pk", None), roles)
-    return cached[1]
+__all__ = ["roles_of"]
 
 
-def can(pilot: Pilot, user, roles: frozenset[str]) -> bool:
-    return bool(roles_of(pilot, user) & roles)
+def offers(pilot: Pilot, user, act: Act, subject) -> bool:
+    """Whether a page offers `act` on `subject` to this person (gates.policy, the rule the action refuses by)."""
+    return policy.may(act, subject, roles_of(pilot, user))
+
+
+def require_act(pilot: Pilot, user, act: Act) -> frozenset[str]:
+    """404 for a person outside the pilot, 403 for a member whose roles may never do `act` (its state is the action's)."""
+    return require_role(pilot, user, policy.ROLES[act])
 
 
 def require_role(pilot: Pilot, user, roles: frozenset[str]) -> frozenset[str]:

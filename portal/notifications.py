@@ -24,21 +24,14 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from gates.lifecycle import FINAL, pending_actions_by_pilot
-from gates.models import Membership, Notification, Pilot, Profile, Role
+from gates.lifecycle import FINAL, NextAction
+from gates.models import Membership, Notification, Pilot, Profile
 from runners.models import FINISHED, Job, Node
+from runners.pending import pending_actions_by_pilot
 
 log = logging.getLogger(__name__)
 
-ACTION_LABELS = {
-    "sign_plan": gettext_lazy("Sign the plan"),
-    "run_gate": gettext_lazy("Run the gate"),
-    "sign_off_gate": gettext_lazy("Sign off the gate"),
-    "review_gate": gettext_lazy("Review the marginal gate"),
-    "accept_host_key": gettext_lazy("Accept a host key"),
-}
 RUN_NOTICE_WINDOW = timedelta(days=7)
 
 
@@ -115,7 +108,13 @@ def send_email(note_id: int) -> str:
 
 def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[], str], str]:
     """(key, subject line, url) for a pending action."""
-    if action == "sign_plan":
+    if action == NextAction.ACCEPT_HOST_KEY:
+        return (
+            f"host_key:{subject.code}:{subject.pending_host_key_fingerprint}",
+            lambda: _host_key_subject(subject, pilot),
+            reverse("node", args=[subject.code]),
+        )
+    if action == NextAction.SIGN_PLAN:
         return (
             f"sign_plan:{subject.pk}",
             lambda: _("%(pilot)s: sign plan v%(number)s") % {"pilot": pilot.name, "number": subject.number},
@@ -123,7 +122,7 @@ def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[]
         )
     return (
         f"{action}:{subject.pk}",
-        lambda: f"{pilot.name}: {ACTION_LABELS[action]} — {subject.label}",
+        lambda: f"{pilot.name}: {NextAction(action).label} — {subject.label}",
         reverse("gate", args=[pilot.code, subject.number]),
     )
 
@@ -147,16 +146,16 @@ def _subject_again(note: Notification) -> str | None:
     pilot = note.pilot
     if pilot is None or not ident:
         return None
-    if note.kind == "accept_host_key":
+    if note.kind == NextAction.ACCEPT_HOST_KEY:
         node = Node.objects.filter(code=ident).first() if _is_uuid(ident) else None
         return _host_key_subject(node, pilot, rest.partition(":")[2]) if node is not None else None
     if note.kind == "run_finished":
         job = Job.objects.filter(code=ident).select_related("gate").first() if _is_uuid(ident) else None
         return _run_subject(job, pilot) if job is not None else None
-    if note.kind == "sign_plan" and ident.isdigit():
+    if note.kind == NextAction.SIGN_PLAN and ident.isdigit():
         version = pilot.plan_versions.filter(pk=int(ident)).first()
         return _action_notice(kind, pilot, version)[1]() if version is not None else None
-    if note.kind in ACTION_LABELS and ident.isdigit():
+    if note.kind in NextAction.values and ident.isdigit():
         gate = pilot.gates.filter(pk=int(ident)).first()
         return _action_notice(kind, pilot, gate)[1]() if gate is not None else None
     return None
@@ -190,7 +189,7 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     for pilot_id, actions in pending_actions_by_pilot(pilots).items():
         pilot = by_id[pilot_id]
         for action in actions:
-            if action["action"] == "run_gate":
+            if action["action"] == NextAction.RUN_GATE:
                 continue  # a standing task of the vendor engineer: shown on the home page, not emailed
             key, subject, url = _action_notice(action["action"], pilot, action["subject"])
             if action.get("evaluation_id"):
@@ -205,18 +204,6 @@ def sweep(pilots: Iterable[Pilot] | None = None) -> int:
                     url=url,
                 )
             )
-    for node in Node.objects.filter(site__pilot_id__in=list(by_id), host_key_state=Node.HostKeyState.PENDING):
-        pilot = by_id[node.site.pilot_id] if node.site_id else None
-        count += len(
-            notify(
-                _members(pilot, [Role.VENDOR_ENGINEER]),
-                pilot=pilot,
-                kind="accept_host_key",
-                key=f"host_key:{node.code}:{node.pending_host_key_fingerprint}",
-                subject=lambda node=node, pilot=pilot: _host_key_subject(node, pilot),
-                url=reverse("node", args=[node.code]),
-            )
-        )
     since = timezone.now() - RUN_NOTICE_WINDOW
     for job in Job.objects.filter(pilot_id__in=list(by_id), status__in=FINISHED, finished__gte=since).select_related(
         "gate"

@@ -17,6 +17,7 @@ from django.utils.translation import gettext_noop
 
 from gates.models import UploadVerification
 from portal.notifications import sweep
+from reports.findings import english, said
 
 log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
@@ -52,8 +53,9 @@ def queue_upload_verification(upload, user) -> UploadVerification:
 
 
 def _unreadable(exc: Exception) -> dict:
-    reason = f"The file could not be read as a signed PDF ({type(exc).__name__})."
-    return {"ok": False, "reasons": [reason], "signatures": [], "attachments": [], "report": {}, "metadata": {}}
+    finding = said(gettext_noop("The file could not be read as a signed PDF (%(error)s)."), error=type(exc).__name__)
+    return {"ok": False, "reasons": [english(finding)], "findings": [finding], "signatures": [], "attachments": [],
+            "report": {}, "metadata": {}}
 
 
 @shared_task(name="gates.tasks.verify_upload", ignore_result=True)

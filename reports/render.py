@@ -29,6 +29,7 @@ from weasyprint.urls import URLFetcher, URLFetcherResponse
 from gates.models import Gate, Party, Pilot, Role, SignOff
 from reports.charts import font_stack, gate_charts
 from reports.context import read_attachment
+from reports.units import figure, interval
 from reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
 from reports.words import procurement_summary
 from runners.artifacts import ArtifactMismatch
@@ -51,21 +52,6 @@ class ReportError(Exception):
     """A report that cannot be made honestly (e.g. an artifact no longer matches its hash)."""
 
 
-def fmt_value(value: Any, unit: str = "") -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if unit == "fraction":
-        return f"{value * 100:.1f} %"
-    if unit == "×":
-        return f"{value:.2f}×"
-    text = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return f"{text} {unit}".strip()
-
-
 def fmt_bytes(value: float | None) -> str:
     if value is None:
         return "—"
@@ -75,19 +61,14 @@ def fmt_bytes(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
-def fmt_interval(ci: list | None, unit: str = "") -> str:
-    low, high = (list(ci or []) + [None, None])[:2]
-    return f"[{fmt_value(low, unit)}, {fmt_value(high, unit)}]"
-
-
 def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any]]:
     rows = []
     for criterion in verdict.get("criteria") or []:
         unit = criterion.get("unit", "")
         cells = [{
-            "concurrency": cell.get("concurrency", "—"), "value": fmt_value(cell.get("value"), unit),
-            "ci": fmt_interval(cell.get("ci"), unit),
-            "candidate_value": fmt_value(cell.get("candidate_value")), "baseline_value": fmt_value(cell.get("baseline_value")),
+            "concurrency": cell.get("concurrency", "—"), "value": figure(cell.get("value"), unit),
+            "ci": interval(cell.get("ci"), unit),
+            "candidate_value": figure(cell.get("candidate_value")), "baseline_value": figure(cell.get("baseline_value")),
             "n": f"{cell.get('n_candidate', '—')} / {cell.get('n_baseline', '—')}",
             "verdict": cell.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(cell.get("verdict"), cell.get("verdict")),
         } for cell in criterion.get("cells") or []]
@@ -99,9 +80,9 @@ def criterion_rows(verdict: dict[str, Any], language: str) -> list[dict[str, Any
             "statistic": criterion.get("statistic", ""),
             "comparison": COMPARISON_LABELS.get(criterion.get("comparison"), criterion.get("comparison", "")),
             "arms": arms or "—", "phase": criterion.get("phase", ""),
-            "bar": f"{OPS.get(criterion.get('op'), criterion.get('op', ''))} {fmt_value(criterion.get('threshold'), unit)}",
-            "value": fmt_value(criterion.get("value"), unit),
-            "ci": fmt_interval(criterion.get("ci"), unit),
+            "bar": f"{OPS.get(criterion.get('op'), criterion.get('op', ''))} {figure(criterion.get('threshold'), unit)}",
+            "value": figure(criterion.get("value"), unit),
+            "ci": interval(criterion.get("ci"), unit),
             "confidence": f"{criterion.get('confidence', 0.95) * 100:.0f} %", "n": criterion.get("n", "—"),
             "concurrency": ", ".join(str(c.get("concurrency")) for c in criterion.get("cells") or [] if c.get("concurrency")) or "—",
             "verdict": criterion.get("verdict", ""), "verdict_label": VERDICT_LABELS.get(criterion.get("verdict"), ""),
@@ -296,10 +277,10 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
                 "kv": fmt_bytes(context["sizing"].get("kv_bytes")),
                 "capacity": fmt_bytes(context["sizing"].get("capacity_bytes")),
             }
-            extra["projection_rows"] = [dict(row, value_display=fmt_value(row["value"], row["unit"]),
+            extra["projection_rows"] = [dict(row, value_display=figure(row["value"], row["unit"]),
                                              how_label=HOW_LABELS.get(row["how"], row["how"]),
-                                             low_display=fmt_value(row["low"], row["unit"]),
-                                             ci_display=fmt_interval(row.get("ci"), row["unit"]))
+                                             low_display=figure(row["low"], row["unit"]),
+                                             ci_display=interval(row.get("ci"), row["unit"]))
                                         for row in context["projections"]]
         is_zh = language.lower().startswith("zh")
         explanation = (context.get("verdict") or {}).get("explanation_zh" if is_zh else "explanation") or ""

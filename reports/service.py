@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone, translation
 
 from gates.lifecycle import audit
-from gates.models import Evaluation, Gate, Membership, Pilot, Report, Role, SignOff
+from gates.models import AuditAction, Evaluation, Gate, Membership, Pilot, Report, Role, SignOff
 from reports import sign
 from reports.context import gate_report_context, procurement_report_context, root_certificate
 from reports.render import ReportError, render_pdf
@@ -126,10 +126,10 @@ def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluat
         countersigned_by=countersigner, countersigned_at=created if countersigner is not None else None,
     )
     if countersigner is None:
-        audit(pilot, who or "reports", "report.created", report, kind=report.kind, gate=gate.number if gate else None,
+        audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind, gate=gate.number if gate else None,
               language=language, sha256=sha256, simulated=report.simulated)
     else:
-        audit(pilot, countersigner, "report.countersigned", report, source=str(supersedes.code) if supersedes else "",
+        audit(pilot, countersigner, AuditAction.REPORT_COUNTERSIGNED, report, source=str(supersedes.code) if supersedes else "",
               version=report.version, sha256=sha256)
     return report
 

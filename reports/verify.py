@@ -4,6 +4,11 @@ Pure: bytes and trust roots in, a VerificationResult out. `ok` holds only when e
 intact, valid and chains to a given root, the last one covers the file to its last byte (bytes
 appended after it fail, although some validators still say VALID), earlier ones were followed only
 by further signatures, and every attachment re-hashes to what manifest.json says.
+
+Each finding is made as a sentence of the catalogue and the values in it (`said`): `reasons`, `problems` and
+`problem` are those sentences in English (the command line, the stored result), `findings`, `problem_findings`
+and `problem_finding` keep them as made (reports.findings), so a page says them in its reader's language without
+reading the English back.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Any
 
 from asn1crypto import pem
 from asn1crypto import x509 as asn1_x509
+from django.utils.translation import gettext_noop
 from pyhanko.pdf_utils import generic, misc
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign.diff_analysis import ModificationLevel
@@ -26,11 +32,12 @@ from pyhanko.sign.validation import validate_pdf_signature
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pyhanko_certvalidator import ValidationContext
 
+from reports.findings import Finding, english, said
+
 MANIFEST_NAME = "manifest.json"
 # What pyHanko and zlib raise on a damaged file: each becomes a reason, never a crash.
 DAMAGE = (misc.PdfError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error)
 MANIFEST_SCHEMA = "fxpilot.report-manifest/1"
-
 
 @dataclass
 class SignatureCheck:
@@ -46,6 +53,7 @@ class SignatureCheck:
     modification: str
     ok: bool
     problems: list[str] = field(default_factory=list)
+    problem_findings: list[Finding] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +65,7 @@ class AttachmentCheck:
     size: int
     ok: bool
     problem: str = ""
+    problem_finding: Finding | None = None
 
 
 @dataclass
@@ -67,6 +76,7 @@ class VerificationResult:
     attachments: list[AttachmentCheck]
     report: dict[str, Any]
     metadata: dict[str, str]
+    findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,90 +95,101 @@ def load_trust_roots(sources: Sequence[Path | str | bytes]) -> list[asn1_x509.Ce
 
 
 def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509.Certificate]) -> VerificationResult:
-    reasons: list[str] = []
+    result = VerificationResult(ok=False, reasons=[], signatures=[], attachments=[], report={}, metadata={})
+    _verify(data, trust_roots, result, result.findings)
+    result.reasons = [english(finding) for finding in result.findings]
+    result.ok = not result.findings
+    return result
+
+
+def _verify(data: bytes, trust_roots, result: VerificationResult, reasons: list[Finding]) -> None:
     roots = [r for r in trust_roots if isinstance(r, asn1_x509.Certificate)]
     roots += load_trust_roots([r for r in trust_roots if not isinstance(r, asn1_x509.Certificate)])
-    result = VerificationResult(ok=False, reasons=reasons, signatures=[], attachments=[], report={}, metadata={})
     if not roots:
-        reasons.append("no trust root given: a signature can only be trusted against the vendor's root certificate")
+        reasons.append(said(gettext_noop(
+            "no trust root given: a signature can only be trusted against the vendor's root certificate")))
     try:
         reader = PdfFileReader(BytesIO(data), strict=False)
         embedded = list(reader.embedded_signatures)
     except DAMAGE as error:
-        reasons.append(f"not a readable PDF: {error}")
-        return result
+        reasons.append(said(gettext_noop("not a readable PDF: %(error)s"), error=error))
+        return
     result.metadata = _metadata(reader)
     if not embedded:
-        reasons.append("the PDF carries no signature")
+        reasons.append(said(gettext_noop("the PDF carries no signature")))
     context = ValidationContext(trust_roots=roots, allow_fetching=False)
     for position, sig in enumerate(embedded):
         check = _check_signature(sig, context, data, last=position == len(embedded) - 1)
-        check.problems += _foreign_certificates(sig, roots)
+        check.problem_findings += _foreign_certificates(sig, roots)
+        check.problems = [english(problem) for problem in check.problem_findings]
         check.ok = not check.problems
         result.signatures.append(check)
-        reasons += [f"signature {check.field!r} ({check.signer}): {problem}" for problem in check.problems]
+        reasons += [said(gettext_noop("signature %(field)s (%(signer)s): %(problem)s"), field=repr(check.field),
+                         signer=check.signer, problem=problem) for problem in check.problem_findings]
     files = _embedded_files(reader, reasons)
     _check_attachments(files, result, reasons)
-    result.ok = not reasons
-    return result
 
 
 def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool) -> SignatureCheck:
-    problems: list[str] = []
+    problems: list[Finding] = []
     signer = issuer = ""
     try:
         cert = sig.signer_cert
         signer, issuer = cert.subject.human_friendly, cert.issuer.human_friendly
     except Exception as error:  # noqa: BLE001 — a mangled CMS blob is a verdict, not a crash
-        problems.append(f"the signer certificate cannot be read ({error})")
+        problems.append(said(gettext_noop("the signer certificate cannot be read (%(error)s)"), error=error))
     byte_range = [int(x) for x in sig.byte_range]
     covers_whole_file = len(byte_range) == 4 and byte_range[2] + byte_range[3] == len(data)
     if len(byte_range) == 4 and not _clean_placeholder(data[byte_range[1]:byte_range[2]]):
-        problems.append("bytes were changed in the signature's placeholder (outside the signature value)")
+        problems.append(said(gettext_noop(
+            "bytes were changed in the signature's placeholder (outside the signature value)")))
     try:
         # pyHanko logs the details of a broken signature itself; the result below carries them.
         logging.getLogger("pyhanko").disabled = True
         status = validate_pdf_signature(sig, context)
     except Exception as error:  # noqa: BLE001 — pyHanko raises many kinds on broken input
-        problems.append(f"cannot be validated ({type(error).__name__}: {error})")
+        problems.append(said(gettext_noop("cannot be validated (%(error)s)"), error=f"{type(error).__name__}: {error}"))
         return SignatureCheck(field=str(sig.field_name), signer=signer, issuer=issuer, signing_time=None,
                               timestamped=False, intact=False, valid=False, trusted=False,
-                              covers_whole_file=covers_whole_file, modification="unknown", ok=False, problems=problems)
+                              covers_whole_file=covers_whole_file, modification="unknown", ok=False,
+                              problem_findings=problems)
     finally:
         logging.getLogger("pyhanko").disabled = False
     level = status.modification_level
     if not status.intact:
-        problems.append("the signed bytes were changed (digest mismatch)")
+        problems.append(said(gettext_noop("the signed bytes were changed (digest mismatch)")))
     elif not status.valid:
-        problems.append("the signature value does not match the signer's certificate")
+        problems.append(said(gettext_noop("the signature value does not match the signer's certificate")))
     if status.intact and status.valid and not status.trusted:
-        problems.append("the signer's certificate does not chain to a trusted root"
-                        + (f" ({status.trust_problem_indic})" if status.trust_problem_indic else ""))
+        problems.append(said(gettext_noop("the signer's certificate does not chain to a trusted root%(detail)s"),
+                             detail=f" ({status.trust_problem_indic})" if status.trust_problem_indic else ""))
     if last:
         if not covers_whole_file or status.coverage != SignatureCoverageLevel.ENTIRE_FILE:
-            problems.append(f"not total document signed: {len(data) - sum(byte_range[2:4])} bytes after the signed range")
+            problems.append(said(gettext_noop("not total document signed: %(n)s bytes after the signed range"),
+                                 n=len(data) - sum(byte_range[2:4])))
     elif status.coverage != SignatureCoverageLevel.ENTIRE_REVISION or level is None or level > ModificationLevel.FORM_FILLING:
-        problems.append(f"the document was changed after this signature by more than further signatures ({level})")
+        problems.append(said(gettext_noop(
+            "the document was changed after this signature by more than further signatures (%(level)s)"), level=level))
     if status.docmdp_ok is False:
-        problems.append("a change after this signature is not permitted by its certification (DocMDP)")
+        problems.append(said(gettext_noop("a change after this signature is not permitted by its certification (DocMDP)")))
     when = status.timestamp_validity.timestamp if status.timestamp_validity else status.signer_reported_dt
     return SignatureCheck(
         field=str(sig.field_name), signer=signer, issuer=issuer,
         signing_time=when.isoformat() if when else None, timestamped=status.timestamp_validity is not None,
         intact=bool(status.intact), valid=bool(status.valid), trusted=bool(status.trusted),
         covers_whole_file=covers_whole_file, modification=level.name if level is not None else "unknown",
-        ok=not problems, problems=problems,
+        ok=not problems, problem_findings=problems,
     )
 
 
-def _foreign_certificates(sig, roots: list[asn1_x509.Certificate]) -> list[str]:
+def _foreign_certificates(sig, roots: list[asn1_x509.Certificate]) -> list[Finding]:
     """Certificates carried in the signature are not covered by it: each must be the signer's, or a trusted
     root byte for byte, or issued by one — an altered copy of the root would otherwise pass unnoticed."""
     try:
         carried = list(sig.signed_data["certificates"])
         signer = sig.signer_cert
     except Exception as error:  # noqa: BLE001 — a mangled CMS blob is a verdict, not a crash
-        return [f"the certificates carried in the signature cannot be read ({error})"]
+        return [said(gettext_noop("the certificates carried in the signature cannot be read (%(error)s)"), error=error)]
     trusted = {root.dump() for root in roots}
     trusted_names = {root.subject.dump() for root in roots}
     problems = _unsigned_fields(sig, signer)
@@ -177,13 +198,15 @@ def _foreign_certificates(sig, roots: list[asn1_x509.Certificate]) -> list[str]:
         if cert.dump() == signer.dump() or cert.dump() in trusted:
             continue
         if cert.subject.dump() in trusted_names:
-            problems.append(f"a carried copy of the trusted root {cert.subject.human_friendly!r} differs from the root")
+            problems.append(said(gettext_noop("a carried copy of the trusted root %(name)s differs from the root"),
+                                 name=repr(cert.subject.human_friendly)))
         elif cert.issuer.dump() not in trusted_names:
-            problems.append(f"the signature carries a certificate that no trusted root issued ({cert.subject.human_friendly})")
+            problems.append(said(gettext_noop("the signature carries a certificate that no trusted root issued (%(name)s)"),
+                                 name=cert.subject.human_friendly))
     return problems
 
 
-def _unsigned_fields(sig, signer) -> list[str]:
+def _unsigned_fields(sig, signer) -> list[Finding]:
     """The signer identifier and the digest algorithm list sit outside what the signature covers: they must agree
     with the signer's certificate and the digest actually used."""
     problems = []
@@ -192,11 +215,13 @@ def _unsigned_fields(sig, signer) -> list[str]:
     if sid.name == "issuer_and_serial_number":
         chosen = sid.chosen
         if chosen["issuer"].dump() != signer.issuer.dump() or chosen["serial_number"].native != signer.serial_number:
-            problems.append("the signer identifier does not match the signer's certificate")
+            problems.append(said(gettext_noop("the signer identifier does not match the signer's certificate")))
     used = signer_info["digest_algorithm"]["algorithm"].native
     listed = {algo["algorithm"].native for algo in sig.signed_data["digest_algorithms"]}
     if used not in listed:
-        problems.append(f"the signature's digest algorithm list {sorted(listed)} does not name the digest used ({used})")
+        problems.append(said(gettext_noop(
+            "the signature's digest algorithm list %(listed)s does not name the digest used (%(used)s)"),
+            listed=sorted(listed), used=used))
     return problems
 
 
@@ -246,16 +271,18 @@ def _name_tree(node, seen: set[int]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def _embedded_files(reader: PdfFileReader, reasons: list[str]) -> dict[str, bytes]:
+def _embedded_files(reader: PdfFileReader, reasons: list[Finding]) -> dict[str, bytes]:
     try:
         names = reader.root.get("/Names")
         tree = names.get_object().get("/EmbeddedFiles") if names is not None else None
         if tree is None:
-            reasons.append("the PDF has no attached files; an evidence report carries its raw artifacts and manifest.json")
+            reasons.append(said(gettext_noop(
+                "the PDF has no attached files; an evidence report carries its raw artifacts and manifest.json")))
             return {}
         pairs = _name_tree(tree.get_object(), set())
     except DAMAGE as error:
-        reasons.append(f"the attached files cannot be read: {type(error).__name__}: {error}")
+        reasons.append(said(gettext_noop("the attached files cannot be read: %(error)s"),
+                            error=f"{type(error).__name__}: {error}"))
         return {}
     files: dict[str, bytes] = {}
     for name, spec in pairs:
@@ -264,16 +291,18 @@ def _embedded_files(reader: PdfFileReader, reasons: list[str]) -> dict[str, byte
             files[name] = (stream.get("/UF") or stream["/F"]).get_object().data
         except DAMAGE as error:
             # A damaged stream is a finding about this file, not a reason to stop checking the rest.
-            reasons.append(f"attachment {name!r} cannot be read ({type(error).__name__}: {error})")
+            reasons.append(said(gettext_noop("attachment %(name)s cannot be read (%(error)s)"), name=repr(name),
+                                error=f"{type(error).__name__}: {error}"))
             files[name] = b""
     return files
 
 
-def _check_attachments(files: dict[str, bytes], result: VerificationResult, reasons: list[str]) -> None:
+def _check_attachments(files: dict[str, bytes], result: VerificationResult, reasons: list[Finding]) -> None:
     raw = files.pop(MANIFEST_NAME, None)
     if raw is None:
         if files or not reasons:
-            reasons.append(f"no {MANIFEST_NAME} attached: the attachments cannot be checked")
+            reasons.append(said(gettext_noop("no %(manifest)s attached: the attachments cannot be checked"),
+                                manifest=MANIFEST_NAME))
         return
     try:
         manifest = json.loads(raw)
@@ -281,26 +310,32 @@ def _check_attachments(files: dict[str, bytes], result: VerificationResult, reas
             raise ValueError(f"schema is {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA!r}")
         listed = {item["file"]: item for item in manifest["artifacts"]}
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        reasons.append(f"{MANIFEST_NAME} is not a valid report manifest: {error}")
+        reasons.append(said(gettext_noop("%(manifest)s is not a valid report manifest: %(error)s"),
+                            manifest=MANIFEST_NAME, error=error))
         return
     result.report = dict(manifest.get("report") or {})
     for file_name, item in listed.items():
         data = files.pop(file_name, None)
         if data is None:
-            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), "", 0, False,
-                                    "listed in the manifest but not attached")
+            problem = said(gettext_noop("listed in the manifest but not attached"))
+            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), "", 0, False)
         else:
             actual = hashlib.sha256(data).hexdigest()
             matches = actual == item.get("sha256") and len(data) == item.get("size", len(data))
-            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), actual, len(data), matches,
-                                    "" if matches else f"hashes to {actual}, the manifest says {item.get('sha256')}")
-        result.attachments.append(check)
-        if not check.ok:
-            reasons.append(f"attachment {file_name!r}: {check.problem}")
+            problem = None if matches else said(gettext_noop("hashes to %(actual)s, the manifest says %(listed)s"),
+                                                actual=actual, listed=item.get("sha256"))
+            check = AttachmentCheck(file_name, item.get("name", ""), item.get("sha256"), actual, len(data), matches)
+        _attach(result, reasons, check, problem)
     for file_name, data in files.items():
-        result.attachments.append(AttachmentCheck(file_name, "", None, hashlib.sha256(data).hexdigest(), len(data), False,
-                                                  "attached but not listed in the manifest"))
-        reasons.append(f"attachment {file_name!r}: attached but not listed in the manifest")
+        _attach(result, reasons, AttachmentCheck(file_name, "", None, hashlib.sha256(data).hexdigest(), len(data), False),
+                said(gettext_noop("attached but not listed in the manifest")))
+
+
+def _attach(result: VerificationResult, reasons: list[Finding], check: AttachmentCheck, problem: Finding | None) -> None:
+    if problem is not None:
+        check.problem, check.problem_finding = english(problem), problem
+        reasons.append(said(gettext_noop("attachment %(name)s: %(problem)s"), name=repr(check.file), problem=problem))
+    result.attachments.append(check)
 
 
 def describe(result: VerificationResult) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from reports.units import figure
+
 ARM_NAMES = {
     "local_nvme": gettext_lazy("one local NVMe disk"), "recompute": gettext_lazy("full recompute (no stored cache)"),
     "dram": gettext_lazy("host memory only"), "hbm": gettext_lazy("GPU memory only"),
@@ -47,16 +49,12 @@ def tera(value: float | None) -> str:
     return "—" if value is None else f"{value / 1e12:,.1f} TB"
 
 
-def _figure(value: float | None, unit: str) -> str:
-    return times(value) if unit == "×" else percent(value) if unit == "fraction" else number(value)
-
-
 def _interval(ci: list | None, unit: str, confidence: float | None) -> str:
     """The interval at the confidence the judge used for it (96 % at a first look, 99.5 % at an extension)."""
     low, high = (list(ci or []) + [None, None])[:2]
     if low is None or high is None:
         return _("no interval")
-    args = {"low": _figure(low, unit), "high": _figure(high, unit)}
+    args = {"low": figure(low, unit), "high": figure(high, unit)}
     if not confidence:
         return _("interval %(low)s to %(high)s") % args
     return _("%(level)s %% interval %(low)s to %(high)s") % dict(args, level=f"{100 * float(confidence):.4g}")
@@ -72,7 +70,7 @@ def gain_sentence(row: dict[str, Any], fx_model: str, concurrency: int) -> str |
     if value is None:
         return None
     args = {"fx": arm_name(row.get("candidate") or "fx", fx_model), "base": arm_name(row.get("baseline") or "", fx_model),
-            "value": _figure(value, unit), "interval": _interval(row.get("ci"), unit, row.get("confidence")), "n": concurrency}
+            "value": figure(value, unit), "interval": _interval(row.get("ci"), unit, row.get("confidence")), "n": concurrency}
     metric, comparison = row.get("metric"), row.get("comparison")
     if comparison == "speedup" and metric == "ttft":
         what = _("with %(fx)s the first token arrives %(value)s sooner than with %(base)s (%(interval)s)") % args

@@ -28,7 +28,8 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from gates import lifecycle
+from gates import lifecycle, policy
+from gates.models import AuditAction
 from runners import ssh
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
@@ -157,7 +158,7 @@ def _close(job: Job, steps: list[Step]) -> None:
             transaction.on_commit(lambda waiter=waiter: dispatch_advance(waiter))
         detail = f": {job.error}" if status == Status.ERROR and job.error else ""
         system_line(job, f"run {status}{detail}" + (" (its nodes are free again)" if released else ""))
-        lifecycle.audit(job.pilot, "orchestrator", "run.finished", job, Status.RUNNING, status,
+        lifecycle.audit(job.pilot, "orchestrator", AuditAction.RUN_FINISHED, job, Status.RUNNING, status,
                         error=job.error if status == Status.ERROR else "")
 
 
@@ -538,7 +539,14 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
 
 
 def request_cancel(job: Job, who=None) -> Job:
-    """Stop dispatching, kill the run's remote process groups, run teardown, end `canceled`."""
+    """Stop dispatching, kill the run's remote process groups, run teardown, end `canceled`.
+
+    A person must be allowed to (gates.policy, CANCEL_RUN); for anyone, a run already ended or already being
+    canceled is left as it is.
+    """
+    roles = policy.actor_roles(job.pilot, who)
+    if roles is not None:
+        policy.require(policy.Act.CANCEL_RUN, job, roles)
     with transaction.atomic():
         mine = Job.objects.filter(pk=job.pk, status__in=UNFINISHED, cancel_requested=False)
         if not mine.update(cancel_requested=True):
@@ -546,7 +554,7 @@ def request_cancel(job: Job, who=None) -> Job:
             return job
         job.refresh_from_db()
         actor = lifecycle.as_actor(who)
-        lifecycle.audit(job.pilot, who, "run.cancel_requested", job, job.status, job.status)
+        lifecycle.audit(job.pilot, who, AuditAction.RUN_CANCEL_REQUESTED, job, job.status, job.status)
         system_line(job, f"cancel requested by {actor.name}: stopping dispatch, killing remote processes, tearing down")
         for step in job.steps.select_related("node__site").filter(status=Status.RUNNING):
             if step.remote.get("pid") and not step.params.get("always"):

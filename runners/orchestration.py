@@ -3,12 +3,20 @@
 The portal, the API and the management commands use these names; code inside runners/ imports
 them from the module that owns each (docs/architecture.md).
 """
+from gates import policy
+from gates.models import CustomerTrace, Gate
+from runners import traces
 from runners.engine import reconcile, request_cancel
 from runners.progress import job_progress, log_since, wait_for
 from runners.runs import RunRefused, start_gate_run
 from runners.traces import TraceRefused
 from runners.traces import current as current_trace
-from runners.traces import upload as upload_trace
 
 __all__ = ["RunRefused", "TraceRefused", "current_trace", "job_progress", "log_since", "reconcile", "request_cancel",
            "start_gate_run", "upload_trace", "wait_for"]
+
+
+def upload_trace(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
+    """The customer's trace for G4 (runners.traces.upload), once the policy allows it (UPLOAD_TRACE)."""
+    policy.require(policy.Act.UPLOAD_TRACE, gate, policy.actor_roles(gate.pilot, user))
+    return traces.upload(gate, data, name, user, party)

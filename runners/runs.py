@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy
 
 from gates import lifecycle
 from gates.judge import sequential
-from gates.models import Evaluation, Gate
+from gates.models import AuditAction, Evaluation, Gate
 from runners import gateplans, traces
 from runners.artifacts import store_bytes
 from runners.dispatch import dispatch_advance
@@ -101,7 +101,7 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     (then it replays a generated sample trace and its log says so).
     """
     gate = Gate.objects.select_for_update().select_related("pilot").get(pk=gate.pk)
-    lifecycle.require_runnable(gate)
+    lifecycle.require_runnable(gate, who)
     busy = Job.objects.filter(gate=gate, status__in=UNFINISHED).first()
     if busy is not None:
         raise RunRefused(_("%(gate)s already has a run going (%(run)s, %(status)s); cancel it first")
@@ -149,7 +149,7 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     steps = StepList(job)
     gateplans.build(job, gate, nodes, steps)
     steps.save()
-    lifecycle.audit(gate.pilot, who, "run.started", job, "", job.status, gate=gate.number,
+    lifecycle.audit(gate.pilot, who, AuditAction.RUN_STARTED, job, "", job.status, gate=gate.number,
                     steps=len(steps.steps), site=site.name)
     system_line(job, f"{gate.label} run {job.code} created by {actor.name}: {len(steps.steps)} steps on "
                      f"{', '.join(n.name for n in nodes)} (site {site.name}, queue {site.queue})")

@@ -11,8 +11,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gates.judge import explain
-from gates.models import Gate, Pilot, PlanVersion
-from reports import reasons
+from gates.models import AuditAction, Gate, Pilot, PlanVersion
+from reports import findings, units
 from reports.context import root_certificate
 from reports.templatetags import evidence
 from runners.models import Status
@@ -42,18 +42,8 @@ def percent(value: Any, digits: int = 0) -> str:
 
 @register.filter
 def number(value: Any, digits: int = 3) -> str:
-    """A figure to `digits` significant places, in the reader's number format."""
-    if value in (None, ""):
-        return "—"
-    if isinstance(value, bool):
-        return _("yes") if value else _("no")
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int) or float(value).is_integer():
-        return formats.number_format(int(value), use_l10n=True, force_grouping=True)
-    magnitude = abs(value)
-    places = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else int(digits)
-    return formats.number_format(value, decimal_pos=places, use_l10n=True)
+    """A figure to `digits` significant places, in the reader's number format (reports.units, as the reports)."""
+    return units.number(value, digits)
 
 
 @register.filter
@@ -82,10 +72,9 @@ def svg(markup: str) -> SafeString:
 
 
 @register.simple_tag
-def interval(ci: Any) -> str:
-    if not ci or len(ci) != 2 or ci[0] is None:
-        return "—"
-    return f"[{number(ci[0])}, {number(ci[1])}]"
+def interval(ci: Any, unit: str = "") -> str:
+    """[low, high] in the criterion's unit (reports.units, as the reports)."""
+    return units.interval(ci, unit)
 
 
 OPERATOR_SYMBOLS = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
@@ -128,32 +117,19 @@ def measure(criterion: Any) -> str:
     return " ".join(part for part in (names[0].get(metric, metric), names[1].get(statistic, statistic)) if part)
 
 
-UNIT_WORDS = {"requests": gettext_lazy("requests"), "GPUs": gettext_lazy("GPUs")}
-
-
 @register.filter
 def in_unit(value: Any, unit: str = "") -> str:
-    """A criterion's figure in its unit, as a person reads it: a fraction as a percentage, a ratio with ×."""
-    if value in (None, "") or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return number(value)
-    if unit == "fraction":
-        return number(value * 100, 3) + " %"
-    if unit == "×":
-        return number(value) + "×"
-    if unit in ("", "version"):
-        return number(value)
-    return f"{number(value)} {UNIT_WORDS.get(unit, unit)}"
+    """A criterion's figure in its unit, as a person reads it (reports.units, as the reports)."""
+    return units.figure(value, unit)
 
 
 @register.filter
-def finding(text: Any) -> str:
-    """One of the report verifier's findings (a reason, a signature's or attachment's problem) in the reader's language."""
-    return reasons.reason(str(text)) if text else ""
-
-
-@register.filter
-def finding_problem(text: Any) -> str:
-    return reasons.problem(str(text)) if text else ""
+def finding(value: Any) -> str:
+    """One of the report verifier's findings in the reader's language (as made: reports.findings); a result stored
+    before findings were kept shows its English sentence."""
+    if isinstance(value, dict) and "template" in value:
+        return findings.in_language(value)
+    return str(value) if value else ""
 
 
 @register.filter
@@ -165,24 +141,6 @@ def report_gate_name(report: Any) -> str:
     return (report.get("gate_name_zh") if chinese else "") or report.get("gate_name") or ""
 
 
-AUDIT_ACTIONS = {
-    "pilot.created": gettext_lazy("pilot created"), "pilot.activated": gettext_lazy("pilot activated"),
-    "pilot.completed": gettext_lazy("pilot completed"), "pilot.halted": gettext_lazy("pilot halted"),
-    "plan.version_created": gettext_lazy("plan version created"), "plan.approve": gettext_lazy("plan approved"),
-    "plan.reject": gettext_lazy("plan rejected"), "plan.signed": gettext_lazy("plan signed by both parties"),
-    "plan.superseded": gettext_lazy("plan superseded"),
-    "plan.sample_trace_allowed": gettext_lazy("generated sample trace allowed for G4"),
-    "criterion.edited": gettext_lazy("criterion changed"), "gate.opened": gettext_lazy("gate opened"),
-    "gate.verdict": gettext_lazy("verdict recorded"), "gate.approve": gettext_lazy("gate approved"),
-    "gate.reject": gettext_lazy("gate rejected"), "gate.signed_off": gettext_lazy("gate signed off"),
-    "gate.extended": gettext_lazy("run extended after a marginal verdict"),
-    "gate.reopened": gettext_lazy("gate reopened"), "run.started": gettext_lazy("run started"),
-    "run.finished": gettext_lazy("run finished"), "run.cancel_requested": gettext_lazy("run cancel requested"),
-    "report.created": gettext_lazy("report made and signed"), "report.countersigned": gettext_lazy("report countersigned"),
-    "trace.uploaded": gettext_lazy("customer trace uploaded"), "site.created": gettext_lazy("site added"),
-    "node.created": gettext_lazy("node registered"), "node.host_key_accepted": gettext_lazy("host key accepted"),
-    "credential.created": gettext_lazy("SSH key uploaded"),
-}
 AUDIT_OBJECTS = {
     "pilot": gettext_lazy("pilot"), "planversion": gettext_lazy("plan version"), "criterion": gettext_lazy("criterion"),
     "gate": gettext_lazy("gate"), "job": gettext_lazy("run"), "report": gettext_lazy("report"),
@@ -194,7 +152,10 @@ AUDIT_OBJECTS = {
 @register.filter
 def audit_action(action: str) -> str:
     """An audit entry's action in the reader's language (the recorded code is shown beside it)."""
-    return str(AUDIT_ACTIONS.get(action, action))
+    try:
+        return str(AuditAction(action).label)
+    except ValueError:  # lifecycle.audit writes AuditAction only; a row from elsewhere shows its code
+        return action
 
 
 @register.filter

@@ -27,10 +27,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from gates import lifecycle
+from gates import lifecycle, policy
 from gates.judge import planner
+from gates.lifecycle import NextAction
 from gates.models import (
     LANGUAGE_SESSION_KEY,
+    AuditAction,
     AuditEvent,
     Criterion,
     Evaluation,
@@ -47,8 +49,9 @@ from gates.models import (
     UploadVerification,
 )
 from gates.plan import PlanError, load_plan
+from gates.policy import Act
 from portal import access, notifications
-from portal.access import EDIT_PLAN, EXTEND, OPERATE, SIGN, get_gate_for_user, get_pilot_for_user
+from portal.access import get_gate_for_user, get_pilot_for_user
 from portal.forms import (
     CriterionForm,
     GateSignOffForm,
@@ -74,10 +77,8 @@ from reports.service import (
 )
 from runners import orchestration
 from runners.evaluation import extension_history
-from runners.models import Job, Node
-
-# Either party's engineers and signers may give G4 the customer's trace.
-TRACE_UPLOAD = access.RAW_DATA
+from runners.models import Job
+from runners.pending import pending_actions, pending_actions_by_pilot
 
 PAGE_SIZE = 50
 PILOTS_PER_PAGE = 25
@@ -130,21 +131,14 @@ def set_language(request: HttpRequest) -> HttpResponse:
 # ── Home: pilots and what to do ───────────────────────────────────────────────────────────────
 
 
-def _my_roles_by_pilot(user, pilots) -> dict[int, set[str]]:
-    by_org: dict[int, set[str]] = defaultdict(set)
-    for org_id, role in Membership.objects.filter(user=user).values_list("organisation_id", "role"):
-        by_org[org_id].add(role)
-    return {p.pk: by_org[p.customer_id] | by_org[p.vendor_id] for p in pilots}
-
-
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     page = Paginator(access.pilots_for(request).defer("deployment"), PILOTS_PER_PAGE).get_page(request.GET.get("page"))
     pilots = list(page.object_list)
-    mine = _my_roles_by_pilot(request.user, pilots)
+    mine = policy.roles_by_pilot(request.user, pilots)
     simulated = simulated_pilot_ids(pilots)
     gates = lifecycle.current_gates(pilots)
-    pending = lifecycle.pending_actions_by_pilot(pilots, gates)
+    pending = pending_actions_by_pilot(pilots, gates)
     todo = []
     for pilot in pilots:
         gate = gates.get(pilot.pk)
@@ -154,20 +148,15 @@ def home(request: HttpRequest) -> HttpResponse:
         pilot.my_roles = mine[pilot.pk]
         pilot.simulated = pilot.pk in simulated
         pilot.actions = [
-            {**a, "label": notifications.ACTION_LABELS[a["action"]], "role_label": Role(a["role"]).label}
+            {**a, "label": NextAction(a["action"]).label, "role_label": Role(a["role"]).label}
             for a in pending.get(pilot.pk, [])
         ]
         todo += [{"pilot": pilot, **a} for a in pilot.actions if a["role"] in pilot.my_roles]
-    host_keys = list(
-        Node.objects.filter(
-            host_key_state=Node.HostKeyState.PENDING, site__pilot__in=[p for p in pilots if OPERATE & p.my_roles]
-        ).select_related("site")
-    )
     notes = list(Notification.objects.filter(user=request.user, read_at__isnull=True)[:20])
     return render(
         request,
         "gates/home.html",
-        {"page": page, "pilots": pilots, "todo": todo, "host_keys": host_keys, "notifications": notes,
+        {"page": page, "pilots": pilots, "todo": todo, "notifications": notes,
          "may_create": _vendor_led_by(request.user) is not None},
     )
 
@@ -234,18 +223,11 @@ def _describe_actions(pilot: Pilot, actions: list[dict]) -> list[dict]:
     return [
         {
             **a,
-            "label": notifications.ACTION_LABELS[a["action"]],
+            "label": NextAction(a["action"]).label,
             "role_label": roles.get(a["role"], a["role"]),
             "people": who.get(a["role"], []),
         }
         for a in actions
-    ]
-
-
-def _host_keys_waiting(pilot: Pilot) -> list[dict]:
-    return [
-        {"role": Role.VENDOR_ENGINEER, "action": "accept_host_key", "subject": node}
-        for node in Node.objects.filter(site__pilot=pilot, host_key_state=Node.HostKeyState.PENDING)
     ]
 
 
@@ -307,11 +289,11 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "gates": gates,
             "plan": plan,
             "timeline": _timeline(pilot, gates, weeks),
-            "actions": _describe_actions(pilot, lifecycle.pending_actions(pilot) + _host_keys_waiting(pilot)),
+            "actions": _describe_actions(pilot, pending_actions(pilot)),
             "runs": runs,
             "procurement": procurement_report_of(pilot),
             "outcome": _outcome(pilot, gates),
-            "can_make_procurement": Role.VENDOR_LEAD in access.roles_of(pilot, request.user),
+            "can_make_procurement": access.offers(pilot, request.user, Act.MAKE_PROCUREMENT, pilot),
         },
     )
 
@@ -327,22 +309,9 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
         raise Http404("This pilot has no plan")
     number = request.GET.get("v")
     version = next((v for v in versions if str(v.number) == number), versions[0])
-    roles = access.roles_of(pilot, request.user)
-    editable = (
-        version.pk == versions[0].pk
-        and lifecycle.plan_editable(version)
-        and bool(roles & EDIT_PLAN)
-        and pilot.state not in lifecycle.FINAL
-    )
+    version.pilot = pilot
+    editable = access.offers(pilot, request.user, Act.EDIT_PLAN, version)
     signoffs = list(version.signoffs.select_related("person"))
-    approved = {s.party for s in signoffs if s.decision == SignOff.Decision.APPROVE}
-    may_sign = lifecycle.parties_left_to_sign(roles, approved)
-    can_sign = (
-        version.state == PlanVersion.State.DRAFT
-        and version.pk == versions[0].pk
-        and bool(may_sign)
-        and pilot.state not in lifecycle.FINAL
-    )
     criteria = list(version.criteria.all())
     gate_names = {g.number: g for g in pilot.gates.all()}
     groups = []
@@ -354,8 +323,8 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
         criterion.form = CriterionForm.for_criterion(criterion) if editable else None
         groups[-1]["criteria"].append(criterion)
     edits = AuditEvent.objects.filter(
-        Q(action="criterion.edited", object_id__in=[str(c.pk) for c in criteria])
-        | Q(action__in=("plan.sample_trace", "plan.sample_trace_unsigned"), object_id=str(version.pk)),
+        Q(action=AuditAction.CRITERION_EDITED, object_id__in=[str(c.pk) for c in criteria])
+        | Q(action__in=(AuditAction.PLAN_SAMPLE_TRACE, AuditAction.PLAN_SAMPLE_TRACE_UNSIGNED), object_id=str(version.pk)),
         pilot=pilot,
     ).select_related("actor")[:30]
     try:
@@ -364,11 +333,6 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
         sample_trace = False
     for group in groups:
         group["trace_gate"] = group["number"] == TRACE_GATE
-    can_amend = (
-        versions[0].state != PlanVersion.State.DRAFT
-        and bool(roles & EDIT_PLAN)
-        and pilot.state not in lifecycle.FINAL
-    )
     return render(
         request,
         "gates/plan.html",
@@ -379,10 +343,10 @@ def plan_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "groups": groups,
             "editable": editable,
             "signoffs": signoffs,
-            "can_sign": can_sign,
+            "can_sign": access.offers(pilot, request.user, Act.SIGN_PLAN, version),
             "sign_form": PlanSignForm(),
             "edits": edits,
-            "can_amend": can_amend,
+            "can_amend": access.offers(pilot, request.user, Act.AMEND_PLAN, pilot),
             "plan_sha256": version.sha256
             or (version.to_plan().sha256 if version.state == PlanVersion.State.DRAFT else ""),
             "planner": planner_figures(pilot, version),
@@ -438,7 +402,7 @@ def planner_figures(pilot, version) -> dict | None:
 @require_POST
 def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, EDIT_PLAN)
+    access.require_act(pilot, request.user, Act.EDIT_PLAN)
     version = pilot.latest_plan
     criterion = get_object_or_404(Criterion, plan_version=version, key=key)
     form = CriterionForm.for_criterion(criterion, data=request.POST)
@@ -469,7 +433,7 @@ def criterion_edit(request: HttpRequest, code: UUID, key: str) -> HttpResponse:
 def plan_sample_trace(request: HttpRequest, code: UUID) -> HttpResponse:
     """Allow (or not) G4 to replay a generated sample trace: a value of the draft plan, signed with it."""
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, EDIT_PLAN)
+    access.require_act(pilot, request.user, Act.EDIT_PLAN)
     allowed = request.POST.get("sample_trace") == "allowed"
     try:
         lifecycle.set_sample_trace(pilot.latest_plan, allowed, request.user)
@@ -485,7 +449,7 @@ def plan_sample_trace(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def plan_sign(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, SIGN)
+    access.require_act(pilot, request.user, Act.SIGN_PLAN)
     form = PlanSignForm(request.POST)
     if form.is_valid():
         try:
@@ -502,7 +466,7 @@ def plan_sign(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def plan_amend(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, EDIT_PLAN)
+    access.require_act(pilot, request.user, Act.AMEND_PLAN)
     try:
         version = lifecycle.amend_plan(pilot, request.user)
     except lifecycle.TransitionRefused as refused:
@@ -569,20 +533,12 @@ def _criteria_view(gate: Gate, result: dict, language: str) -> list[dict]:
 def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
     pilot = gate.pilot
-    roles = access.roles_of(pilot, request.user)
     evaluation = gate.latest_evaluation
     result = evaluation.result if evaluation else {}
     runs = list(Job.objects.filter(gate=gate).select_related("gate", "created_by")[:10])
     signoffs = list(gate.signoffs.select_related("person", "evaluation"))
-    decided = {s.party for s in signoffs if evaluation and s.evaluation_id == evaluation.pk}
-    may_sign = lifecycle.parties_left_to_sign(roles, decided)
-    can_sign_off = (
-        bool(may_sign)
-        and evaluation is not None
-        and pilot.state == Pilot.State.ACTIVE
-        and gate.state in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW)
-    )
-    can_start = bool(roles & OPERATE) and gate.state == Gate.State.OPEN and pilot.state == Pilot.State.ACTIVE
+    can_sign_off = access.offers(pilot, request.user, Act.SIGN_OFF_GATE, gate)
+    party = policy.signing_party(Act.SIGN_OFF_GATE, gate, access.roles_of(pilot, request.user)) if can_sign_off else None
     trace = orchestration.current_trace(gate) if gate.number == TRACE_GATE else None
     return render(
         request,
@@ -590,10 +546,9 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         {
             "trace": trace,
             "trace_gate": gate.number == TRACE_GATE,
-            "can_upload_trace": bool(roles & TRACE_UPLOAD) and gate.number == TRACE_GATE
-            and gate.state in (Gate.State.PENDING, Gate.State.OPEN) and pilot.state in (Pilot.State.DRAFT, Pilot.State.ACTIVE),
+            "can_upload_trace": access.offers(pilot, request.user, Act.UPLOAD_TRACE, gate),
             "trace_form": TraceUploadForm(),
-            "can_download_trace": bool(roles & TRACE_UPLOAD),
+            "can_download_trace": access.offers(pilot, request.user, Act.TAKE_RAW_DATA, pilot),
             "replayed": trace_of_job(evaluation.job) if evaluation is not None and gate.number == TRACE_GATE else None,
             "pilot": pilot,
             "gate": gate,
@@ -606,10 +561,10 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
             "signoffs": signoffs,
             "can_sign_off": can_sign_off,
             "signoff_form": GateSignOffForm(),
-            "sign_party_label": Party(may_sign[0]).label if may_sign else "",
-            "can_extend": bool(roles & EXTEND) and gate.state == Gate.State.REVIEW,
+            "sign_party_label": Party(party).label if party else "",
+            "can_extend": access.offers(pilot, request.user, Act.EXTEND_GATE, gate),
             "extended": extension_history(evaluation),
-            "can_start": can_start,
+            "can_start": access.offers(pilot, request.user, Act.START_RUN, gate),
             "reports": _versions(gate.reports.select_related("gate", "countersigned_by")),
         },
     )
@@ -620,10 +575,11 @@ def gate_detail(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     """The customer's session trace for G4, uploaded by either party before the run."""
     gate = get_gate_for_user(request, code, number)
-    roles = access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    roles = access.require_act(gate.pilot, request.user, Act.UPLOAD_TRACE)
     form = TraceUploadForm(request.POST, request.FILES)
-    if gate.number != TRACE_GATE or gate.state not in (Gate.State.PENDING, Gate.State.OPEN):
-        messages.error(request, _("A trace is uploaded for G4 before its run."))
+    refused = policy.refusal(Act.UPLOAD_TRACE, gate, roles)
+    if refused is not None:
+        messages.error(request, refused.message)
     elif not form.is_valid():
         for errors in form.errors.values():
             messages.error(request, " ".join(errors))
@@ -632,6 +588,8 @@ def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
         try:
             trace = orchestration.upload_trace(gate, upload.read(), upload.name, request.user, party)
+        except lifecycle.TransitionRefused as refused:
+            messages.error(request, refused.message)
         except orchestration.TraceRefused as refused:
             messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
         else:
@@ -644,7 +602,7 @@ def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 def gate_trace_download(request: HttpRequest, code: UUID, number: int, trace: int) -> HttpResponse:
     """The uploaded trace from the evidence store, re-hashed as it streams (404 if it no longer matches)."""
     gate = get_gate_for_user(request, code, number)
-    access.require_role(gate.pilot, request.user, TRACE_UPLOAD)
+    access.require_act(gate.pilot, request.user, Act.TAKE_RAW_DATA)
     row = get_object_or_404(gate.traces, pk=trace)
     return access.serve_stored(row.path, row.sha256, filename=row.name, content_type="text/csv", size=row.size)
 
@@ -653,7 +611,7 @@ def gate_trace_download(request: HttpRequest, code: UUID, number: int, trace: in
 @require_POST
 def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
-    access.require_role(gate.pilot, request.user, SIGN)
+    access.require_act(gate.pilot, request.user, Act.SIGN_OFF_GATE)
     form = GateSignOffForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
@@ -700,7 +658,7 @@ def _finish(request: HttpRequest, gate: Gate) -> None:
     language = translation.get_language() or "en"
     try:
         report = finish_pilot(gate.pilot, who=request.user, language="zh-hans" if language.startswith("zh") else "en")
-        if report is not None and access.roles_of(gate.pilot, request.user) & {Role.CUSTOMER_APPROVER} \
+        if report is not None and access.offers(gate.pilot, request.user, Act.COUNTERSIGN, gate.pilot) \
                 and report.countersigned_by_id is None and not report.is_superseded:
             countersign(report, request.user)
     except Exception as error:  # noqa: BLE001 — the sign-off stands; the vendor lead can make the report again
@@ -714,7 +672,7 @@ def _finish(request: HttpRequest, gate: Gate) -> None:
 def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
     """The procurement report on demand, for the vendor lead."""
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, frozenset({Role.VENDOR_LEAD}))
+    access.require_act(pilot, request.user, Act.MAKE_PROCUREMENT)
     language = translation.get_language() or "en"
     try:
         create_procurement_report(pilot, language="zh-hans" if language.startswith("zh") else "en", who=request.user)
@@ -730,7 +688,7 @@ def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
 def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
     """The customer approver countersigns a report: a new version that says who signed and when."""
     report = access.get_report_for_user(request, code)
-    access.require_role(report.pilot, request.user, frozenset({Role.CUSTOMER_APPROVER}))
+    access.require_act(report.pilot, request.user, Act.COUNTERSIGN)
     try:
         countersign(report, request.user)
     except Exception as error:  # noqa: BLE001 — said to the person; the earlier version stays
@@ -744,7 +702,7 @@ def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def gate_extend(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
-    access.require_role(gate.pilot, request.user, EXTEND)
+    access.require_act(gate.pilot, request.user, Act.EXTEND_GATE)
     try:
         lifecycle.extend_gate(gate, request.user)
     except lifecycle.TransitionRefused as refused:
@@ -768,7 +726,7 @@ def reports_list(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
     reports = _versions(Report.objects.filter(pilot=pilot).select_related("gate", "countersigned_by"))
     return render(request, "gates/reports.html", {"pilot": pilot, "reports": reports,
-                                                  "can_countersign": Role.CUSTOMER_APPROVER in access.roles_of(pilot, request.user)})
+                                                  "can_countersign": access.offers(pilot, request.user, Act.COUNTERSIGN, pilot)})
 
 
 def _versions(queryset) -> list[Report]:

@@ -23,8 +23,10 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from gates import lifecycle
+from gates.models import AuditAction
+from gates.policy import Act
 from portal import access, notifications
-from portal.access import OPERATE, RAW_DATA, get_for_user, get_gate_for_user, get_pilot_for_user
+from portal.access import get_for_user, get_gate_for_user, get_pilot_for_user
 from portal.forms import CredentialForm, NodeForm, SiteForm
 from runners.config import DeploymentSettingsError
 from runners.credentials import create_credential
@@ -78,9 +80,7 @@ def _status_context(request: HttpRequest, job: Job, pilot) -> dict:
         "progress": progress,
         # A run on simulated nodes says so wherever it is shown, whatever its time scale.
         "simulated": job.steps.filter(node__simulated=True).exists(),
-        "can_cancel": access.can(pilot, request.user, OPERATE)
-        and not job.is_finished
-        and not job.cancel_requested,
+        "can_cancel": access.offers(pilot, request.user, Act.CANCEL_RUN, job),
         "waiting_queue": _waiting_queue(job),
         "waiting_nodes": _waiting_nodes(job),
     }
@@ -126,7 +126,7 @@ def run_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "last_seq": chunks[-1].seq if chunks else 0,
             "more": len(chunks) == LOG_BATCH,
             "artifacts": artifacts,
-            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            "can_download_raw": access.offers(pilot, request.user, Act.TAKE_RAW_DATA, pilot),
             "poll_seconds": POLL_SECONDS,
         },
     )
@@ -147,7 +147,7 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
         "runners/_log_update.html",
         {
             "artifacts": list(job.artifacts.select_related("node")),
-            "can_download_raw": access.can(pilot, request.user, RAW_DATA),
+            "can_download_raw": access.offers(pilot, request.user, Act.TAKE_RAW_DATA, pilot),
             **_status_context(request, job, pilot),
             "chunks": chunks,
             "log_html": log_html(chunks),
@@ -162,9 +162,8 @@ def run_log(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     gate = get_gate_for_user(request, code, number)
-    access.require_role(gate.pilot, request.user, OPERATE)
+    access.require_act(gate.pilot, request.user, Act.START_RUN)
     try:
-        lifecycle.require_runnable(gate)
         job = start_gate_run(gate, request.user)
     except lifecycle.TransitionRefused as refused:
         messages.error(request, refused.message)
@@ -179,18 +178,19 @@ def run_start(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
 @require_POST
 def run_cancel(request: HttpRequest, code: UUID) -> HttpResponse:
     job, pilot = _job_for_user(request, code)
-    access.require_role(pilot, request.user, OPERATE)
-    if job.is_finished:
-        messages.info(request, _("The run has already ended."))
-    else:
+    access.require_act(pilot, request.user, Act.CANCEL_RUN)
+    try:
         request_cancel(job, request.user)
+    except lifecycle.TransitionRefused as refused:
+        messages.info(request, refused.message)
+    else:
         messages.success(request, _("Cancel requested: remote processes are being stopped and torn down."))
     return redirect("run", job.code)
 
 
 @login_required
 def artifact_download(request: HttpRequest, code: UUID) -> HttpResponse:
-    return access.serve_artifact(access.artifact_for(request.user, code, may=RAW_DATA))
+    return access.serve_artifact(access.artifact_for(request.user, code, may=access.RAW_DATA))
 
 
 # ── Sites, nodes, credentials ─────────────────────────────────────────────────────────────────
@@ -210,7 +210,7 @@ def sites(request: HttpRequest, code: UUID) -> HttpResponse:
             ),
         )
     )
-    can_operate = access.can(pilot, request.user, OPERATE)
+    can_operate = access.offers(pilot, request.user, Act.OPERATE_NODES, pilot)
     for site in site_list:
         if can_operate:
             site.node_form = NodeForm(site=site, prefix=f"n-{site.code}")
@@ -231,11 +231,11 @@ def sites(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
-    access.require_role(pilot, request.user, OPERATE)
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
     form = SiteForm(request.POST)
     if form.is_valid():
         site = Site.objects.create(pilot=pilot, **form.cleaned_data)
-        lifecycle.audit(pilot, request.user, "site.created", site, name=site.name, queue=site.queue)
+        lifecycle.audit(pilot, request.user, AuditAction.SITE_CREATED, site, name=site.name, queue=site.queue)
         messages.success(request, _("Site %(name)s created.") % {"name": site.name})
     else:
         _form_errors(request, form)
@@ -252,7 +252,7 @@ def _form_errors(request: HttpRequest, form) -> None:
 @require_POST
 def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
     site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
-    access.require_role(pilot, request.user, OPERATE)
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
     form = NodeForm(request.POST, site=site, prefix=f"n-{site.code}")
     if form.is_valid():
         node = Node(site=site, **form.cleaned_data)
@@ -263,7 +263,7 @@ def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
                 messages.error(request, f"{field}: {' '.join(errors)}")
             return redirect("sites", pilot.code)
         node.save()
-        lifecycle.audit(pilot, request.user, "node.created", node, name=node.name, host=node.host, port=node.port)
+        lifecycle.audit(pilot, request.user, AuditAction.NODE_CREATED, node, name=node.name, host=node.host, port=node.port)
         messages.success(
             request,
             _("Node %(name)s added. Its host key is recorded on first contact and must then be accepted here.")
@@ -279,7 +279,7 @@ def node_create(request: HttpRequest, code: UUID) -> HttpResponse:
 @require_POST
 def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
     site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
-    access.require_role(pilot, request.user, OPERATE)
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
     form = CredentialForm(request.POST, request.FILES, prefix=f"c-{site.code}")
     if form.is_valid():
         try:
@@ -296,7 +296,7 @@ def credential_create(request: HttpRequest, code: UUID) -> HttpResponse:
             lifecycle.audit(
                 pilot,
                 request.user,
-                "credential.created",
+                AuditAction.CREDENTIAL_CREATED,
                 credential,
                 name=credential.name,
                 fingerprint=credential.public_fingerprint,
@@ -330,7 +330,7 @@ def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "node": node,
             "inventory": node.inventory or {},
             "probes": probes,
-            "can_operate": access.can(pilot, request.user, OPERATE),
+            "can_operate": access.offers(pilot, request.user, Act.OPERATE_NODES, pilot),
         },
     )
 
@@ -341,7 +341,7 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
     node, pilot = get_for_user(
         request, Node.objects.select_related("site__pilot__customer", "site__pilot__vendor"), code, "site__pilot"
     )
-    access.require_role(pilot, request.user, OPERATE)
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
     fingerprint = request.POST.get("fingerprint", "")
     try:
         accepted = accept_host_key(node, fingerprint, user=request.user)
@@ -351,7 +351,7 @@ def node_accept_host_key(request: HttpRequest, code: UUID) -> HttpResponse:
         lifecycle.audit(
             pilot,
             request.user,
-            "node.host_key_accepted",
+            AuditAction.NODE_HOST_KEY_ACCEPTED,
             accepted,
             Node.HostKeyState.PENDING,
             Node.HostKeyState.ACCEPTED,
@@ -380,7 +380,7 @@ def node_contact(request: HttpRequest, code: UUID) -> HttpResponse:
         code,
         "site__pilot",
     )
-    access.require_role(pilot, request.user, OPERATE)
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(contact_state="waiting", contact_message="",
                                                contact_requested_at=timezone.now())

@@ -201,6 +201,22 @@ def test_a_marginal_verdict_pauses_for_review_and_can_be_extended(signed_pilot):
     assert refused.value.rule == "extend-marginal"
 
 
+def test_a_person_without_the_role_cannot_extend_a_gate_and_nothing_changes(signed_pilot):
+    gate = signed_pilot.pilot.gate(1)
+    _evaluate(gate, "marginal")
+    with pytest.raises(TransitionRefused) as refused:
+        lifecycle.extend_gate(gate, signed_pilot.carol)  # a customer engineer
+    assert refused.value.rule == "extend-role"
+    with pytest.raises(TransitionRefused) as refused:
+        lifecycle.extend_gate(gate, signed_pilot.charlie)  # not of this pilot
+    assert refused.value.rule == "extend-role"
+    gate.refresh_from_db()
+    assert gate.state == Gate.State.REVIEW and not AuditEvent.objects.filter(action="gate.extended").exists()
+    lifecycle.extend_gate(gate, "judge")  # a system actor: the state alone decides
+    gate.refresh_from_db()
+    assert gate.state == Gate.State.OPEN
+
+
 def test_an_invalid_verdict_keeps_the_gate_open(signed_pilot):
     gate = signed_pilot.pilot.gate(1)
     _evaluate(gate, "invalid")

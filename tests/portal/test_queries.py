@@ -42,7 +42,7 @@ def add_records(world, count: int) -> None:
             world.job, f"node1/records-{n}.jsonl", f"{n}".encode(), kind="records", step=step, node=world.node
         )
         Node.objects.create(site=world.site, name=f"node-extra-{n}", host="127.0.0.1", username="fx")
-        lifecycle.audit(world.pilot, world.alice, "test.event", world.pilot, n=n)
+        lifecycle.audit(world.pilot, world.alice, "site.created", world.pilot, n=n)
 
 
 def test_the_home_page_costs_the_same_for_3_and_23_pilots(client, world):

@@ -16,10 +16,12 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from gates import lifecycle
 from gates.models import Organisation, Profile, Report, UploadVerification
 from reports.context import root_certificate
+from reports.findings import english, said
 from runners import output
 from runners.models import Status, Step
 from tests.portal.conftest import add_lab
@@ -122,6 +124,23 @@ def _fake_report(pilot, gate, evaluation, kind, *, supersedes=None, by=None) -> 
                                  countersigned_at=timezone.now() if by else None)
 
 
+def _refused() -> dict:
+    """A refused verification shaped as the worker stores it: each finding as made (reports.findings) and in English."""
+    no_files = said(gettext_noop("the PDF has no attached files; an evidence report carries its raw artifacts and "
+                                 "manifest.json"))
+    changed = said(gettext_noop("the signed bytes were changed (digest mismatch)"))
+    missing = said(gettext_noop("listed in the manifest but not attached"))
+    findings = [no_files, said(gettext_noop("signature %(field)s (%(signer)s): %(problem)s"), field="'Signature1'",
+                               signer="fxpilot evidence signer", problem=changed),
+                said(gettext_noop("attachment %(name)s: %(problem)s"), name="'records.jsonl'", problem=missing)]
+    return {"ok": False, "metadata": {}, "report": {}, "reasons": [english(f) for f in findings], "findings": findings,
+            "signatures": [{"field": "Signature1", "signer": "fxpilot evidence signer", "issuer": "fxpilot",
+                            "signing_time": None, "ok": False, "problems": [english(changed)],
+                            "problem_findings": [changed]}],
+            "attachments": [{"name": "records.jsonl", "file": "records.jsonl", "actual_sha256": "1" * 64,
+                             "ok": False, "problem": english(missing), "problem_finding": missing}]}
+
+
 def _verified(pilot, report) -> dict:
     """A verification result shaped as the worker stores it (gates.tasks.verify_upload)."""
     return {"ok": True, "reasons": [], "metadata": {},
@@ -218,15 +237,7 @@ def test_every_portal_page_in_chinese_leaves_no_english_sentence(signed_pilot, c
     refused = UploadVerification.objects.create(
         requested_by=world.bob, filename="other.pdf", sha256="0" * 64, path="none",
         state=UploadVerification.State.DONE, finished=timezone.now(),
-        result={"ok": False, "metadata": {}, "report": {},
-                "reasons": ["the PDF has no attached files; an evidence report carries its raw artifacts and manifest.json",
-                            "signature 'Signature1' (fxpilot evidence signer): the signed bytes were changed "
-                            "(digest mismatch)"],
-                "signatures": [{"field": "Signature1", "signer": "fxpilot evidence signer", "issuer": "fxpilot",
-                                "signing_time": None, "ok": False, "problems": ["the signed bytes were changed "
-                                                                                "(digest mismatch)"]}],
-                "attachments": [{"name": "records.jsonl", "file": "records.jsonl", "actual_sha256": "1" * 64,
-                                 "ok": False, "problem": "listed in the manifest but not attached"}]})
+        result=_refused())
     page = read("verify result (not verified)", reverse("report_verification", args=[refused.code]))
     assert "此 PDF 没有附件" in page and "已签名的字节被改动（摘要不一致）" in page and "清单中列出但未附带" in page
 

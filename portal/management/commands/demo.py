@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.judge import planner
-from gates.models import Gate, Pilot, Report
+from gates.models import AuditAction, Gate, Pilot, Report
 from infra import broker
 from infra.lifetime import STOP_WITH_PARENT, die_with_parent
 from portal.management import demo_soak
@@ -501,7 +501,7 @@ class Command(BaseCommand):
         pilot.sizing = {**(pilot.sizing or {}), "fx_unit_usable_tb": DEMO_FX_UNIT_USABLE_TB,
                         "fx_unit_usable_tb_basis": "assumed-example"}
         pilot.save(update_fields=["sizing"])
-        lifecycle.audit(pilot, who, "pilot.sizing_set", pilot, fx_unit_usable_tb=DEMO_FX_UNIT_USABLE_TB,
+        lifecycle.audit(pilot, who, AuditAction.PILOT_SIZING_SET, pilot, fx_unit_usable_tb=DEMO_FX_UNIT_USABLE_TB,
                         fx_unit_usable_tb_basis="assumed-example")
         self.say(f"The demo's sizing assumes {DEMO_FX_UNIT_USABLE_TB:g} TB usable per FX100 unit — an example figure "
                  "for the demo, not a published one; the procurement report's unit count rests on it.")

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from gates.codes import CodeNotFound, find_by_code
 from gates.lifecycle import audit
 from gates.management.lookup import command_line_actor
+from gates.models import AuditAction
 from runners.models import Node
 from runners.ssh import HostKeyChanged, HostKeyPending, SSHError, accept_host_key, connect
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
             # The same audit event as the portal's acceptance, by the command (it has no signed-in person).
-            audit(accepted.site.pilot, accepted.host_key_accepted_label, "node.host_key_accepted", accepted,
+            audit(accepted.site.pilot, accepted.host_key_accepted_label, AuditAction.NODE_HOST_KEY_ACCEPTED, accepted,
                   Node.HostKeyState.PENDING, Node.HostKeyState.ACCEPTED, fingerprint=fingerprint)
             self.stdout.write(self.style.SUCCESS(f"{node.name}: host key {opts['fingerprint']} accepted"))
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from gates.lifecycle import audit, set_sample_trace
 from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
 from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
+from gates.traces.analysis import analyse
+from gates.traces.formats import TraceFormatError, detect_format, read_bytes
 from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
@@ -33,9 +36,17 @@ class TraceRefused(ValueError):
 
 
 def parse(data: bytes, name: str = "customer-trace.csv") -> list:
-    """The trace's turns, read exactly as the workload client will; errors name `name`, the line and the column."""
+    """The trace's turns; errors name `name`, the line and the column (or field).
+
+    fxpilot's session CSV is read exactly as the workload client will; the public formats (Mooncake/FAST'25
+    JSONL, Azure LLM inference CSV, BurstGPT CSV: docs/traces.md) are recognised and read as they are — G4's
+    replay step samples them by whole sessions into the client's CSV (runners.tracereplay).
+    """
     if not data:
         raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
+    first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"")
+    if detect_format(first.decode("utf-8-sig", errors="replace")) in ("mooncake", "azure", "burstgpt"):
+        return public_turns(data, name)
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()
@@ -43,6 +54,30 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
             return load_trace(handle.name)
         except TraceError as error:
             raise TraceRefused(translate_trace_error(str(error).replace(handle.name, name))) from None
+
+
+@dataclass
+class _Turn:
+    session_id: str
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def public_turns(data: bytes, name: str) -> list[_Turn]:
+    """A public-format trace as session turns (sessions given, inferred or one per request: docs/traces.md)."""
+    try:
+        analysis = analyse(read_bytes(data, name))
+    except TraceFormatError as error:
+        raise TraceRefused(str(error)) from None
+    trace = analysis.trace
+    order = trace.arrival_order()
+    turns, counter = [], {}
+    for i in order.tolist():
+        session = int(analysis.session[i])
+        counter[session] = counter.get(session, 0) + 1
+        turns.append(_Turn(f"s{session}", counter[session], int(trace.input_tokens[i]), int(trace.output_tokens[i])))
+    return turns
 
 
 # The workload client (standard library only, it runs on the node) says what is wrong with a trace in English;

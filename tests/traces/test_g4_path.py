@@ -1,0 +1,59 @@
+"""G4's path for a trace in a public format: accepted at upload, sampled and written for the workload client."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from runners import tracereplay, traces
+from runners.runs import sample_trace
+from tests.traces.helpers import mooncake_lines
+from tests.traces.test_replay import conversations
+
+
+def test_a_mooncake_trace_is_accepted_where_it_was_refused_at_line_1():
+    turns = traces.parse(mooncake_lines(conversations()).encode(), "conv.jsonl")
+    assert len(turns) == 18 and max(t.turn for t in turns) == 3
+    assert len({t.session_id for t in turns}) == 6                # sessions inferred from the blocks
+
+
+def test_an_azure_trace_is_accepted_for_arrivals_and_lengths():
+    data = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+    assert [(t.prompt_tokens, t.output_tokens) for t in traces.parse(data, "azure.csv")] == [(374, 44)]
+
+
+def test_a_bad_public_trace_is_refused_naming_format_line_and_field():
+    with pytest.raises(traces.TraceRefused, match=r"conv.jsonl \(Mooncake/FAST'25 JSONL\), line 2, field hash_ids"):
+        traces.parse(b'{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+                     b'{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": "x"}\n', "conv.jsonl")
+
+
+def test_prepare_samples_whole_sessions_and_writes_block_ids():
+    data, stats = tracereplay.prepare(mooncake_lines(conversations(n_sessions=40)).encode(),
+                                      {"max_sessions": 10, "speedup": 2, "idle_gap_cap_s": 30}, name="conv.jsonl")
+    rows = list(csv.DictReader(io.StringIO(data.decode())))
+    sessions = {r["session_id"] for r in rows}
+    assert 0 < len(sessions) < 40 and stats["selection"]["ratio"] == 0.25
+    assert all(sum(r["session_id"] == s for r in rows) == 3 for s in sessions)   # whole sessions
+    assert all(r["block_ids"].split()[0] == "0" for r in rows)                     # the shared system block
+    assert stats["sampled_share"] == len(rows) / 120 and stats["format"] == "mooncake"
+    line = tracereplay.describe(stats)
+    assert f"replaying {len(rows)} of 120 requests" in line and "speed-up 2" in line
+
+
+def test_the_generated_sample_trace_keeps_its_sessions_and_gains_implied_blocks():
+    data, stats = tracereplay.prepare(sample_trace(), {"max_sessions": 64})
+    rows = list(csv.DictReader(io.StringIO(data.decode())))
+    assert stats["sampled_requests"] == 72 and stats["reuse_basis"] == "session-prefix"
+    first = {r["session_id"]: r for r in rows if r["turn"] == "1"}
+    later = [r for r in rows if r["turn"] == "2"]
+    assert all(r["block_ids"].split()[:3] == first[r["session_id"]]["block_ids"].split()[:3] for r in later)
+
+
+def test_prompts_over_the_context_are_cut_and_counted():
+    _, stats = tracereplay.prepare(sample_trace(), {"max_model_len": 20000})
+    assert stats["over_length_requests"] > 0 and stats["cut_requests"] == stats["over_length_requests"]
+    assert "over max_model_len cut" in tracereplay.describe(stats)
+    assert tracereplay.max_model_len(["--port", "1", "--max-model-len", "131072"]) == 131072
+    assert tracereplay.max_model_len(["--max-model-len=8192"]) == 8192

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CHUNK = 1 << 22     # references per slice where a whole-trace temporary would cost memory (tests lower it)
+CHUNK = 1 << 20     # references per slice where a whole-trace temporary would cost memory (tests lower it)
 
 
 @dataclass

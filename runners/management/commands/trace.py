@@ -17,7 +17,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from gates.traces.analysis import analyse, report
-from gates.traces.formats import FORMATS, TraceFormatError, read_trace
+from gates.traces.formats import FORMATS, TraceFormatError, bounded_heap, read_trace
 from gates.traces.sample import choose, replay_csv
 
 
@@ -63,6 +63,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, file, **options):
         block_tokens = _positive_int(options["block_tokens"]) if options.get("block_tokens") else None
+        bounded_heap()
         try:
             trace = read_trace(file, options.get("format"), block_tokens=block_tokens, name=file)
         except TraceFormatError as error:

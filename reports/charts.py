@@ -412,3 +412,14 @@ def cut_charts(verdict: dict[str, Any]) -> list[Chart]:
                      x_label=_("1 = during the 60 s cut, 2 = after the path is back"), y_label=_("Percent"),
                      colours={_("answered (%)"): ARM_COLOURS["fx"], _("cache hits (%)"): "#7c3aed"}, bars=bars)
     return [Chart("fx-path-cut", title, svg)]
+
+
+def reuse_chart(reuse: dict[str, Any] | None) -> str:
+    """The customer's trace's hit share against LRU capacity (tokens): the curve the capacity to buy is read
+    from (gates.sizing with the trace's reuse, docs/traces.md). Empty without a curve."""
+    points = [Point(float(p["capacity_tokens"]), 100 * float(p["hit_fraction"]))
+              for p in (reuse or {}).get("curve") or [] if p["capacity_tokens"] > 0]
+    if not points:
+        return ""
+    return line_chart({_("hit share of prompt tokens (%)"): points}, title=_("Reuse captured against cache capacity"),
+                      x_label=_("LRU capacity (tokens)"), y_label="%", categorical_x=False)

@@ -19,6 +19,8 @@ from django.conf import settings
 from gates.lifecycle import evidence_sha256
 from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
 from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
+from gates.traces.analysis import analyse, reuse_report, session_final_lengths
+from gates.traces.formats import TraceFormatError, read_bytes
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 from runners.evaluation import extension_history
 from runners.models import Artifact, Job, Node
@@ -235,21 +237,50 @@ def session_lengths_of_job(job) -> SessionLengths:
     if artifact is None:
         return SessionLengths([], "")
     try:
-        tokens = trace_csv_session_lengths(read_artifact(artifact))
-    except (ArtifactMismatch, OSError):
+        data = read_artifact(artifact)
+        tokens = trace_csv_session_lengths(data)
+        if not tokens:       # a public format (docs/traces.md): sessions given, inferred or one per request
+            tokens = session_final_lengths(analyse(read_bytes(data, artifact.name)))
+    except (ArtifactMismatch, OSError, TraceFormatError):
         return SessionLengths([], "")
     source = "sample-trace" if artifact.name.startswith("sample") else "customer-trace"
     return SessionLengths(tokens, source, f"{artifact.name} sha256 {artifact.sha256}")
 
 
 def trace_of_job(job) -> dict[str, Any] | None:
-    """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths"}."""
+    """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths",
+    "replay" (what the replay step sampled: share, rates, prompts cut — docs/traces.md), "reuse" (the trace's
+    reuse analysis, or known: false with the reason)}."""
     artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
     if artifact is None:
         return None
     lengths = session_lengths_of_job(job)
     return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
-            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens)}
+            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens),
+            "replay": replay_sample_of_job(job), "reuse": trace_reuse_of_job(job)}
+
+
+def replay_sample_of_job(job) -> dict[str, Any] | None:
+    """The first replay step's sampling figures (runners.tracereplay), as the run kept them."""
+    artifact = Artifact.objects.filter(job=job, kind="replay-sample").order_by("created", "pk").first()
+    if artifact is None:
+        return None
+    try:
+        return json.loads(read_artifact(artifact))
+    except (ArtifactMismatch, OSError, ValueError):
+        return None
+
+
+def trace_reuse_of_job(job) -> dict[str, Any] | None:
+    """The reuse analysis (gates.traces) of the trace a G4 run replayed: what a cache could get from it."""
+    artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
+    if artifact is None:
+        return None
+    try:
+        analysis = analyse(read_bytes(read_artifact(artifact), artifact.name))
+    except (ArtifactMismatch, OSError, TraceFormatError):
+        return None
+    return reuse_report(analysis)
 
 
 def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
@@ -331,13 +362,15 @@ def sizing(pilot: Pilot, g4: Evaluation | None) -> dict[str, Any]:
     lengths = session_lengths_of_job(g4.job if g4 is not None else None)
     if not lengths.tokens and deployment.get("session_tokens"):
         lengths = SessionLengths([int(deployment["session_tokens"])], "setting", "deployment setting session_tokens")
+    # the customer's own reuse sizes the tier (docs/traces.md); a generated sample trace's does not
+    reuse = trace_reuse_of_job(g4.job) if g4 is not None and lengths.customer else None
     try:
         result = compute(model=deployment.get("model") or pilot.llm_model, settings=pilot.sizing,
                          vllm_flags=deployment.get("extra_vllm_flags") or [], lengths=lengths,
-                         sessions_kept=pilot.sessions_kept).as_dict()
+                         sessions_kept=pilot.sessions_kept, reuse=reuse).as_dict()
     except SizingSettingsError as error:
         result = compute(model=deployment.get("model") or pilot.llm_model, settings={}, lengths=lengths,
-                         sessions_kept=pilot.sessions_kept).as_dict()
+                         sessions_kept=pilot.sessions_kept, reuse=reuse).as_dict()
         result["settings_error"] = str(error)
     return result
 

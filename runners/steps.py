@@ -162,6 +162,10 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         except ValueError as exc:
             raise StepError(f"the trace cannot be replayed: {exc}") from None
         ctx.say(f"{ctx.node.name}: {tracereplay.describe(chosen)}")
+        # what was replayed (sampled share, replayed rate, prompts cut) is evidence the reports state
+        store_bytes(job, f"{deployment.name_prefix}/replay-sample.json",
+                    json.dumps(chosen, sort_keys=True).encode(), kind="replay-sample", step=ctx.step,
+                    node=ctx.node, simulated=deployment.simulated)
         conn.upload(replay_bytes, trace)
         # An in-flight cap as large as the sessions replayed never holds a request back; records then carry
         # that cap as their concurrency (the judge needs one ≥ 1).

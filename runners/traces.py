@@ -25,7 +25,7 @@ from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVers
 from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
 from gates.traces.analysis import analyse
-from gates.traces.formats import TraceFormatError, detect_format, read_bytes
+from gates.traces.formats import FORMATS, TraceFormatError, detect_format, read_bytes
 from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
@@ -44,9 +44,10 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
     """
     if not data:
         raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
-    first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"")
-    if detect_format(first.decode("utf-8-sig", errors="replace")) in ("mooncake", "azure", "burstgpt"):
-        return public_turns(data, name)
+    first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
+    fmt = detect_format(first) or _format_hint(first)
+    if fmt in ("mooncake", "azure", "burstgpt"):
+        return public_turns(data, name, fmt)
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()
@@ -64,12 +65,24 @@ class _Turn:
     output_tokens: int
 
 
-def public_turns(data: bytes, name: str) -> list[_Turn]:
+def _format_hint(first_line: str) -> str | None:
+    """The public format a first line is meant to be, when a column is missing (so the message names it)."""
+    if first_line.lstrip().startswith("{"):
+        return "mooncake"
+    names = {n.strip() for n in first_line.split(",")}
+    if "TIMESTAMP" in names or "ContextTokens" in names:
+        return "azure"
+    if "Request tokens" in names or "Response tokens" in names:
+        return "burstgpt"
+    return None
+
+
+def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
     """A public-format trace as session turns (sessions given, inferred or one per request: docs/traces.md)."""
     try:
-        analysis = analyse(read_bytes(data, name))
+        analysis = analyse(read_bytes(data, name, fmt))
     except TraceFormatError as error:
-        raise TraceRefused(str(error)) from None
+        raise TraceRefused(translate_format_error(error)) from None
     trace = analysis.trace
     order = trace.arrival_order()
     turns, counter = [], {}
@@ -100,6 +113,49 @@ _TRACE_MESSAGES = [
     (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
     (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
 ]
+
+
+# gates.traces says what is wrong with a public-format trace in English (it is pure, below Django); the portal
+# says it in the reader's language: each reason's pattern → its gettext.
+_FORMAT_REASONS = [
+    (re.compile(r"the file is empty"), lambda: _("the file is empty")),
+    (re.compile(r"missing"), lambda: _("missing")),
+    (re.compile(r"empty"), lambda: _("empty")),
+    (re.compile(r"not a JSON object(?:: (?P<error>.*))?", re.S), lambda: _("not a JSON object")),
+    (re.compile(r"(?P<value>.*) is not a whole-number block id"), lambda: _("%(value)s is not a whole-number block id")),
+    (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
+    (re.compile(r"(?P<value>.*) is not a number"), lambda: _("%(value)s is not a number")),
+    (re.compile(r"(?P<value>.*) must be a finite number ≥ 0"), lambda: _("%(value)s must be a finite number ≥ 0")),
+    (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
+    (re.compile(r"(?P<fields>\d+) fields where the header has (?P<header>\d+)"),
+     lambda: _("%(fields)s fields where the header has %(header)s")),
+    (re.compile(r"missing column\(s\) (?P<missing>.*); the header must name (?P<header>.*)"),
+     lambda: _("missing column(s) %(missing)s; the header must name %(header)s")),
+    (re.compile(r"not a trace format fxpilot reads; expected .*", re.S),
+     lambda: _("not a trace format fxpilot reads: Mooncake/FAST'25 JSONL, the Azure LLM inference CSV, BurstGPT's "
+               "CSV or fxpilot's session CSV (docs/traces.md)")),
+    (re.compile(r"(?P<value>'.*') is not a (?:valid )?time.*", re.S), lambda: _("%(value)s is not a valid time")),
+]
+
+
+def translate_format_error(error: TraceFormatError) -> str:
+    """A gates.traces complaint in the active language: the place (file, format, line, field) and the reason."""
+    reason = error.reason
+    for pattern, words in _FORMAT_REASONS:
+        found = pattern.fullmatch(reason)
+        if found:
+            reason = words() % {k: v for k, v in found.groupdict().items() if v is not None}
+            break
+    fmt = FORMATS.get(error.format or "", "")
+    where = {"name": error.name, "format": fmt, "line": error.line, "field": error.field}
+    if error.line is not None and error.field:
+        place = (_("%(name)s (%(format)s), line %(line)s, field %(field)s") if fmt
+                 else _("%(name)s, line %(line)s, field %(field)s")) % where
+    elif error.line is not None:
+        place = (_("%(name)s (%(format)s), line %(line)s") if fmt else _("%(name)s, line %(line)s")) % where
+    else:
+        place = (_("%(name)s (%(format)s)") % where) if fmt else error.name
+    return _("%(name)s: %(error)s") % {"name": place, "error": reason}
 
 
 def translate_trace_error(message: str) -> str:

@@ -1,7 +1,7 @@
 """A trace's analysis as `manage.py trace analyze --json` prints it and the portal shows it.
 
 Sessions, strata and the reuse profile come from one pass (`gates.traces.reuse`). Strata, for judging where a
-tier can help: **returning** turns (a session's later requests), **shared-prefix** first turns (a session's
+tier can help: **returning** turns (a session's later requests), **shared_prefix** first turns (a session's
 first request whose leading blocks another session already used: system prompts, tools, documents) and
 **first** turns with nothing to reuse.
 """
@@ -18,7 +18,7 @@ from gates.traces.reuse import ReuseProfile, profile
 
 LITTLE_REUSE = 0.10          # below this ideal hit share the traffic "has little reuse" (said in every report)
 SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
-STRATA = ("first", "shared-prefix", "returning")
+STRATA = ("first", "shared_prefix", "returning")
 
 
 @dataclass
@@ -79,7 +79,7 @@ def infer_sessions(trace: Trace, reuse: ReuseProfile) -> np.ndarray:
 
 
 def strata(session: np.ndarray, reuse: ReuseProfile) -> np.ndarray:
-    """Each request's stratum (file order): 0 first, 1 shared-prefix, 2 returning."""
+    """Each request's stratum (file order): 0 first, 1 shared_prefix, 2 returning."""
     order = reuse.order
     arrival_session = session[order]
     seen_before = np.zeros(order.size, dtype=bool)
@@ -90,6 +90,15 @@ def strata(session: np.ndarray, reuse: ReuseProfile) -> np.ndarray:
     out = np.empty(order.size, dtype=np.int8)
     out[order] = kind
     return out
+
+
+def session_final_lengths(analysis: Analysis) -> list[int]:
+    """Each session's final context: its last request's input + output tokens (for the session-length sizing)."""
+    t = analysis.trace
+    order = t.arrival_order()
+    last = np.full(analysis.sessions, -1, dtype=np.int64)
+    last[analysis.session[order]] = order          # the last assignment wins: the latest arrival
+    return (t.input_tokens[last] + t.output_tokens[last]).tolist()
 
 
 def _quantiles(values: np.ndarray) -> dict[str, Any]:

@@ -70,7 +70,7 @@ def strata(records: Iterable[dict], ttft_objective_s: float | None = None, cache
                                     if ttft_objective_s is not None and sent[(name, arm)] else None)}
         cache, base = row.get(cache_arm, {}).get("ttft_p50_s"), row.get(baseline_arm, {}).get("ttft_p50_s")
         row["speedup"] = base / cache if cache and base else None
-        row["tier_can_help"] = name in ("shared-prefix", "returning")
+        row["tier_can_help"] = name in ("shared_prefix", "returning")
         out["strata"][name] = row
     if ideal_hit_fraction is not None and ideal_hit_fraction < LITTLE_REUSE:
         out["little_reuse"] = True

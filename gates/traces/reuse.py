@@ -117,24 +117,25 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
     R, N = length.size, int(ids.size)
     counts = np.diff(offsets)
     idx = np.int32 if N < 2**31 - 2 and R < 2**31 - 2 else np.int64
-    req = np.repeat(np.arange(R, dtype=idx), counts)
+    # (whole-trace arrays are made when needed and dropped when done: memory stays near 20 bytes a reference)
 
-    # previous and next use of each reference's block (N as "never")
-    prev_true, next_true = _neighbours(ids, idx)
+    # previous use of each reference's block
+    prev_true = _neighbours(ids, idx)
 
     # the last use before the reference's own request (a block twice in one request is looked up once, before)
-    start = offsets[:-1].astype(idx)
+    start_of = np.repeat(offsets[:-1].astype(idx), counts)
     prev = prev_true.copy()
-    inside = np.flatnonzero(prev >= start[req])
+    inside = np.flatnonzero(prev >= start_of)
     while inside.size:
         prev[inside] = prev_true[prev[inside]]
-        inside = inside[prev[inside] >= start[req[inside]]]
+        inside = inside[prev[inside] >= start_of[inside]]
+    del start_of
 
     # the ideal run: leading blocks already seen
     unseen = np.flatnonzero(prev < 0)
     cut = counts.copy()
     if unseen.size:
-        ureq = req[unseen]
+        ureq = _request_of(unseen, offsets)
         first = np.ones(unseen.size, dtype=bool)
         first[1:] = ureq[1:] != ureq[:-1]
         cut[ureq[first]] = unseen[first] - offsets[ureq[first]]
@@ -145,7 +146,7 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
     np.cumsum(cut[:-1], out=run_first[1:])
     in_run = np.repeat((offsets[:-1] - run_first).astype(idx), cut)
     in_run += np.arange(run_total, dtype=idx)
-    run_req = req[in_run]
+    run_req = np.repeat(np.arange(R, dtype=idx), cut)
     run_prev = prev[in_run]
     del prev
     # records: where the running minimum of the last-use position falls, request by request
@@ -172,9 +173,9 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
         first_of_run[1:] = run_req[1:] != run_req[:-1]
         last_of_run[:-1] = run_req[1:] != run_req[:-1]
     run_source = np.full(R, -1, dtype=np.int64)
-    run_source[run_req[first_of_run]] = req[run_prev[first_of_run]]
+    run_source[run_req[first_of_run]] = _request_of(run_prev[first_of_run], offsets)
     last_holder = np.full(R, -1, dtype=np.int64)
-    last_holder[run_req[last_of_run]] = req[run_prev[last_of_run]]
+    last_holder[run_req[last_of_run]] = _request_of(run_prev[last_of_run], offsets)
     del in_run, run_req, run_prev, pmin, is_rec, first_of_run, last_of_run
 
     # each record's tokens: its blocks up to the next record (or the end of the run)
@@ -184,8 +185,10 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
         nxt[:-1] = np.where(rec_r[1:] == rec_r[:-1], rec_i[1:], cut[rec_r[:-1]])
         nxt[-1] = cut[rec_r[-1]]
     rec_tokens = np.minimum(nxt * block_tokens, length[rec_r]) - np.minimum(rec_i * block_tokens, length[rec_r])
-    distance = _distances(rec_r, rec_p, offsets, counts, req, prev_true, next_true, N)
-    holder = req[rec_p].astype(np.int64) if rec_p.size else rec_p
+    handed = [prev_true]             # handed over: _distances drops it before its last, largest step
+    del prev_true
+    distance = _distances(rec_r, rec_p, offsets, counts, handed, N)
+    holder = _request_of(rec_p, offsets)
     reuse_seconds = ts[rec_r] - ts[holder] if rec_p.size else np.zeros(0)
     return ReuseProfile(block_tokens=block_tokens, requests=R, input_tokens=int(length.sum()), ideal_hits=ideal,
                         order=order, rec_request=rec_r, rec_distance=distance, rec_tokens=rec_tokens,
@@ -193,12 +196,12 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
                         reuse_seconds=reuse_seconds)
 
 
-def _neighbours(ids: np.ndarray, idx) -> tuple[np.ndarray, np.ndarray]:
-    """The previous and next reference to the same block (−1 / N when none): one in-place sort of
+def _neighbours(ids: np.ndarray, idx) -> np.ndarray:
+    """The previous reference to the same block (−1 when none): one in-place sort of
     (block, position) packed into one integer (faster and smaller than an argsort)."""
     N = int(ids.size)
     if N == 0:
-        return np.full(0, -1, dtype=idx), np.full(0, 0, dtype=idx)
+        return np.full(0, -1, dtype=idx)
     bits = max(1, N.bit_length())
     low, high = int(ids.min()), int(ids.max())
     if low >= 0 and high < (1 << (62 - bits)):
@@ -222,38 +225,65 @@ def _neighbours(ids: np.ndarray, idx) -> tuple[np.ndarray, np.ndarray]:
         pos[a:b] = key[a:b] & ((1 << bits) - 1)
     del key
     prev_true = np.full(N, -1, dtype=idx)
-    next_true = np.full(N, N, dtype=idx)
-    later, earlier = pos[1:][same], pos[:-1][same]
-    prev_true[later] = earlier
-    next_true[earlier] = later
-    return prev_true, next_true
+    prev_true[pos[1:][same]] = pos[:-1][same]
+    return prev_true
 
 
-def _distances(rec_r, rec_p, offsets, counts, req, prev_true, next_true, N) -> np.ndarray:
-    """Distinct blocks used in the window (p, start of r) for each record (r, p)."""
+def _next_uses(prev_true: np.ndarray) -> np.ndarray:
+    """The next reference to the same block (N when none), from the previous ones."""
+    N = prev_true.size
+    next_true = np.full(N, N, dtype=prev_true.dtype)
+    for a in range(0, N, CHUNK):
+        later = np.flatnonzero(prev_true[a:a + CHUNK] >= 0)
+        next_true[prev_true[a + later]] = a + later
+    return next_true
+
+
+def _request_of(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The request (arrival index) holding each reference position."""
+    return np.searchsorted(offsets, np.asarray(positions, dtype=np.int64), side="right").astype(np.int64) - 1
+
+
+def _distances(rec_r, rec_p, offsets, counts, handed: list[np.ndarray], N) -> np.ndarray:
+    """Distinct blocks used in the window (p, start of r) for each record (r, p); `handed` holds the previous
+    uses (taken out, so that they are freed before the wavelet count)."""
+    prev_true = handed.pop()
     Q = rec_r.size
     if Q == 0:
         return np.zeros(0, dtype=np.int64)
-    holder = req[rec_p].astype(np.int64)            # r′: the request that last used the block
+    holder = _request_of(rec_p, offsets)             # r′: the request that last used the block
     j = rec_p - offsets[holder]                      # its offset there
     s = offsets[rec_r]
+    req = np.repeat(np.arange(counts.size, dtype=prev_true.dtype), counts)
 
-    # requests strictly between r′ and r: references whose block was last used before r′ (or never)
+    # requests strictly between r′ and r: references whose block was last used before r′ (or never), as
+    # request-level events (u, t, w): w references of request u whose block was last used in request t;
+    # run-length coded slice by slice (a run cut at a slice edge is two events: the counts add up the same)
     R = counts.size
-    prevreq = req[np.maximum(prev_true, 0)]
-    prevreq[prev_true < 0] = -1
-    change = np.ones(req.size, dtype=bool)
-    change[1:] = req[1:] != req[:-1]
-    change[1:] |= prevreq[1:] != prevreq[:-1]
-    starts = np.flatnonzero(change)
-    del change
-    ev_u, ev_t = req[starts].astype(np.int64), prevreq[starts].astype(np.int64)
-    ev_w = np.diff(np.append(starts, req.size))
-    del prevreq, starts
+    pieces_u, pieces_t, pieces_w = [], [], []
+    for a in range(0, N, CHUNK):
+        b = min(N, a + CHUNK)
+        u = req[a:b]
+        prior = prev_true[a:b]
+        t = req[np.maximum(prior, 0)]
+        t[prior < 0] = -1
+        change = np.ones(b - a, dtype=bool)
+        change[1:] = (u[1:] != u[:-1]) | (t[1:] != t[:-1])
+        starts = np.flatnonzero(change)
+        pieces_u.append(u[starts])
+        pieces_t.append(t[starts])
+        pieces_w.append(np.diff(np.append(starts, b - a)).astype(req.dtype))
+    dtype = req.dtype
+    del req
+    ev_u = np.concatenate(pieces_u) if pieces_u else np.zeros(0, dtype=dtype)
+    ev_t = np.concatenate(pieces_t) if pieces_t else np.zeros(0, dtype=dtype)
+    ev_w = np.concatenate(pieces_w) if pieces_w else np.zeros(0, dtype=dtype)
+    del pieces_u, pieces_t, pieces_w
     ev_first = np.searchsorted(ev_u, np.arange(R + 1), side="left")
-    between = count_less(ev_t + 1, ev_w, ev_first[holder + 1], ev_first[rec_r], holder + 1)
+    del ev_u
 
     # the holder's own blocks: after the offset, first uses in the window; up to it, blocks used again between
+    next_true = _next_uses(prev_true)
     own = np.zeros(Q, dtype=np.int64)
     n = counts[holder]
     step = max(1, int(CHUNK // 4 // max(1, int(n.max()))))
@@ -271,6 +301,8 @@ def _distances(rec_r, rec_p, offsets, counts, req, prev_true, next_true, N) -> n
         counted = np.where(after, prev_true[pos] <= rec_p[a:b][which],
                            (next_true[pos] >= offsets[holder[a:b] + 1][which]) & (next_true[pos] < s[a:b][which]))
         own[a:b] = np.bincount(which, weights=counted, minlength=b - a).astype(np.int64)
+    del next_true, prev_true
+    between = count_less(ev_t + 1, ev_w, ev_first[holder + 1], ev_first[rec_r], holder + 1)
     return between + own
 
 

@@ -146,7 +146,7 @@ class PlannedRequest:
     turn: int | None = None
     url: str | None = None
     instance: str | None = None
-    stratum: str | None = None      # replay of a sampled trace: first | shared-prefix | returning
+    stratum: str | None = None      # replay of a sampled trace: first | shared_prefix | returning
 
 
 def session_request(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
@@ -1599,7 +1599,7 @@ class TraceTurn:
     arrival_offset_s: float
     line: int
     blocks: tuple[str, ...] | None = None   # content-addressed block ids (optional column block_ids)
-    stratum: str = ""                       # first | shared-prefix | returning (optional column stratum)
+    stratum: str = ""                       # first | shared_prefix | returning (optional column stratum)
 
 
 def load_trace(path: str) -> list[TraceTurn]:

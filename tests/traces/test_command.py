@@ -92,5 +92,5 @@ def test_inferred_sessions_do_not_join_on_a_shared_system_block(tmp_path):
     result = analyze(write(tmp_path, "t.jsonl", mooncake_lines(requests)))
     assert result["sessions"] == 2 and result["sessions_basis"] == "inferred"
     strata = result["reuse"]["strata"]
-    assert strata["first"]["requests"] == 1 and strata["shared-prefix"]["requests"] == 1
+    assert strata["first"]["requests"] == 1 and strata["shared_prefix"]["requests"] == 1
     assert strata["returning"]["requests"] == 3

@@ -57,3 +57,24 @@ def test_prompts_over_the_context_are_cut_and_counted():
     assert "over max_model_len cut" in tracereplay.describe(stats)
     assert tracereplay.max_model_len(["--port", "1", "--max-model-len", "131072"]) == 131072
     assert tracereplay.max_model_len(["--max-model-len=8192"]) == 8192
+
+
+@pytest.mark.parametrize("data, english, chinese", [
+    (b'{"timestamp": 0, "input_length": "x", "output_length": 1, "hash_ids": []}\n',
+     "c.jsonl (Mooncake/FAST'25 JSONL), line 1, field input_length: 'x' is not a whole number",
+     "c.jsonl（Mooncake/FAST'25 JSONL），第 1 行，字段 input_length：'x' 不是整数"),
+    (b"TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,5\n",
+     "c.jsonl (Azure LLM inference CSV), line 1: missing column(s) GeneratedTokens; the header must name "
+     "TIMESTAMP,ContextTokens,GeneratedTokens", "c.jsonl（Azure LLM inference CSV），第 1 行：缺少列 GeneratedTokens"),
+    (b"TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,1\n",
+     "c.jsonl (Azure LLM inference CSV), line 2, field TIMESTAMP: 'yesterday' is not a valid time",
+     "第 2 行，字段 TIMESTAMP：'yesterday' 不是有效的时间"),
+])
+def test_a_public_format_complaint_names_the_format_and_reads_in_chinese(data, english, chinese):
+    from django.utils import translation
+    with translation.override("en"), pytest.raises(traces.TraceRefused) as refused:
+        traces.parse(data, "c.jsonl")
+    assert str(refused.value) == english
+    with translation.override("zh-hans"), pytest.raises(traces.TraceRefused) as refused:
+        traces.parse(data, "c.jsonl")
+    assert chinese in str(refused.value), str(refused.value)

@@ -95,11 +95,11 @@ def test_a_sampled_mooncake_trace_hits_what_its_oracle_says_on_the_simulated_ser
         server.stop()
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 18 and all(r["status"] == "ok" for r in records)
-    assert {r["stratum"] for r in records} == {"first", "shared-prefix", "returning"}
+    assert {r["stratum"] for r in records} == {"first", "shared_prefix", "returning"}
     measured = sum(r["cached_tokens"] or 0 for r in records)
     expected = oracle.reuse.ideal_hit_tokens
     # requests 100 ms apart: each prefix is cached before the next request that needs it arrives (a request
     # that arrives while the one bringing its prefix is still in prefill misses it, which the oracle cannot see)
     assert expected * 0.95 <= measured <= expected, (measured, expected)
-    shared = [r for r in records if r["stratum"] == "shared-prefix"]
+    shared = [r for r in records if r["stratum"] == "shared_prefix"]
     assert shared and all(r["cached_tokens"] == 512 for r in shared)   # the system block, across sessions

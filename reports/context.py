@@ -247,7 +247,7 @@ def session_lengths_of_job(job) -> SessionLengths:
     return SessionLengths(tokens, source, f"{artifact.name} sha256 {artifact.sha256}")
 
 
-def trace_of_job(job) -> dict[str, Any] | None:
+def trace_of_job(job, with_reuse: bool = False) -> dict[str, Any] | None:
     """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths",
     "replay" (what the replay step sampled: share, rates, prompts cut — docs/traces.md), "reuse" (the trace's
     reuse analysis, or known: false with the reason)}."""
@@ -257,7 +257,9 @@ def trace_of_job(job) -> dict[str, Any] | None:
     lengths = session_lengths_of_job(job)
     return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
             "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens),
-            "replay": replay_sample_of_job(job), "reuse": trace_reuse_of_job(job)}
+            "replay": replay_sample_of_job(job),
+            # the reuse analysis reads the whole trace: reports ask for it, pages (web requests) do not
+            "reuse": trace_reuse_of_job(job) if with_reuse else None}
 
 
 def replay_sample_of_job(job) -> dict[str, Any] | None:
@@ -286,7 +288,7 @@ def trace_reuse_of_job(job) -> dict[str, Any] | None:
 def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
     if gate.number != TRACE_GATE or evaluation is None:
         return None
-    return trace_of_job(evaluation.job) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
+    return trace_of_job(evaluation.job, with_reuse=True) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
 
 
 # --- the procurement report ------------------------------------------------------------------------
@@ -454,7 +456,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     return {
         "kind": "procurement", "simulated": simulated, "pilot": pilot_context(pilot), "gate": None, "gates": gates,
         "decision": decision(gates, pilot), "recompute": recompute_speedup(evaluations, pilot.customer_concurrency),
-        "trace": (trace_of_job(g4.job) if g4 is not None else None),
+        "trace": (trace_of_job(g4.job, with_reuse=True) if g4 is not None else None),
         "plan_signoffs": plan_signoffs, "inventory": inventory,
         "projections": projections(evaluations, pilot.customer_concurrency,
                                    customer_trace=bool(g4 is not None and (trace_of_job(g4.job) or {}).get("customer"))),

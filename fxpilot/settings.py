@@ -268,6 +268,10 @@ FXPILOT_RECONCILE_SECONDS = envfloat("FXPILOT_RECONCILE_SECONDS", 15.0, minimum=
 FXPILOT_POLL_SECONDS = envfloat("FXPILOT_POLL_SECONDS", 5.0, minimum=0.05)
 FXPILOT_STALE_SECONDS = envfloat("FXPILOT_STALE_SECONDS", 90.0, minimum=1.0)
 FXPILOT_STEP_MAX_ATTEMPTS = envint("FXPILOT_STEP_MAX_ATTEMPTS", 4, minimum=1)
+# A node that stops answering while a detached step runs: looked at again at most this far apart, for as long
+# as the step's deadline (its start + this, unless its kind says more) allows (docs/operations.md).
+FXPILOT_REATTACH_MAX_SECONDS = envfloat("FXPILOT_REATTACH_MAX_SECONDS", 10.0, minimum=0.05)
+FXPILOT_STEP_DEADLINE_SECONDS = envfloat("FXPILOT_STEP_DEADLINE_SECONDS", 6 * 3600.0, minimum=1.0)
 
 # Evidence signing (see docs/reports.md); the embedded default uses `manage.py signing_setup`.
 FXPILOT_SIGNING_KEY = envstr("FXPILOT_SIGNING_KEY", str(DATA_DIR / "signing" / "signer-key.pem"))

@@ -2,9 +2,10 @@
 
 `consequence(gate, evaluation, ran)` decides, from the gate, its evaluation and what the run measured:
 
-* **extend** the run by N repetitions of every measured cell before the gate is decided — a marginal
-  verdict on G1–G3 when the run allows it (`extend_marginal`, default true) and the plan's cap
-  (`judging.max_extra_repetitions`, gates.judge.can_extend) leaves room; the verdict is not recorded;
+* **extend** the run to the next planned look (judging.looks) before the gate is decided — a marginal
+  verdict on G1–G3 at a look before the design's last, when the run allows it (`extend_marginal`, default
+  true; gates.judge.can_extend); the verdict is not recorded. A decided look (pass or fail) stops the gate's
+  measurements there;
 * **record** the verdict (pass → awaiting sign-off; marginal → joint review);
 * **halt**: record the failed verdict, which halts the pilot; the reason is the pilot's halted reason;
 * **invalid**: record the invalid verdict (the gate stays open) and report the failed validity checks.
@@ -24,7 +25,7 @@ EXTEND, RECORD, HALT, INVALID = "extend", "record", "halt", "invalid"
 EXTENSIBLE_GATES = (1, 2, 3)
 """G4's replay, soak and fault window are not repeated to narrow an interval."""
 EXTRA_REPETITIONS = 1
-"""How many repetitions of every cell one extension adds; the run is judged again after each."""
+"""The fewest repetitions one extension adds (a verdict of judge version 2, which has no planned looks)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ def consequence(gate: Gate, evaluation: Evaluation, ran: Ran) -> Consequence:
     verdict = evaluation.verdict
     if verdict == Gate.Verdict.MARGINAL and gate.number in EXTENSIBLE_GATES and ran.may_extend \
             and judge.can_extend(evaluation.result, gate.pilot.signed_plan.verified_plan(), ran.repetitions):
-        return Consequence(EXTEND, repetitions=EXTRA_REPETITIONS)
+        wanted = judge.next_look(evaluation.result)
+        return Consequence(EXTEND, repetitions=max(wanted - ran.repetitions, EXTRA_REPETITIONS)
+                           if wanted else EXTRA_REPETITIONS)
     if verdict == Gate.Verdict.FAIL:
         return Consequence(HALT, reason=failure_reason(gate, evaluation))
     if verdict == Gate.Verdict.INVALID:

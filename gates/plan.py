@@ -177,6 +177,7 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise PlanError(source, f"judging › {key}", f"{value!r} is not a whole number ≥ 0")
     _number(judging, "min_cell_seconds", source, "judging")
+    _sequential(judging, data.get("workloads") or {}, source)
 
     raw_gates = data.get("gates")
     if not isinstance(raw_gates, list) or not raw_gates:
@@ -242,6 +243,43 @@ def validate_plan(data: Any, *, source: str = "<plan>") -> Plan:
         source=source,
         planning=_planning(data.get("planning") or {}, source),
     )
+
+
+def _sequential(judging: dict, workloads: Any, source: str) -> None:
+    """`judging.looks` (repetition counts at which the judge may decide, ascending; the last is the cold-recovery
+    workload's repetitions), `runs` (how many runs a gate may have), `rerun_alpha_share` (the part of α kept for
+    the runs after the first), `clock_tolerance_s` and `copy_tolerance_s` (validity). Absent keys keep their
+    documented defaults at use (gates.judge.sequential) and are not written into the plan, so plans signed
+    before them hash as they always did."""
+    looks = judging.get("looks")
+    if looks is not None:
+        if (not isinstance(looks, list) or not looks
+                or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in looks)
+                or any(b <= a for a, b in zip(looks, looks[1:], strict=False))):
+            raise PlanError(source, "judging › looks", f"{looks!r} must be a list of ascending whole numbers of "
+                            "repetitions ≥ 1, e.g. [8, 12, 16, 20, 24]")
+        cold = (workloads.get("cold_recovery") or {}) if isinstance(workloads, dict) else {}
+        planned = cold.get("repetitions") if isinstance(cold, dict) else None
+        if planned is not None and planned != looks[-1]:
+            raise PlanError(source, "judging › looks", f"the last look ({looks[-1]}) must be the cold-recovery "
+                            f"workload's repetitions ({planned})")
+    runs = judging.get("runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise PlanError(source, "judging › runs", f"{runs!r} is not a whole number ≥ 1")
+    for key in ("rerun_alpha_share",):
+        if key in judging:
+            value = _number(judging, key, source, "judging")
+            if not 0 <= value < 1:
+                raise PlanError(source, f"judging › {key}", f"{value} must be at least 0 and below 1")
+    for key in ("clock_tolerance_s", "copy_tolerance_s"):
+        if key in judging:
+            value = _number(judging, key, source, "judging")
+            if value < 0:
+                raise PlanError(source, f"judging › {key}", f"{value} must be ≥ 0")
+    if "rate_confidence" in judging:
+        value = _number(judging, "rate_confidence", source, "judging")
+        if not 0.5 <= value < 1:
+            raise PlanError(source, "judging › rate_confidence", f"{value} must be at least 0.5 and below 1")
 
 
 def _sample_trace(raw: dict, number: int, source: str, where: str) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import detached, ssh
-from runners.artifacts import ArtifactMismatch, store_bytes
+from runners.artifacts import ArtifactMismatch, EvidenceStoreError, store_bytes
 from runners.config import ARMS, DEFAULT_SIMULATED, DeploymentSettings, shell_env_file, validate_deployment
 from runners.models import Artifact, Job, Node, Step, describe_holder, lease_holder
 from runners.output import system_line
@@ -476,6 +476,7 @@ class _Parts:
 
     def __init__(self, node: Node, conn: ssh.NodeConnection) -> None:
         self.node, self.conn, self.problems = node, conn, []
+        self.transient = True  # every failure so far was the node being away (worth the whole teardown again)
 
     def run(self, what: str, action) -> Any:
         if self.conn is None:
@@ -483,11 +484,14 @@ class _Parts:
                 self.conn = ssh.connect(self.node)
             except ssh.SSHError as exc:
                 self.problems.append(f"{what}: {exc}")
+                self.transient &= exc.transient
                 return None
         try:
             return action(self.conn)
         except Exception as exc:  # noqa: BLE001 — a teardown part that fails must not stop the next one
             self.problems.append(f"{what}: {_problem(exc)}")
+            self.transient &= ssh.is_transient(exc) or (
+                isinstance(exc, DeployError) and isinstance(exc.__cause__, ssh.SSHError) and exc.__cause__.transient)
             if isinstance(exc, ssh.ConnectionLost):
                 self.conn.close()
                 self.conn = None
@@ -500,7 +504,7 @@ class _Parts:
 
 def _problem(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text if isinstance(exc, (ssh.SSHError, DeployError, ArtifactMismatch)) else f"{type(exc).__name__}: {text}"
+    return text if isinstance(exc, (ssh.SSHError, DeployError, ArtifactMismatch, EvidenceStoreError)) else f"{type(exc).__name__}: {text}"
 
 
 def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment | Mapping[str, Any], *,
@@ -514,7 +518,15 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     if isinstance(deployment, Mapping):
         deployment = Deployment.from_dict(deployment)
     outcome = run_outcome(job)
-    parts = _Parts(node, ssh.connect(node))
+    try:
+        conn = ssh.connect(node)
+    except ssh.SSHError as exc:
+        if exc.transient:
+            raise  # the node may answer in a moment: the orchestrator tries the teardown again
+        raise DeployError(f"node {node.name}: {deployment.arm}: teardown not done: the node cannot be reached "
+                          f"({exc}); its server, FX attachment and caches are left as they were",
+                          deployment=deployment) from None
+    parts = _Parts(node, conn)
     try:
         if deployment.server:
             parts.run("stopping the server", lambda conn: detached.cancel(conn, deployment.server))
@@ -545,8 +557,12 @@ def teardown_arm(job: Job, step: Step | None, node: Node, deployment: Deployment
     except Exception as exc:  # noqa: BLE001
         parts.problems.append(f"recording the teardown: {_problem(exc)}")
     if parts.problems:
-        raise DeployError(f"node {node.name}: {deployment.arm}: teardown incomplete ({len(parts.problems)} part(s) "
-                          "failed): " + "; ".join(parts.problems), deployment=deployment)
+        message = (f"{deployment.arm}: teardown incomplete ({len(parts.problems)} part(s) failed): "
+                   + "; ".join(parts.problems))
+        if parts.transient:
+            # Only the node being away stopped it (an SSH outage): the orchestrator runs the teardown again later.
+            raise ssh.ConnectionLost(message, node=node)
+        raise DeployError(f"node {node.name}: {message}", deployment=deployment)
     _say(job, step, node, f"{deployment.arm}: torn down")
     return deployment
 
@@ -665,8 +681,8 @@ def collect(job: Job, step: Step | None, node: Node, remote_paths: Iterable[str]
                 continue
             try:
                 collected.append(conn.download(path, job=job, name=name, kind=_kind(path), step=step))
-            except (ssh.SSHError, ArtifactMismatch) as exc:
-                problems.append(f"{path}: {exc}")
+            except (ssh.SSHError, ArtifactMismatch, EvidenceStoreError) as exc:
+                problems.append(f"{path}: {exc}")  # a full store: named; the files stored before are kept
     if missing or problems:
         detail = "; ".join(([f"missing: {', '.join(missing)}"] if missing else []) + problems)
         raise DeployError(f"node {node.name}: collected {len(collected)} file(s), but {detail}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -167,21 +168,38 @@ def new_token(worker: str) -> str:
     return f"{worker}#{uuid.uuid4().hex[:10]}"
 
 
-class _Heartbeat(threading.Thread):
-    """Keeps a claimed step's heartbeat fresh while a synchronous handler works; dies with its worker."""
+CANCEL_LOOK_SECONDS = 1.0   # how often a synchronous step's heartbeat looks for a cancel of its run
 
-    def __init__(self, step_id: int, token: str):
+
+class _Heartbeat(threading.Thread):
+    """Keeps a claimed step's heartbeat fresh while a synchronous handler works; dies with its worker.
+
+    With `job_id` it also looks for a cancel of the run every CANCEL_LOOK_SECONDS: then the SSH command the
+    handler waits on is interrupted (runners.ssh.interruptible), so a deploy waiting for /health, a probe's fio
+    or an attach script stops within a second or two instead of running to its end.
+    """
+
+    def __init__(self, step_id: int, token: str, job_id: int | None = None):
         super().__init__(daemon=True, name=f"heartbeat-{step_id}")
-        self.step_id, self.token = step_id, token
+        self.step_id, self.token, self.job_id = step_id, token, job_id
         self.stopped = threading.Event()
+        self.canceled = threading.Event()
+        self._interrupt = None
 
     def run(self) -> None:
         every = max(0.2, settings.FXPILOT_STALE_SECONDS / 4)
+        look = min(every, CANCEL_LOOK_SECONDS) if self.job_id is not None else every
+        beaten = time.monotonic()
         try:
-            while not self.stopped.wait(every):
+            while not self.stopped.wait(look):
                 try:
-                    Step.objects.filter(pk=self.step_id, status=Status.RUNNING, claimed_by=self.token).update(
-                        heartbeat=timezone.now())
+                    if self.job_id is not None and not self.canceled.is_set() and Job.objects.filter(
+                            pk=self.job_id, cancel_requested=True).exists():
+                        self.canceled.set()
+                    if time.monotonic() - beaten >= every - 0.01:
+                        beaten = time.monotonic()
+                        Step.objects.filter(pk=self.step_id, status=Status.RUNNING, claimed_by=self.token).update(
+                            heartbeat=timezone.now())
                 except DatabaseError:
                     # The database went away (a restart): the step is still alive, so keep beating once it
                     # is back, or the sweep would call the step dead and run it a second time.
@@ -190,12 +208,17 @@ class _Heartbeat(threading.Thread):
             connections.close_all()
 
     def __enter__(self) -> _Heartbeat:
+        if self.job_id is not None:
+            self._interrupt = ssh.interruptible(self.canceled, "the run was canceled")
+            self._interrupt.__enter__()
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stopped.set()
         self.join(timeout=5)
+        if self._interrupt is not None:
+            self._interrupt.__exit__(None, None, None)
 
 
 def execute_step(step_id: int, worker: str) -> str:
@@ -212,9 +235,16 @@ def execute_step(step_id: int, worker: str) -> str:
         return "not ready"
     token = new_token(worker)
     now = timezone.now()
-    claimed = Step.objects.filter(pk=step.pk, status=Status.PENDING).update(
-        status=Status.RUNNING, claimed_by=token, heartbeat=now, started=now, attempts=F("attempts") + 1)
+    claimable = Step.objects.filter(pk=step.pk, status=Status.PENDING)
+    if not step.params.get("always"):
+        # A cancel that lands between the look above and this claim: the claim fails, nothing starts.
+        claimable = claimable.filter(job__cancel_requested=False)
+    claimed = claimable.update(status=Status.RUNNING, claimed_by=token, heartbeat=now, started=now,
+                               attempts=F("attempts") + 1)
     if claimed != 1:
+        if Job.objects.filter(pk=job.pk, cancel_requested=True).exists():
+            dispatch_advance(job.pk)  # the advance marks it canceled
+            return "canceled before it was claimed"
         return "claimed elsewhere"
     Job.objects.filter(pk=job.pk, status=Status.PENDING).update(status=Status.RUNNING, started=now)
     step.refresh_from_db()
@@ -228,9 +258,13 @@ def execute_step(step_id: int, worker: str) -> str:
             with _Heartbeat(step.pk, token):
                 remote = kind.start(ctx)
             ctx.save_remote(remote)
+            if _stop_reason(step):
+                # A cancel (or a halt) landed while the process was being started: its pid is known now, so it
+                # is killed at once rather than left running until the end of its work.
+                return _cancel_now(step, token)
             dispatch_poll(step, token, settings.FXPILOT_POLL_SECONDS)
             return "started"
-        with _Heartbeat(step.pk, token):
+        with _Heartbeat(step.pk, token, None if step.params.get("always") else job.pk):
             result = kind.run(ctx)
         _finish(step, token, Status.SUCCESSFUL, result=result or {})
     except Exception as exc:  # noqa: BLE001 — every outcome of a step is recorded, none escapes
@@ -286,7 +320,9 @@ def _handle_exception(step: Step, token: str, kind: StepKind, exc: BaseException
 def _finish(step: Step, token: str, status: str, *, result: dict | None = None, error: str = "",
             affects_status: bool = True) -> bool:
     job = Job.objects.get(pk=step.job_id)
-    if status == Status.ERROR and _halting(job) and job.cancel_requested:
+    if status == Status.ERROR and _halting(job) and job.cancel_requested and not (step.params or {}).get("always"):
+        # What a cancel stopped ended because of the cancel. A teardown is not stopped by a cancel: its
+        # failure (a node it could not reach) stays an error, so nobody takes what it left for cleaned up.
         status, error = Status.CANCELED, f"canceled ({error})" if error else "canceled"
     fields = {"status": status, "finished": timezone.now(), "heartbeat": timezone.now(), "error": error}
     if result is not None:
@@ -310,6 +346,10 @@ def poll_step(step_id: int, token: str) -> str:
     step = Step.objects.select_related("job", "node__site").filter(pk=step_id).first()
     if step is None or step.status != Status.RUNNING or step.claimed_by != token:
         return "not mine"
+    if _stop_reason(step):
+        # Every look first asks whether the run still wants this work: a cancel whose own message was lost or
+        # came before the pid was recorded lands here, at the latest one poll interval later.
+        return _cancel_now(step, token)
     kind = get_kind(step.name)
     ctx = StepContext(step, token)
     interval = settings.FXPILOT_POLL_SECONDS
@@ -321,21 +361,12 @@ def poll_step(step_id: int, token: str) -> str:
             _finish(step, token, Status.ERROR, error=reason, affects_status=kind.affects_status)
             dispatch_advance(step.job_id)
             return "error"
-        failures = int(step.remote.get("poll_failures", 0)) + 1
-        limit = max(settings.FXPILOT_STEP_MAX_ATTEMPTS * 3, 6)
-        if failures > limit:
-            where = step.node.name if step.node_id else "the node"
-            _finish(step, token, Status.ERROR, error=f"lost contact with {where} "
-                                                      f"({failures} polls in a row failed): {_describe(exc)}")
-            dispatch_advance(step.job_id)
-            return "error"
-        ctx.save_remote({**step.remote, "poll_failures": failures})
-        system_line(step.job_id, f"{step_label(step)}: {_describe(exc)} — will re-attach", step=step)
-        dispatch_poll(step, token, min(60.0, interval * 2 ** min(failures, 6)))
-        return "retry"
+        return _lost_contact(step, token, kind, ctx, exc)
     if step.remote.get("poll_failures"):
-        ctx.save_remote({k: v for k, v in step.remote.items() if k != "poll_failures"})
-        system_line(step.job_id, f"{step_label(step)}: re-attached to the remote process", step=step)
+        lost = _lost_for(step)
+        ctx.save_remote({k: v for k, v in step.remote.items() if k not in LOST_KEYS})
+        system_line(step.job_id, f"{step_label(step)}: re-attached to the remote process after "
+                                 f"{lost:.0f} s without contact", step=step)
     progress = {}
     if found.requests_done is not None:
         progress["requests_done"] = found.requests_done
@@ -359,6 +390,60 @@ def poll_step(step_id: int, token: str) -> str:
     return "finished"
 
 
+LOST_KEYS = ("poll_failures", "lost_since", "lost_said")
+LOST_SAY_EVERY_S = 60.0  # while a node stays unreachable, the live log says so this often (not at every look)
+
+
+def step_deadline(step: Step, kind: StepKind) -> datetime:
+    """When a detached step's remote work may have ended at the latest: its start + its kind's max_seconds (or
+    FXPILOT_STEP_DEADLINE_SECONDS). Until then an unreachable node is looked for again, never given up on."""
+    seconds = kind.max_seconds(step) if kind.max_seconds is not None else None
+    seconds = float(seconds) if seconds else float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
+    return (step.started or timezone.now()) + timedelta(seconds=seconds)
+
+
+def _lost_for(step: Step) -> float:
+    since = step.remote.get("lost_since")
+    if not since:
+        return 0.0
+    return max(0.0, (timezone.now() - datetime.fromisoformat(since)).total_seconds())
+
+
+def _lost_contact(step: Step, token: str, kind: StepKind, ctx: StepContext, exc: BaseException) -> str:
+    """A look failed for a reason a retry may cure (the node or the network is away): the remote process may still
+    be running, so it is looked for again — every few seconds at most (FXPILOT_REATTACH_MAX_SECONDS, the back-off
+    starts at the poll interval) — for as long as the step's deadline allows. Only past it is the step an error."""
+    now = timezone.now()
+    failures = int(step.remote.get("poll_failures", 0)) + 1
+    since = step.remote.get("lost_since") or now.isoformat()
+    lost = max(0.0, (now - datetime.fromisoformat(since)).total_seconds())
+    deadline = step_deadline(step, kind)
+    where = step.node.name if step.node_id else "the node"
+    if now >= deadline:
+        _finish(step, token, Status.ERROR, error=(
+            f"lost contact with {where} for {lost:.0f} s ({failures} looks in a row failed) and the step's deadline "
+            f"({(deadline - (step.started or now)).total_seconds():.0f} s after its start) has passed: "
+            f"{_describe(exc)}; its remote process may still be running: teardown stops it"),
+            affects_status=kind.affects_status)
+        dispatch_advance(step.job_id)
+        return "error"
+    interval = settings.FXPILOT_POLL_SECONDS
+    delay = min(settings.FXPILOT_REATTACH_MAX_SECONDS, interval * 2 ** min(failures - 1, 16),
+                max((deadline - now).total_seconds(), 0.05))
+    delay = max(delay, min(interval, settings.FXPILOT_REATTACH_MAX_SECONDS))
+    said = step.remote.get("lost_said")
+    say = failures == 1 or said is None or lost - float(said) >= LOST_SAY_EVERY_S
+    ctx.save_remote({**step.remote, "poll_failures": failures, "lost_since": since,
+                     "lost_said": lost if say else said})
+    if say:
+        left = (deadline - now).total_seconds()
+        system_line(step.job_id, f"{step_label(step)}: {_describe(exc)} — will re-attach (no contact for "
+                                 f"{lost:.0f} s; looking again every {delay:.1f} s at most, for up to {left:.0f} s "
+                                 "more, the step's deadline)", step=step)
+    dispatch_poll(step, token, delay)
+    return "retry"
+
+
 def _handle_finish_exception(step: Step, token: str, kind: StepKind, exc: BaseException) -> None:
     if isinstance(exc, StepFailed):
         _finish(step, token, Status.FAILED, error=_describe(exc))
@@ -366,6 +451,35 @@ def _handle_finish_exception(step: Step, token: str, kind: StepKind, exc: BaseEx
         if not isinstance(exc, (StepError, TransientError)):
             log.exception("%s raised while finishing", step_label(step))
         _finish(step, token, Status.ERROR, error=_describe(exc), affects_status=kind.affects_status)
+
+
+def _stop_reason(step: Step) -> str:
+    """"canceled" or "halted" when the run no longer wants this (not `always`) step's work; "" otherwise."""
+    if (step.params or {}).get("always"):
+        return ""
+    state = Job.objects.filter(pk=step.job_id).values("cancel_requested", "error").first() or {}
+    return "canceled" if state.get("cancel_requested") else "halted" if state.get("error") else ""
+
+
+def _cancel_now(step: Step, token: str) -> str:
+    """Cancel a detached step from its own worker; a node that cannot be reached yet is tried again at the next
+    poll (the step stays running under its token, so nothing else adopts or restarts it meanwhile)."""
+    try:
+        return cancel_step(step.pk)
+    except Exception as exc:  # noqa: BLE001 — the kill must be tried again, not dropped
+        if _is_transient(exc) and timezone.now() < step_deadline(step, known_kind(step.name)):
+            system_line(step.job_id, f"{step_label(step)}: the cancel could not kill its remote process yet "
+                                     f"({_describe(exc)}); trying again", step=step)
+            dispatch_poll(step, token, settings.FXPILOT_POLL_SECONDS)
+            return "cancel retry"
+        # A node that will not let us in (a changed host key) or is still away at the step's deadline: the step
+        # ends canceled saying what may be left; teardown tries the node again and is an error if it cannot.
+        why = f"canceled, but its remote process could not be killed: {_describe(exc)}"
+        if Step.objects.filter(pk=step.pk, status=Status.RUNNING).update(status=Status.CANCELED,
+                                                                        finished=timezone.now(), error=why):
+            system_line(step.job_id, f"{step_label(step)} {why}", step=step)
+        dispatch_advance(step.job_id)
+        return "canceled"
 
 
 def cancel_step(step_id: int) -> str:

@@ -37,11 +37,26 @@ def evaluate_job(job: Job) -> Evaluation:
     plan = version.verified_plan()
     # What teardown kept after an error or a cancel (Artifact.outcome) is evidence of what happened, never judged.
     artifacts = list(job.artifacts.filter(kind__in=JUDGED_KINDS, outcome="").order_by("name"))
-    result = judge.evaluate(plan, job.gate.number, _files(artifacts), planned=_planned(job))
+    result = judge.evaluate(plan, job.gate.number, _files(artifacts), planned=_planned(job),
+                            prior_runs=prior_runs(job))
     return Evaluation.objects.create(
         gate=job.gate, job=job, plan_version=version, verdict=result["verdict"], result=result,
         inputs={artifact.name: artifact.sha256 for artifact in artifacts}, simulated=result["simulated"],
     )
+
+
+def prior_runs(job: Job) -> int:
+    """Earlier runs of the job's gate that were judged (pass, marginal or fail; an invalid run decided nothing):
+    a gate's runs share one error budget (docs/judge.md, "One error budget per gate")."""
+    judged = Evaluation.objects.filter(gate_id=job.gate_id, job__isnull=False, pk__lt=_next_pk(job)) \
+        .exclude(job_id=job.pk).exclude(verdict="invalid").values_list("job_id", flat=True).distinct()
+    return len(set(judged))
+
+
+def _next_pk(job: Job) -> int:
+    """Evaluations stored before this job's first one (a replay counts the runs its evaluation counted)."""
+    first = Evaluation.objects.filter(job_id=job.pk).order_by("pk").values_list("pk", flat=True).first()
+    return first if first is not None else 2 ** 62
 
 
 def _planned(job: Job) -> int | None:
@@ -67,7 +82,7 @@ def replay_evaluation(evaluation: Evaluation) -> dict:
             raise ReplayMismatch(f"input {name} is now {artifact.sha256}, the evaluation used {evaluation.inputs[name]}")
     plan = evaluation.plan_version.verified_plan()
     result = judge.evaluate(plan, evaluation.gate.number, _files([artifacts[name] for name in names]),
-                            planned=_planned(evaluation.job))
+                            planned=_planned(evaluation.job), prior_runs=prior_runs(evaluation.job))
     stored = (evaluation.result or {}).get("judge_version")
     if stored != result["judge_version"]:
         result["rejudged"] = {

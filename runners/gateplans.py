@@ -120,7 +120,13 @@ class Lane:
 
 
 def _reps(job: Job, section: dict) -> int:
-    return int(job.params.get("repetitions") or section.get("repetitions", 1))
+    """The repetitions a run measures before its first judgement: the run's own `repetitions` when it sets them,
+    else the first of the signed plan's looks (judging.looks; docs/judge.md, "Planned looks"): the run stops at
+    the first decided look and measures up to the next one only while the verdict is marginal."""
+    if job.params.get("repetitions"):
+        return int(job.params["repetitions"])
+    looks = (job.pilot.signed_plan.to_plan().judging or {}).get("looks")
+    return int(looks[0]) if looks else int(section.get("repetitions", 1))
 
 
 def _cold_recovery(job: Job, loads: dict, levels: list[int]) -> list[tuple[str, dict]]:
@@ -129,7 +135,8 @@ def _cold_recovery(job: Job, loads: dict, levels: list[int]) -> list[tuple[str, 
     per_client = int(section.get("requests_per_client", 2))
     reps = _reps(job, section)
     sessions = max(levels) * per_client
-    measured = sum(min(sessions, c * per_client) for c in levels) * reps
+    # the measure step also writes every later repetition's fresh sessions (phase populate) before its eviction
+    measured = sum(min(sessions, c * per_client) for c in levels) * reps + sessions * (reps - 1)
     common = {"concurrency": list(levels), "repetitions": reps}
     return [
         ("populate", {"workload": "cold_recovery", **common, "requests_total": sessions}),
@@ -244,7 +251,9 @@ def extension(job: Job, steps: StepList, first_repetition: int, extra: int) -> l
             params.update(repetitions=extra, first_repetition=first_repetition)
             if name == "measure":
                 per_client = int(workloads(job).get("cold_recovery", {}).get("requests_per_client", 2))
-                params["requests_total"] = sum(min(max(levels) * per_client, c * per_client) for c in levels) * extra
+                sessions = max(levels) * per_client
+                params["requests_total"] = (sum(min(sessions, c * per_client) for c in levels) * extra
+                                            + sessions * (extra - 1))
         lane.arm(measure.arm, phases)
     for lane in lanes.values():
         waits += [*lane.collects, lane.last]

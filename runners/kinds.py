@@ -54,6 +54,9 @@ class StepKind:
     soft_time_limit: int = 600
     # A report error is shown on its step but does not turn a recorded verdict into an error.
     affects_status: bool = True
+    # A detached step's deadline, in seconds after its start: how long its remote work may last, so how long
+    # an unreachable node is looked for again before the step is an error (None: FXPILOT_STEP_DEADLINE_SECONDS).
+    max_seconds: Callable[[Step], float | None] | None = None
 
     @property
     def detached(self) -> bool:

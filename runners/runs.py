@@ -18,7 +18,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gates import lifecycle
-from gates.models import Gate
+from gates.judge import sequential
+from gates.models import Evaluation, Gate
 from runners import gateplans, traces
 from runners.artifacts import store_bytes
 from runners.dispatch import dispatch_advance
@@ -105,6 +106,7 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     if busy is not None:
         raise RunRefused(_("%(gate)s already has a run going (%(run)s, %(status)s); cancel it first")
                          % {"gate": gate.label, "run": str(busy.code)[:8], "status": busy.get_status_display()})
+    _require_error_budget(gate)
     site = site or gate.pilot.sites.filter(nodes__role=Node.Role.GPU).distinct().order_by("name").first()
     if site is None:
         raise RunRefused(_("the pilot %(pilot)s has no site with a GPU node; register nodes first")
@@ -157,6 +159,20 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
     return job
 
 
+def _require_error_budget(gate: Gate) -> None:
+    """A gate's runs share one error budget (judging.runs, default 2; docs/judge.md): once that many runs were
+    judged (pass, marginal or fail) the gate is decided and no further run may shop for another verdict."""
+    version = gate.pilot.signed_plan
+    if version is None:
+        return
+    allowed = int((version.to_plan().judging or {}).get("runs", sequential.DEFAULT_RUNS))
+    judged = set(Evaluation.objects.filter(gate=gate, job__isnull=False).exclude(verdict="invalid")
+                 .values_list("job_id", flat=True))
+    if len(judged) >= allowed:
+        raise RunRefused(_("%(gate)s has had %(runs)d judged run(s), all its plan's error budget allows "
+                           "(judging.runs): the gate is decided") % {"gate": gate.label, "runs": len(judged)})
+
+
 @transaction.atomic
 def extend_run(job: Job, evaluate: Step, evaluation, *, first_repetition: int, extra: int = 1) -> int:
     """A marginal verdict with room left: more repetitions (new steps), then a new evaluate; the report moves after it.
@@ -175,8 +191,10 @@ def extend_run(job: Job, evaluate: Step, evaluation, *, first_repetition: int, e
         report.params = {**report.params, "after_verdict": [again]}
         report.seq = steps.next_seq
         report.save(update_fields=["params", "seq"])
-    system_line(job, f"the verdict is marginal and the plan allows more repetitions: repetition {first_repetition} "
-                     f"of every cell is measured, then the gate is judged again ({len(steps.steps)} steps added)")
+    last_rep = first_repetition + extra - 1
+    which = f"repetition {first_repetition}" if extra == 1 else f"repetitions {first_repetition}–{last_rep}"
+    system_line(job, f"the verdict is marginal and the plan's next look is at {last_rep} repetitions: {which} of "
+                     f"every cell are measured, then the gate is judged again ({len(steps.steps)} steps added)")
     return len(steps.steps)
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import hashlib
+import os
 import re
 import shlex
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from runners.artifacts import ArtifactMismatch, sha256_file, store_file
+from runners.artifacts import ArtifactMismatch, EvidenceStoreError, sha256_file, store_file
 from runners.credentials import credential_pkey
 from runners.crypto import DecryptionError
 from runners.models import Artifact, Job, Node, OutputChunk, Step
@@ -79,6 +82,10 @@ class AuthenticationFailed(SSHError):
     pass
 
 
+class Interrupted(SSHError):
+    """A command was stopped on our side because its step's run was canceled (see ``interruptible``)."""
+
+
 class InvalidNodeSettings(SSHError):
     pass
 
@@ -118,6 +125,35 @@ class TransferMismatch(SSHError, ArtifactMismatch):
 
 def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, SSHError) and exc.transient
+
+
+# Thread → (event, why): while the event is set, the next command of that thread is interrupted, once.
+_INTERRUPTS: dict[int, tuple[threading.Event, str]] = {}
+
+
+@contextlib.contextmanager
+def interruptible(event: threading.Event, why: str):
+    """Within the block, a command this thread runs stops (Interrupted) as soon as `event` is set.
+
+    The interruption is delivered once: what the handler does after it — a deploy tearing down what it
+    started — runs its commands to the end. The remote command itself is not signalled (closing the channel
+    does not kill it); the caller's cleanup stops what must not stay.
+    """
+    ident = threading.get_ident()
+    _INTERRUPTS[ident] = (event, why)
+    try:
+        yield
+    finally:
+        _INTERRUPTS.pop(ident, None)
+
+
+def _interruption() -> str | None:
+    ident = threading.get_ident()
+    entry = _INTERRUPTS.get(ident)
+    if entry is None or not entry[0].is_set():
+        return None
+    _INTERRUPTS.pop(ident, None)
+    return entry[1]
 
 
 @dataclass
@@ -338,6 +374,9 @@ class NodeConnection:
         out, err = _Tail(), _Tail()
         sink = _OutputSink(job, step)
         transport = self.transport
+        why = _interruption()
+        if why:
+            raise Interrupted(f"`{_short(command)}` not run: {why}", node=self.node)
 
         def result(code: int | None) -> Result:
             return Result(command, code, out.text(), err.text(), time.monotonic() - started, out.truncated, err.truncated)
@@ -370,6 +409,11 @@ class NodeConnection:
                     chan.close()
                     raise CommandTimeout(f"`{_short(command)}` still running after {timeout:g} s; channel closed",
                                          node=self.node, result=result(None))
+                why = _interruption()
+                if why:
+                    chan.close()
+                    raise Interrupted(f"`{_short(command)}` stopped after {time.monotonic() - started:.0f} s: {why}",
+                                      node=self.node)
                 sink.flush(final=False)
                 if not busy:
                     time.sleep(0.02)
@@ -465,7 +509,13 @@ class NodeConnection:
         remote = remote_sha256 or self.remote_sha256(remote_path)
         with open(local_path, "wb") as handle:
             try:
-                self.sftp.getfo(sftp_path(remote_path), handle)
+                local = _LocalFile(handle, local_path)
+                self.sftp.getfo(sftp_path(remote_path), local)
+                local.flush()
+            except _LocalWriteFailed as exc:
+                raise EvidenceStoreError(f"cannot write the download of {remote_path} from node {self.node.name} to "
+                                         f"{Path(local_path).parent} ({exc.cause.strerror or exc.cause}): "
+                                         "nothing of it was stored") from None
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 if not self.transport.is_active():
                     raise ConnectionLost(f"connection lost while downloading {remote_path}", node=self.node) from None
@@ -510,6 +560,35 @@ def download(node: Node, remote_path: str, *, job: Job, name: str, kind: str, st
 
 
 # --- output helpers -----------------------------------------------------------------------------
+
+class _LocalWriteFailed(Exception):
+    def __init__(self, cause: OSError) -> None:
+        self.cause = cause
+        super().__init__(str(cause))
+
+
+class _LocalFile:
+    """The local end of a download: its write errors (a full disk) are told apart from the node's read errors."""
+
+    def __init__(self, handle: BinaryIO, path: Path | str) -> None:
+        self._handle, self.path = handle, path
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as exc:
+            raise _LocalWriteFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise _LocalWriteFailed(exc) from exc
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
 
 class _BytesReader:
     def __init__(self, data: bytes) -> None:

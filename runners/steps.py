@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from django.conf import settings
+
 from gates import consequences, judge, lifecycle
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate
@@ -312,6 +314,12 @@ def finish_workload(ctx: StepContext, found: Poll) -> dict:
     return {"exit_code": 0, "requests": found.requests_done}
 
 
+def workload_max_seconds(step) -> float:
+    """How long a workload step's remote work may last: a soak its own length on top of the usual deadline
+    (FXPILOT_STEP_DEADLINE_SECONDS); while it may still run, an unreachable node is looked for again."""
+    return float(step.params.get("seconds") or 0) + float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
+
+
 def cancel_workload(ctx: StepContext) -> None:
     if not ctx.step.remote.get("pid"):
         return
@@ -376,6 +384,6 @@ GATE_RUN_KINDS = [
     StepKind("evaluate", run=run_evaluate, soft_time_limit=900),
     StepKind("note", run=run_note, soft_time_limit=60),
     *(StepKind(name, start=start_workload, poll=poll_workload, finish=finish_workload, cancel=cancel_workload,
-               soft_time_limit=300) for name in WORKLOAD_COMMANDS),
+               soft_time_limit=300, max_seconds=workload_max_seconds) for name in WORKLOAD_COMMANDS),
 ]
 """The kinds of step a gate run is made of; RunnersConfig.ready() registers them."""

@@ -16,9 +16,11 @@ import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -57,12 +59,117 @@ def g3_pilots(count: int, *, repetitions: int, spread: float, fx_factor: float =
     return {k: v / count for k, v in verdicts.items()}
 
 
+def sequential_section(pilots: int) -> dict:
+    """Judge version 3: the per-cell false pass of the planned looks (vectorised, the judge's interval functions at
+    each look's nominal level) and the exact bound over sessions at the bar with session-tied misses."""
+    rng = np.random.default_rng(2025)
+    looks = (8, 12, 16, 20, 24)
+    out: dict = {"looks": [], "sessions": []}
+    for shape in ("table1", "waves", "heavy"):
+        for alpha in (0.025, 0.02, 0.005):
+            row = calibration.sequential_false_pass(rng, pilots, shape, looks, alpha)
+            out["looks"].append(row)
+            print(f"looks {shape:<7} α {alpha:<6} false pass over 5 looks {row['false_pass']:.4f}  first pass by look "
+                  + " / ".join(f"{v:.4f}" for v in row["first_pass_by_look"]))
+    for sessions in (8, 64, 192, 400):
+        for partial in (0.0, 0.04):
+            row = calibration.session_bound_false_pass(rng, pilots, sessions, 0.95, partial=partial)
+            row["partial"] = partial
+            out["sessions"].append(row)
+            print(f"sessions {sessions:>4} partial {partial:<4} false pass {row['false_pass']:.4f} coverage {row['coverage']:.4f}")
+    return out
+
+
+def timestamp_section(count: int, only: list[str] | None = None) -> dict:
+    """Pilots generated from timestamps (benchmarks/calibration/timestamps.py), judged by the real judge look by
+    look: power and repetitions to a decision at Table 1, false pass at the bars, slow requests, a skewed clock,
+    omitted and copied repetitions, G2 at the bar with session-tied misses."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import timestamps as ts
+
+    plan = load_plan("default")
+    looks = tuple(plan.judging["looks"])
+    bar8 = 0.8 * synthetic.TABLE_1["local_nvme"][8][0]
+    gain_bar8 = 1.2 * synthetic.TABLE_1["local_nvme"][8][1]
+    cases = {
+        "g3_table1": (3, lambda: ts.Scenario(), None),
+        "g3_ttft_at_bar_c8": (3, lambda: ts.Scenario(fx_ttft={8: bar8}), None),
+        "g3_throughput_at_bar_c8": (3, lambda: ts.Scenario(fx_tput={8: gain_bar8}), None),
+        "g3_throughput_below_bar_2pct_slow_local": (3, lambda: ts.Scenario(fx_tput={8: 0.9 * gain_bar8},
+                                                                         slow_share={"local_nvme": 0.02}), None),
+        "g3_table1_2pct_slow_fx": (3, lambda: ts.Scenario(slow_share={"fx": 0.02}), None),
+        "g3_skewed_clock_60s": (3, lambda: ts.Scenario(skew_s=60.0), None),
+        "g3_worst_2_of_24_omitted": (3, lambda: ts.Scenario(), "omit"),
+        "g3_copied_repetition": (3, lambda: ts.Scenario(), "copy"),
+        "g2_at_bar_session_tied": (2, lambda: ts.Scenario(), 0.90),
+        "g2_true_97_percent": (2, lambda: ts.Scenario(), 0.97),
+    }
+    out = {}
+    for name, (gate, scenario, extra) in cases.items():
+        if only and name not in only:
+            continue
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        verdicts, stops = {"pass": 0, "marginal": 0, "fail": 0, "invalid": 0}, []
+        n = count if gate == 3 else 3 * count
+        started = time.time()
+        for _ in range(n):
+            sc = scenario()
+            if gate == 2:
+                frame = ts.g2_records(rng, looks[-1], sc, extra / 0.9948)
+                verdict = ts.judged_look_by_look(plan, 2, frame, looks, probe=True, retrieve=True)
+            elif extra == "omit":
+                frame = ts.g3_records(rng, looks[-1], sc)
+                cell = frame[(frame["arm"] == "fx") & (frame["concurrency"] == 8)]
+                ttft = cell["t_first_token"] - cell["t_send"]
+                worst = ttft.groupby(cell["repetition"]).median().nlargest(2).index  # FX's slowest two
+                frame = frame[~((frame["arm"] == "fx") & (frame["concurrency"] == 8)
+                                & frame["repetition"].isin(worst))]
+                from gates.judge import evaluate
+                verdict = evaluate(plan, 3, ts.files_of(frame))
+            elif extra == "copy":
+                frame = ts.g3_records(rng, looks[0], sc)
+                cell = (frame["arm"] == "local_nvme") & (frame["concurrency"] == 8)
+                copy = frame[cell & (frame["repetition"] == 2)].copy()
+                for column in ("t_send", "t_first_token", "t_end"):
+                    copy[column] += 1e-6 + 3600
+                copy["repetition"] = 8
+                copy["session"] = copy["session"] + "-copy"
+                frame = pd.concat([frame[~(cell & (frame["repetition"] == 8))], copy], ignore_index=True)
+                from gates.judge import evaluate
+                verdict = evaluate(plan, 3, ts.files_of(frame))
+            else:
+                verdict = ts.judged_look_by_look(plan, 3, ts.g3_records(rng, looks[-1], sc), looks)
+            verdicts[verdict["verdict"]] += 1
+            stops.append(verdict["sequential"]["repetitions_judged"])
+        shares = {k: v / n for k, v in verdicts.items()}
+        out[name] = {"pilots": n, **shares, "median_repetitions": float(np.median(stops)),
+                     "mean_repetitions": float(np.mean(stops)), "seconds": round(time.time() - started)}
+        print(f"{name:<42} n {n:>3}: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
+              + f"; repetitions median {np.median(stops):g}, mean {np.mean(stops):.1f}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pilots", type=int, default=4000)
     parser.add_argument("--full-judge", type=int, default=100, help="whole G3 pilots judged end to end per case")
+    parser.add_argument("--sequential", type=int, default=0, metavar="N",
+                        help="judge version 3 only: planned looks and session bounds with N simulated cells, then "
+                             "--timestamps pilots judged end to end")
+    parser.add_argument("--case", action="append", default=[], help="with --timestamps: only this case (repeatable)")
+    parser.add_argument("--timestamps", type=int, default=0, metavar="N",
+                        help="G3 pilots per case generated from timestamps and judged look by look (G2: 3 N)")
     args = parser.parse_args()
     started = time.time()
+    if args.sequential or args.timestamps:
+        result = {"sequential": sequential_section(args.sequential) if args.sequential else {},
+                  "timestamps": timestamp_section(args.timestamps, args.case) if args.timestamps else {}}
+        out = ROOT / "benchmarks" / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"calibration-v3-{time.strftime('%Y%m%dT%H%M%S')}.json"
+        path.write_text(json.dumps({**result, "seconds": round(time.time() - started, 1)}, indent=1))
+        print(f"{time.time() - started:.0f} s; written {path.relative_to(ROOT)}")
+        return 0
     settings = calibration.default_settings(args.pilots)
     at_95 = calibration.run(settings, confidence=0.95, max_extra=0)
     spent = calibration.run(settings, confidence=0.95, max_extra=2, share=0.2)

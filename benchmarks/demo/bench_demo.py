@@ -71,6 +71,7 @@ class LoadSampler(threading.Thread):
 def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     idle, waited = wait_idle(args.idle_below, args.idle_wait) if args.idle_wait else (load()[0] < args.idle_below, 0.0)
     before = load()
+    commit, changed = git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     data = Path(tempfile.mkdtemp(prefix="fxpilot-demo-bench-"))
     log = out_dir / f"demo-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-run{index}.log"
     argv = [sys.executable, "manage.py", "demo", "--no-serve", "--port", "0", "--scenario", args.scenario]
@@ -95,7 +96,6 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     seconds = time.monotonic() - began
     sampler.done.set()
     sampler.join()
-    shutil.rmtree(data, ignore_errors=True)
     text = log.read_text(errors="replace")
     gates: dict[str, float] = {}
     for label, _status, minutes, secs in GATE_LINE.findall(text):
@@ -103,9 +103,9 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     calibration = CALIBRATION.search(text)
     rate = RATE.search(text)
     during = sampler.samples or [load()[0]]
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git("rev-parse", "--short", "HEAD"),
-        "tree_changed": bool(git("status", "--porcelain", "--untracked-files=no")), "run": index,
+    result = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit,
+        "tree_changed": changed, "run": index,
         "scenario": args.scenario, "time_scale": args.time_scale, "exit_code": code, "total_seconds": round(seconds, 1),
         "gate_seconds": gates,
         "soak_calibration_seconds": int(calibration[1]) * 60 + int(calibration[2]) if calibration else None,
@@ -117,6 +117,9 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
         "waited_for_idle_seconds": round(waited), "load_during_mean": round(statistics.fmean(during), 2),
         "load_during_max": round(max(during), 2), "load_15min_after": round(load()[2], 2), "log": str(log.relative_to(ROOT)),
     }
+    # tens of thousands of small files (the simulated cache tiers): removed in the background, after the figures
+    threading.Thread(target=shutil.rmtree, args=(data,), kwargs={"ignore_errors": True}, daemon=False).start()
+    return result
 
 
 def clock(seconds: float | None) -> str:

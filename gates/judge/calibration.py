@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gates.judge import intervals
+from gates.judge import intervals, sequential
 from gates.judge.verdicts import look_confidence
 
 SHAPES = {
@@ -221,3 +221,49 @@ def _rep_cv_for(target: float, shape: dict, rng: np.random.Generator) -> float:
 
 def default_settings(pilots: int) -> list[Setting]:
     return [Setting(shape, reps, pilots) for shape in SHAPES for reps in (3, 5, 10)]
+
+
+# ---- judge version 3: planned looks and the session as the unit ----
+
+def sequential_false_pass(rng: np.random.Generator, pilots: int, shape: str, looks: tuple[int, ...],
+                          alpha: float, *, ratio: float = 0.8, bar: float = 0.20) -> dict:
+    """A TTFT-reduction cell whose truth sits exactly at its bar (candidate ÷ baseline = 1 − bar), judged at every
+    look of `looks` at the nominal level of the group-sequential boundary for one-sided error `alpha`
+    (gates.judge.sequential), with per-repetition medians of simulated requests of `shape`: how often any look
+    passes it (the false pass the boundary promises to keep ≤ alpha), and how often each look decides."""
+    levels = sequential.nominal_levels(looks, alpha)
+    cand = per_rep_p50(cell_ttfts(rng, pilots, looks[-1], 10.0 * ratio, SHAPES[shape]))
+    base = per_rep_p50(cell_ttfts(rng, pilots, looks[-1], 10.0, SHAPES[shape]))
+    ever = np.zeros(pilots, dtype=bool)
+    by_look = []
+    for reps, level in zip(looks, levels, strict=True):
+        r, low, high = intervals.log_ratio(cand[:, :reps], base[:, :reps], level)
+        passed = (1 - high) >= bar
+        by_look.append(float(np.mean(passed & ~ever)))
+        ever |= passed
+    return {"shape": shape, "looks": list(looks), "alpha": alpha, "false_pass": float(np.mean(ever)),
+            "first_pass_by_look": by_look}
+
+
+def session_hits(rng: np.random.Generator, pilots: int, sessions: int, share_hitting: float, *,
+                 hit: float = 0.9948, repetitions: int = 1, partial: float = 0.0) -> np.ndarray:
+    """Per-session hit ratios (pilots × sessions): a session hits (`hit` of its prompt, the new turn never cached)
+    with probability `share_hitting`, else misses whole; every repetition of a session does the same (misses
+    are tied to the session). `partial` > 0 spreads a hitting session's ratio below `hit` (a beta draw)."""
+    hits = rng.random((pilots, sessions)) < share_hitting
+    values = np.where(hits, hit, 0.0)
+    if partial > 0:
+        values = np.where(hits, hit * rng.beta(1 / partial, 1.0, (pilots, sessions)), 0.0)
+    return values
+
+
+def session_bound_false_pass(rng: np.random.Generator, pilots: int, sessions: int, confidence: float, *,
+                             bar: float = 0.90, hit: float = 0.9948, partial: float = 0.0) -> dict:
+    """The population hit ratio exactly at the bar, misses tied to sessions: how often the judge's exact bound
+    over sessions passes (≤ (1 − confidence)/2 promised), and how often its interval covers the truth."""
+    truth_share = bar / hit if partial == 0 else bar / (hit / (1 + partial))
+    values = session_hits(rng, pilots, sessions, truth_share, hit=hit, partial=partial)
+    k = values.sum(axis=1)
+    _, low, high = intervals.clopper_pearson(k, np.full(pilots, sessions), confidence)
+    return {"sessions": sessions, "confidence": confidence, "false_pass": float(np.mean(low >= bar)),
+            "coverage": float(np.mean((low <= bar) & (bar <= high)))}

@@ -51,12 +51,24 @@ def request_values(frame: pd.DataFrame, metric: str) -> np.ndarray:
     return np.sort(values[~np.isnan(values)], kind="stable")
 
 
-def throughput(frame: pd.DataFrame) -> float:
-    """Output tokens ÷ (last t_end − first t_send) of one cell's requests (design §5a)."""
-    if len(frame) == 0:
+def throughput(frame: pd.DataFrame, concurrency: int | None = None) -> float:
+    """A cell's throughput that one request cannot move (judge version 3): the closed loop's clients each keep
+    one request in flight, so the cell streams min(concurrency, requests) × the median request's output rate,
+    output tokens ÷ (t_end − t_send) over its successful requests. Version 2's Σ tokens ÷ (last t_end − first
+    t_send) was set by the single slowest request, and by any clock that disagreed. Each request's rate is read
+    on one clock (its own t_send and t_end), so a skewed instance cannot stretch the span either."""
+    ok = frame[frame["ok"]] if "ok" in frame else frame
+    if len(ok) == 0:
         return math.nan
-    span = float(frame["t_end"].max() - frame["t_send"].min())
-    return float(frame["output_tokens"].sum()) / span if span > 0 else math.nan
+    spans = (ok["t_end"] - ok["t_send"]).to_numpy(dtype=np.float64)
+    tokens = ok["output_tokens"].to_numpy(dtype=np.float64)
+    good = spans > 0
+    if not good.any():
+        return math.nan
+    rate = float(np.median(tokens[good] / spans[good]))
+    level = concurrency if concurrency is not None else (int(ok["concurrency"].iloc[0]) if "concurrency" in ok
+                                                          else len(ok))
+    return min(level, len(ok)) * rate
 
 
 def cell_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -71,8 +83,7 @@ def cell_table(frame: pd.DataFrame) -> pd.DataFrame:
     quantiles = groups["ttft"].quantile([0.5, 0.9, 0.99]).unstack()
     table["ttft_p50"], table["ttft_p90"], table["ttft_p99"] = quantiles[0.5], quantiles[0.9], quantiles[0.99]
     table["duration_s"] = table["last"] - table["first"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        table["throughput"] = np.where(table["duration_s"] > 0, table["tokens"] / table["duration_s"], np.nan)
+    table["throughput"] = [throughput(sub, int(key[2])) for key, sub in groups]
     return table.drop(columns=["tokens", "first", "last"]).reset_index()
 
 

@@ -12,9 +12,10 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from scipy import stats
 
 from gates.judge import intervals
-from gates.judge.verdicts import EXTENSION_ALPHA_SHARE, look_confidence, planned_repetitions, soak_warmup
+from gates.judge.verdicts import Design, planned_repetitions, soak_warmup
 from gates.plan import CriterionSpec, Plan
 
 DEFAULT_SPREAD = 0.06     # CV of a closed-loop repetition's statistic, before G1 measures it
@@ -34,6 +35,8 @@ class CriterionPlan:
     power_at_plan: float | None = None   # with the plan's repetitions (windows for drift)
     requests_needed: int | None = None
     requests_planned: int | None = None
+    sessions_needed: int | None = None
+    sessions_planned: int | None = None
     decidable: bool = True
     note: str = ""
 
@@ -140,9 +143,8 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
         for spec in gate.criteria:
             rng = np.random.default_rng([seed, gate.number, len(out)])
             confidence = spec.confidence or plan.confidence
-            # the first look spends part of α when the plan may extend (verdicts.look_confidence)
-            first = look_confidence(confidence, 0, int(plan.judging.get("max_extra_repetitions", 0)),
-                                    float(plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE)))
+            # each criterion alone, at the level of the design's last look (the gate row simulates the looks)
+            first = _final_level(plan, gate.number, spec) if confidence else confidence
             item = CriterionPlan(key=spec.key, gate=gate.number, kind="fact")
             if spec.metric == "error_rate":
                 per_rep = requests_per_repetition(plan, spec, gate.number)
@@ -157,6 +159,10 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                         item.requests_planned = per_rep * reps
                     item.decidable = bool(item.requests_planned and item.requests_needed
                                           and item.requests_planned >= item.requests_needed)
+                    if spec.phase != "soak" and per_rep and item.requests_needed:
+                        # repetitions whose requests can show the bar at the last look's level (a run sized by
+                        # the planner must send them, or its rate bar stays marginal)
+                        item.repetitions_needed = math.ceil(item.requests_needed / per_rep)
                     item.note = (f"needs ≥ {item.requests_needed:,} error-free requests; the plan sends about "
                                  f"{item.requests_planned:,}")
             elif spec.statistic == "cv":
@@ -188,7 +194,22 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                 item.kind = "timing"
                 item.note = "a recorded positive figure: passes with 2 repetitions"
                 item.repetitions_needed, item.power_at_plan = 2, 1.0 if reps >= 2 else 0.0
-            elif spec.metric in ("hit_ratio", "read_bw", "output_match", "external_hit_ratio"):
+            elif spec.metric == "hit_ratio":
+                item.kind = "sessions"
+                truth = _hit_truth(plan, spec)
+                item.published = {"": truth}
+                final = _final_level(plan, gate.number, spec)
+                item.sessions_planned = sessions_planned(plan, spec, gate.number)
+                item.sessions_needed = sessions_needed(spec, truth, final, target)
+                item.power_at_plan = session_power(spec, truth, item.sessions_planned or 0, final)
+                item.decidable = bool(item.sessions_needed and item.sessions_planned
+                                      and item.sessions_planned >= item.sessions_needed)
+                if spec.phase != "share" and item.sessions_needed and reps:
+                    # fresh sessions every repetition: the repetitions that measure enough of them
+                    item.repetitions_needed = math.ceil(item.sessions_needed * reps / max(item.sessions_planned, 1))
+                item.note = (f"the session is the unit: needs ≥ {item.sessions_needed or '—'} distinct sessions at a "
+                             f"true {truth:.3g} (whole sessions missing); the plan measures {item.sessions_planned}")
+            elif spec.metric in ("read_bw", "output_match", "external_hit_ratio"):
                 item.kind = "proportion"
                 item.note = "decided by the run's own spread; nearly deterministic when the tier works"
             else:
@@ -229,6 +250,59 @@ def gpu_hours_per_repetition(plan: Plan, gate: int) -> float | None:
     return seconds * gpus / 3600 if seconds else None
 
 
+def _final_level(plan: Plan, gate_number: int, spec: CriterionSpec) -> float:
+    design = Design(plan, gate_number)
+    design.look = len(design.looks)
+    return design.confidence(spec)
+
+
+def _hit_truth(plan: Plan, spec: CriterionSpec) -> float:
+    """The hit ratio to plan for: planning.published[key], else a tier that recovers every session's context
+    (the new turn is never cached)."""
+    given = ((plan.planning or {}).get("published") or {}).get(spec.key)
+    if isinstance(given, (int, float)):
+        return float(given)
+    section = plan.workloads.get("share" if spec.phase == "share" else "cold_recovery") or {}
+    prompt = float(section.get("prompt_tokens", 49152))
+    turn = float((plan.workloads.get("cold_recovery") or {}).get("turn_tokens", 256))
+    return prompt / (prompt + turn)
+
+
+def sessions_planned(plan: Plan, spec: CriterionSpec, gate_number: int) -> int:
+    """Distinct sessions a hit-ratio criterion is judged on: G4's shared sessions, or the cold-recovery sessions
+    of every repetition (fresh per repetition) at the criterion's levels (G2 measures at concurrency 8)."""
+    if spec.phase == "share":
+        return int((plan.workloads.get("share") or {}).get("sessions", 16))
+    cold = plan.workloads.get("cold_recovery") or {}
+    per_client = int(cold.get("requests_per_client", 1))
+    levels = spec.concurrency or (8,)
+    return per_client * max(levels) * planned_repetitions(plan, gate_number)
+
+
+def session_power(spec: CriterionSpec, truth: float, sessions: int, confidence: float) -> float:
+    """Chance the exact bound over sessions passes when sessions hit whole or miss whole (session-tied misses),
+    `truth` the population hit ratio of a tier whose hitting sessions recover all their context."""
+    if sessions <= 0:
+        return 0.0
+    full = 0.9948 if truth < 0.9948 else truth
+    share = min(truth / full, 1.0)
+    k = np.arange(sessions + 1)
+    _, low, high = intervals.clopper_pearson(k * full, np.full(len(k), sessions), confidence)
+    passes = _passes(spec.op, spec.threshold, low, high)
+    return float(np.sum(stats.binom.pmf(k, sessions, share)[passes]))
+
+
+def sessions_needed(spec: CriterionSpec, truth: float, confidence: float, target: float,
+                    limit: int = 5000) -> int | None:
+    n = 2
+    while n <= limit:
+        if session_power(spec, truth, n, confidence) >= target:
+            # the power of a discrete test is not monotone in n: step back to the smallest n that holds from here
+            return n
+        n = n + 1 if n < 100 else int(n * 1.05) + 1
+    return None
+
+
 def summary(plan: Plan, *, spread: float | None = None) -> dict:
     """The planner's figures for a whole plan: per criterion, and per gate the repetitions that reach the power
     and their GPU time; `flagged` lists what cannot reach a decision as planned."""
@@ -241,11 +315,113 @@ def summary(plan: Plan, *, spread: float | None = None) -> dict:
         reps = planned_repetitions(plan, gate.number)
         needed = max([c.repetitions_needed for c in items if c.repetitions_needed and c.kind != "drift"], default=None)
         hours = gpu_hours_per_repetition(plan, gate.number) if gate.number in (1, 2, 3) else None
-        gates.append({"gate": gate.number, "planned_repetitions": reps, "repetitions_needed": needed,
-                      "gpu_hours_per_repetition": None if hours is None else round(hours, 2),
-                      "gpu_hours_planned": None if hours is None else round(hours * reps, 1),
-                      "gpu_hours_needed": None if hours is None or needed is None else round(hours * needed, 1)})
+        row = {"gate": gate.number, "planned_repetitions": reps, "repetitions_needed": needed,
+               "gpu_hours_per_repetition": None if hours is None else round(hours, 2),
+               "gpu_hours_planned": None if hours is None else round(hours * reps, 1),
+               "gpu_hours_needed": None if hours is None or needed is None else round(hours * needed, 1),
+               # a gate row never hides what its criteria cannot reach
+               "unreachable": [c.key for c in items if not c.decidable]}
+        if gate.number in (1, 3) and any(c.kind in ("comparison", "cv") for c in items):
+            # the gate as a whole, its criteria simulated together look by look (not a product of powers)
+            joint = simulate_gate(plan, gate.number, spread=used_spread, pilots=1000)
+            row.update(looks=joint["looks"], power_joint=round(joint["pass"], 3),
+                       median_repetitions=joint["median_repetitions"], mean_repetitions=joint["mean_repetitions"],
+                       p90_repetitions=joint["p90_repetitions"], stopped_at=joint["stopped_at"])
+            if hours is not None:
+                row.update(gpu_hours_expected=joint["gpu_hours_expected"], gpu_hours_p90=joint["gpu_hours_p90"])
+        gates.append(row)
     flagged = [c.key for c in criteria if not c.decidable]
     return {"spread": used_spread, "power": float(planning.get("power", DEFAULT_POWER)),
             "spread_source": "given" if spread is not None else ("plan" if "spread" in planning else "default"),
             "criteria": [asdict(c) for c in criteria], "gates": gates, "flagged": flagged}
+
+
+# ---- planned looks: the gate as a whole, simulated jointly (judge version 3) ----
+
+def _gate_cells(plan: Plan, gate_number: int) -> list[tuple[CriterionSpec, str, float]]:
+    """(criterion, concurrency, published figure) of every spread-based comparison cell of a gate."""
+    out = []
+    for spec in plan.gate(gate_number).criteria:
+        if spec.comparison in ("speedup", "reduction", "gain") and spec.metric in ("ttft", "throughput"):
+            for level, figure in _published(plan, spec).items():
+                out.append((spec, level, figure))
+    return out
+
+
+def simulate_gate(plan: Plan, gate_number: int, *, spread: float | None = None, pilots: int = 2000,
+                  seed: int = SEED, truth_factor: float = 1.0, looks: tuple[int, ...] | None = None,
+                  prior_runs: int = 0) -> dict:
+    """Whole pilots of a gate judged look by look as the judge does (gates.judge.sequential): every comparison
+    cell at its published figure (candidate's times × `truth_factor`), repetition statistics log-normal with
+    the planning spread, an arm's TTFT and throughput of one repetition moving together (a slow repetition is
+    slow in both), rate bars with no failure, CV bars at the planning spread. Returns the chance of each
+    outcome, the look each pilot stopped at, and the repetitions (median, mean, p90) to a decision."""
+    planning = plan.planning or {}
+    spread = float(spread if spread is not None else planning.get("spread", DEFAULT_SPREAD))
+    design = Design(plan, gate_number, prior_runs=prior_runs)
+    if looks:
+        design.looks = tuple(looks)
+    rng = np.random.default_rng([seed, gate_number, 7])
+    sigma = math.sqrt(math.log1p(spread ** 2))
+    last = design.looks[-1]
+    gate = plan.gate(gate_number)
+    z: dict[tuple[str, str], np.ndarray] = {}
+
+    def noise(arm: str, level: str) -> np.ndarray:
+        if (arm, level) not in z:
+            z[(arm, level)] = rng.standard_normal((pilots, last))
+        return z[(arm, level)]
+
+    decided = np.zeros(pilots, dtype=np.int64)        # look index (1-based) of the decision, 0 = none
+    outcome = np.full(pilots, "marginal", dtype=object)
+    blocked: dict[int, list[str]] = {}
+    for k, reps in enumerate(design.looks, start=1):
+        design.look = k
+        passes = np.ones(pilots, dtype=bool)
+        fails = np.zeros(pilots, dtype=bool)
+        for spec, level, figure in _gate_cells(plan, gate_number):
+            level_key = level or str((spec.concurrency or (16,))[0])
+            ratio = _ratio_truth(spec, figure)
+            sign = 1.0 if spec.metric == "ttft" else -1.0
+            factor = math.log(truth_factor) * sign
+            cand = np.exp(math.log(ratio) + factor + sign * sigma * noise(spec.candidate, level_key)[:, :reps])
+            base = np.exp(sign * sigma * noise(spec.baseline, level_key)[:, :reps])
+            _, low, high = intervals.log_ratio(cand, base, design.confidence(spec))
+            lo, hi = {"speedup": (1 / high, 1 / low), "reduction": (1 - high, 1 - low),
+                      "gain": (low - 1, high - 1)}[spec.comparison]
+            cell_pass = _passes(spec.op, spec.threshold, lo, hi)
+            worst, best = (lo, hi) if spec.op in (">=", ">") else (hi, lo)
+            cell_fail = ~_passes(spec.op, spec.threshold, best, worst) & ~np.isnan(best)
+            passes &= cell_pass
+            fails |= cell_fail
+        for spec in gate.criteria:
+            if spec.metric == "error_rate" and spec.statistic != "count" and spec.threshold > 0:
+                per_rep = requests_per_repetition(plan, spec, gate_number)
+                needed = intervals.error_free_needed(spec.threshold, design.confidence(spec))
+                if needed is None or per_rep * reps < needed:
+                    passes &= False
+                    blocked.setdefault(k, []).append(spec.key)
+            elif spec.statistic == "cv":
+                values = 1.0 + spread * noise("cv:" + spec.key, "")[:, :reps]
+                _, low, high = intervals.cv_chi2(values, design.confidence(spec))
+                passes &= _passes(spec.op, spec.threshold, low, high)
+                fails |= (low > spec.threshold) if spec.op in ("<=", "<") else (high < spec.threshold)
+        open_ = decided == 0
+        now_fail = open_ & fails
+        now_pass = open_ & ~fails & passes
+        outcome[now_fail], outcome[now_pass] = "fail", "pass"
+        decided[now_fail | now_pass] = k
+    stop_reps = np.array([design.looks[d - 1] if d else last for d in decided])
+    hours = gpu_hours_per_repetition(plan, gate_number) if gate_number in (1, 2, 3) else None
+    out = {"gate": gate_number, "looks": list(design.looks), "pilots": pilots, "spread": spread,
+           "truth_factor": truth_factor,
+           "pass": float(np.mean(outcome == "pass")), "fail": float(np.mean(outcome == "fail")),
+           "marginal": float(np.mean(outcome == "marginal")),
+           "stopped_at": {str(r): float(np.mean(stop_reps == r)) for r in design.looks},
+           "median_repetitions": float(np.median(stop_reps)), "mean_repetitions": float(np.mean(stop_reps)),
+           "p90_repetitions": float(np.quantile(stop_reps, 0.9)),
+           "rate_bars_not_yet_decidable": {str(design.looks[k - 1]): v for k, v in sorted(blocked.items())}}
+    if hours is not None:
+        out.update(gpu_hours_per_repetition=round(hours, 2), gpu_hours_expected=round(hours * out["mean_repetitions"], 1),
+                   gpu_hours_p90=round(hours * out["p90_repetitions"], 1), gpu_hours_max=round(hours * last, 1))
+    return out

@@ -6,6 +6,7 @@ checks but RecordErrors: there is nothing to judge.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from gates.judge import counters, intervals
@@ -42,6 +43,12 @@ def levels(spec: CriterionSpec, frame: pd.DataFrame) -> list[int]:
     if spec.concurrency:
         return sorted(spec.concurrency)
     return sorted(int(c) for c in select(frame, spec.candidate, spec.phase)["concurrency"].unique())
+
+
+def pooled_rate(spec: CriterionSpec) -> bool:
+    """A failure-rate bar (exact bound, not a count) without its own concurrency list pools every level."""
+    return (spec.metric == "error_rate" and spec.statistic != "count" and not spec.concurrency
+            and not (spec.threshold <= 0 and spec.op in ("<=", "==")))
 
 
 def uses_requests(spec: CriterionSpec) -> bool:
@@ -86,10 +93,11 @@ def _check(name: str, problems: list[str], ok_detail: str) -> dict:
 
 
 def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *, warmup_windows: int = 1,
-          confidence_of=None) -> list[dict]:
+          confidence_of=None, final: bool = True) -> list[dict]:
     checks = [_simulated(inputs), _duplicates(inputs.requests), _versions(inputs)]
     checks += _coverage(gate, frame, judging, warmup_windows)
-    if any(spec.metric == "error_rate" for spec in gate.criteria):
+    if any(spec.metric == "error_rate" for spec in gate.criteria) and final:
+        # before the last look too few requests only leave a rate bar marginal: the next look has more
         checks.append(_rate_requests(gate, frame, confidence_of or (lambda spec: spec.confidence or 0.95)))
     if any(spec.metric in ("gpu_count", "gpu_model_match", "link_speed_gbps") for spec in gate.criteria):
         checks.append(_inventory_complete(gate, inputs))
@@ -168,9 +176,9 @@ def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
             continue
         needed = intervals.error_free_needed(spec.threshold, confidence_of(spec))
         rows = select(frame, spec.candidate, spec.phase)
-        for level in levels(spec, frame):
-            n = int((rows["concurrency"] == level).sum())
-            at = f"{spec.candidate}/{spec.phase}@{level}"
+        for level in [None] if pooled_rate(spec) else levels(spec, frame):
+            n = int(len(rows) if level is None else (rows["concurrency"] == level).sum())
+            at = f"{spec.candidate}/{spec.phase}" + ("" if level is None else f"@{level}")
             if needed is not None and n < needed:
                 problems.append(f"{spec.key}: too few requests to show ≤ {plain(spec.threshold * 100)} % at {at}; "
                                 f"needs ≥ {needed:,} error-free requests (has {n:,})")
@@ -316,11 +324,8 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
             external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
             gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
             prompt = [d for d in (_delta(s, "vllm:prompt_tokens_total") for s in summaries) if d is not None]
-            if arm != RECOMPUTE_ARM and not (prompt and gpu):
-                # cached_tokens count GPU prefix-cache hits too: without /metrics nothing shows HBM was cold
-                problems.append(f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with "
-                                "vllm:prompt_tokens_total and vllm:prefix_cache_hits_total deltas), so nothing shows "
-                                "the GPU prefix cache was cold and the hits came from the tier")
+            if arm != RECOMPUTE_ARM:
+                problems += _instances_unverified(arm, phase, inputs.requests.loc[rows.index, "instance"], summaries)
             if prompt and (external or gpu):
                 evidence = True
                 total = max(sum(prompt), 1.0)
@@ -330,12 +335,12 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 if gpu and sum(gpu) / total > GPU_COLD_MAX_HIT:
                     problems.append(f"{arm}/{phase}: the GPU prefix cache served {sum(gpu) / total:.1%} of the prompt "
                                     "tokens; the eviction did not make it cold")
-            if arm == RECOMPUTE_ARM and len(inputs.retrieves) and (inputs.retrieves["arm"] == arm).any():
-                evidence = True
-                problems.append(f"{arm}: LMCache logged retrievals for the recompute arm; it must have no KV connector")
             if not evidence:
                 problems.append(f"{arm}/{phase}: no cached_tokens in the records and no /metrics deltas in a phase "
                                 "summary, so the arm's cache behaviour cannot be verified")
+    if RECOMPUTE_ARM in arms and len(inputs.retrieves) and (inputs.retrieves["arm"] == RECOMPUTE_ARM).any():
+        # whatever phases the gate measures recompute in (G2: probes only)
+        problems.append(f"{RECOMPUTE_ARM}: LMCache logged retrievals for the recompute arm; it must have no KV connector")
     return _check("hit-behaviour-matches-arm", problems, "; ".join(seen) or "no measure phase to check")
 
 
@@ -517,3 +522,163 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
         else:
             seen.append(f"{spec.key}: {len(measured)} /metrics window(s)")
     return _check("external-hits-measured", problems, "; ".join(seen))
+
+
+def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[str]:
+    """Every instance (node:port) of a cache arm shows its own /metrics counters: one node's counters never
+    vouch for another's server (issue 28). cached_tokens count GPU prefix-cache hits too, so without an
+    instance's /metrics nothing shows its HBM was cold and its hits came from the tier."""
+    def measured(group: list[dict]) -> bool:
+        return any(_delta(s, "vllm:prompt_tokens_total") is not None for s in group) and \
+            any(_delta(s, "vllm:prefix_cache_hits_total") is not None for s in group)
+
+    instances = sorted({str(i) for i in instances_of_rows.dropna().unique() if str(i)}
+                       | {str(s["instance"]) for s in summaries if s.get("instance")})
+    if len(instances) <= 1:  # one server: its summaries are its own, labelled or not
+        return [] if measured(summaries) else [
+            f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with vllm:prompt_tokens_total and "
+            "vllm:prefix_cache_hits_total deltas), so nothing shows the GPU prefix cache was cold and the hits came "
+            "from the tier"]
+    return [f"{arm}/{phase} on node {instance.rsplit(':', 1)[0]} (instance {instance}): cannot be verified: no "
+            "/metrics of its own (no phase summary of that instance with vllm:prompt_tokens_total and "
+            "vllm:prefix_cache_hits_total deltas; another node's counters do not count for it), so nothing shows its "
+            "GPU prefix cache was cold and its hits came from the tier"
+            for instance in instances if not measured([s for s in summaries if str(s.get("instance") or "") == instance])]
+
+
+# ---- completeness, near-copies, clocks (judge version 3) ----
+
+def main_cells(gate: GatePlan, frame: pd.DataFrame, phase: str) -> dict[tuple[str, int], list[int]]:
+    """(arm, concurrency) → the repetitions with records, for every cell of the gate's main phase a criterion
+    judges (candidate and baseline arms, each level)."""
+    out: dict[tuple[str, int], list[int]] = {}
+    rows = frame[frame["phase"] == phase]
+    for spec in gate.criteria:
+        if not uses_requests(spec) or spec.metric == "output_match" or spec.phase not in (phase, "any"):
+            continue
+        for arm in (a for a in (spec.candidate, spec.baseline) if a):
+            mine = rows[rows["arm"] == arm]
+            for level in (spec.concurrency or sorted(int(c) for c in mine["concurrency"].unique())):
+                reps = sorted(int(r) for r in mine.loc[mine["concurrency"] == level, "repetition"].unique())
+                out[(arm, int(level))] = reps
+    return out
+
+
+def _ranges(values: list[int]) -> str:
+    parts, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            parts.append(f"{start}" if start == v else f"{start}–{v}")
+            start = None
+    return ", ".join(parts)
+
+
+def completeness(gate: GatePlan, frame: pd.DataFrame, summaries: list[dict], looks: tuple[int, ...], phase: str, *,
+                 planned: int | None = None) -> dict:
+    """Every planned repetition × concurrency × arm up to the look the records reach is there, and every phase
+    summary of the main phase has its records (a repetition measured and then left out shows as a summary
+    without records). A partial run is judged as the look it reaches, never as the whole plan; records that
+    reach no look are invalid, naming what is missing."""
+    cells = main_cells(gate, frame, phase)
+    if not cells:
+        return _check("repetitions-complete", [], "no repeated cell to check")
+    most = max((max(r) for r in cells.values() if r), default=0)
+    reached = [r for r in looks if all(len(reps) >= r for reps in cells.values())]
+    judged = reached[-1] if reached else looks[0]
+    problems = []
+    for (arm, level), reps in sorted(cells.items()):
+        wanted = list(range(1, max(judged, most if not reached else judged) + 1))
+        missing = [r for r in wanted if r not in reps]
+        if missing and (not reached or any(r <= judged for r in missing)):
+            problems.append(f"{arm}@{level} lacks repetition(s) {_ranges(missing)} of {phase}")
+    if not reached:
+        problems.insert(0, f"look 1 of the design needs {looks[0]} repetitions of every cell "
+                        f"(looks: {', '.join(map(str, looks))}); the records reach none")
+    have = {(str(a), int(c), int(r)) for a, c, r in frame.loc[frame["phase"] == phase,
+                                                               ["arm", "concurrency", "repetition"]].itertuples(index=False)}
+    orphans = sorted({(s["arm"], int(s["concurrency"]), int(s["repetition"])) for s in summaries
+                      if s["phase"] == phase and (s["arm"], int(s["concurrency"])) in cells
+                      and (s["arm"], int(s["concurrency"]), int(s["repetition"])) not in have})
+    if orphans:
+        listed = "; ".join(f"{a}@{c} rep {r}" for a, c, r in orphans[:5])
+        problems.append(f"{len(orphans)} measured repetition(s) have a phase summary but no records: {listed}"
+                        + (f"; {len(orphans) - 5} more" if len(orphans) > 5 else ""))
+    later = [f"{a}@{c}: {len(r)}" for (a, c), r in sorted(cells.items()) if len(r) > judged]
+    detail = (f"every cell holds repetitions 1–{judged} (look {reached.index(judged) + 1 if reached else 0} of "
+              f"{len(looks)})" + (f"; repetitions beyond {judged} wait for the next look ({', '.join(later[:3])})"
+                                  if later else ""))
+    if planned and reached and judged < planned:
+        detail += f"; the run planned {planned}: this is an interim look"
+    return _check("repetitions-complete", problems, detail)
+
+
+def near_copies(gate: GatePlan, frame: pd.DataFrame, requests: pd.DataFrame, tolerance: float,
+                summaries: list[dict] | None = None) -> dict:
+    """A repetition whose requests' timings (TTFTs and durations, sorted) all match another repetition's of the
+    same arm, phase and concurrency within `tolerance` seconds is a copy, however it was shifted or relabelled:
+    two real closed-loop repetitions never agree request for request to a millisecond. Arms served by the
+    simulator (its /metrics carry its gauge) are not compared: its model clock is deterministic, so its
+    repetitions of the same load agree exactly by design (docs/simulator.md)."""
+    ok = frame[frame["ok"]]
+    modelled = sorted({s["arm"] for s in summaries or [] if any(
+        SIMULATOR_GAUGE in (s.get(key) or {}) for key in ("metrics_before", "metrics_after"))})
+    problems = []
+    for (arm, phase, level), cell in ok.groupby(["arm", "phase", "concurrency"], sort=True, observed=True):
+        if arm in modelled:
+            continue
+        prints: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for rep, sub in cell.groupby("repetition", sort=True, observed=True):
+            prints[int(rep)] = (np.sort(sub["ttft"].to_numpy(dtype=np.float64)),
+                                np.sort((sub["t_end"] - sub["t_send"]).to_numpy(dtype=np.float64)))
+        reps = sorted(prints)
+        by_size: dict[int, list[int]] = {}
+        for rep in reps:
+            by_size.setdefault(len(prints[rep][0]), []).append(rep)
+        for size, same in by_size.items():
+            if size < 2:
+                continue
+            for i, a in enumerate(same):
+                for b in same[i + 1:]:
+                    (ta, da), (tb, db) = prints[a], prints[b]
+                    if np.max(np.abs(ta - tb)) <= tolerance and np.max(np.abs(da - db)) <= tolerance:
+                        problems.append(f"{arm}/{phase}@{level}: repetition {b} repeats repetition {a}'s timings "
+                                        f"within {tolerance:g} s (all {size} requests)")
+    skipped = f"; not compared on the simulator's deterministic model clock: {', '.join(modelled)}" if modelled else ""
+    return _check("no-copied-repetitions", problems[:10] + ([f"{len(problems) - 10} more"] if len(problems) > 10 else []),
+                  f"no repetition repeats another's timings within {tolerance:g} s{skipped}")
+
+
+def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> dict:
+    """Instances whose clocks disagree with the collector's beyond `tolerance` seconds: a phase summary's
+    `clock_offset_s` (collector − instance, measured by the client) when recorded, and, within every cell whose
+    requests went to several instances, each instance's first send on the wall clock (wall_anchor + t_send)
+    against the cell's other instances (a closed-loop cell starts its clients together)."""
+    problems, checked = [], 0
+    for summary in summaries:
+        offset = summary.get("clock_offset_s")
+        if isinstance(offset, (int, float)) and not isinstance(offset, bool):
+            checked += 1
+            if abs(offset) > tolerance:
+                problems.append(f"instance {summary.get('instance') or summary.get('_source')}: its clock is "
+                                f"{offset:+.3g} s from the collector's (tolerance {tolerance:g} s)")
+    rows = requests[(requests["wall_anchor"] > 0) & (requests["phase"] != "replay")]
+    if len(rows) and rows["instance"].nunique() > 1:
+        wall = rows["wall_anchor"] + rows["t_send"]
+        keyed = rows.assign(_wall=wall)
+        for (arm, phase, level, rep), cell in keyed.groupby(["arm", "phase", "concurrency", "repetition"],
+                                                            sort=True, observed=True):
+            starts = cell.groupby("instance", observed=True)["_wall"].min()
+            if len(starts) < 2:
+                continue
+            checked += 1
+            centre = float(np.median(starts.to_numpy()))
+            for instance, start in starts.items():
+                if abs(float(start) - centre) > tolerance:
+                    problems.append(f"instance {instance}: {arm}/{phase}@{level} rep {rep} started "
+                                    f"{float(start) - centre:+.3g} s from the cell's other instances on the wall clock "
+                                    f"(tolerance {tolerance:g} s): its clock disagrees")
+    unique = list(dict.fromkeys(problems))
+    return _check("clocks-agree", unique[:10], f"clocks agree within {tolerance:g} s ({checked} comparison(s))"
+                  if checked else "not checked: no clock offsets recorded and no cell measured on several instances")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gates.judge import bootstrap, counters, explain, intervals, validity
+from gates.judge import bootstrap, counters, explain, intervals, sequential, validity
 from gates.judge.metrics import (
     CELL,
     INVENTORY_ONLY,
@@ -35,7 +35,9 @@ from gates.plan import CriterionSpec, Plan
 VERDICT_SCHEMA = "fxpilot.verdict/1"
 # 2: t-intervals over repetitions, exact rate bounds, χ² CV interval, soak drift without warm-up, alpha spending
 # over extensions, content duplicates, per-GPU models and RDMA port state (docs/judge.md, "Versions")
-JUDGE_VERSION = "2"
+# 3: planned looks with a group-sequential boundary and one error budget per gate, the session as the unit of
+# hit ratios (exact bound), a throughput one request cannot move, completeness, near-copies and clock checks
+JUDGE_VERSION = "3"
 EXTENSION_ALPHA_SHARE = 0.2   # share of α kept for the extensions of a marginal run
 DRIFT_TAIL_REQUESTS = 10      # a window's tail statistic keeps at least this many requests beyond it
 METHODS = {
@@ -93,17 +95,61 @@ def _same_outputs(candidate: frozenset | None, baseline: frozenset | None) -> bo
     return candidate is not None and candidate == baseline and all(not key.endswith("\0") for key in candidate)
 
 
+class Design:
+    """The group-sequential design a gate's evaluation belongs to (gates.judge.sequential): the looks (repetitions
+    at which the judge may decide), which look these records reach, and which run of the gate this is."""
+
+    def __init__(self, plan: Plan, gate_number: int, planned: int | None = None, prior_runs: int = 0):
+        self.plan = plan
+        self.looks = gate_looks(plan, gate_number, planned)
+        self.runs = int(plan.judging.get("runs", sequential.DEFAULT_RUNS))
+        self.rerun_share = float(plan.judging.get("rerun_alpha_share", sequential.DEFAULT_RERUN_SHARE))
+        self.run = int(prior_runs) + 1
+        self.look = len(self.looks)
+
+    def base_confidence(self, spec: CriterionSpec) -> float:
+        if spec.confidence is not None:
+            return spec.confidence
+        if spec.metric == "error_rate" and "rate_confidence" in self.plan.judging:
+            return float(self.plan.judging["rate_confidence"])
+        return self.plan.confidence
+
+    def alpha(self, confidence: float) -> float:
+        """One-sided error this run may spend over its looks."""
+        return sequential.run_alpha((1.0 - confidence) / 2.0, self.run, self.runs, self.rerun_share)
+
+    def confidence(self, spec: CriterionSpec) -> float:
+        """The two-sided level of this look's intervals: the nominal level of the group-sequential boundary."""
+        return self.level(self.base_confidence(spec))
+
+    def level(self, confidence: float) -> float:
+        alpha = self.alpha(confidence)
+        if alpha <= 0:
+            return 1.0
+        return sequential.nominal_levels(self.looks, alpha)[max(self.look, 1) - 1]
+
+    def describe(self, repetitions: int) -> dict:
+        alpha = (1.0 - self.plan.confidence) / 2.0
+        run_alpha = self.alpha(self.plan.confidence)
+        earlier = sum(sequential.run_alpha(alpha, r, self.runs, self.rerun_share) for r in range(1, self.run))
+        return {"looks": list(self.looks), "look": self.look, "of": len(self.looks),
+                "repetitions_judged": self.looks[self.look - 1] if self.look else 0, "repetitions": repetitions,
+                "final": self.look == len(self.looks), "run": self.run, "runs": self.runs,
+                "alpha": num(alpha), "alpha_run": num(run_alpha),
+                "alpha_spent": num(earlier + sequential.spent(self.looks, self.look, run_alpha)),
+                "confidence": num(self.level(self.plan.confidence)),
+                "boundary": "Lan–DeMets O'Brien–Fleming-type alpha spending, one-sided error per cell "
+                            f"≤ {num(alpha)} over all looks and runs"}
+
+
 class _Judge:
-    def __init__(self, plan: Plan, inputs: Inputs, frame: pd.DataFrame, expect: dict, look: int = 0):
-        self.plan, self.inputs, self.frame, self.expect, self.look = plan, inputs, frame, expect, look
+    def __init__(self, plan: Plan, inputs: Inputs, frame: pd.DataFrame, expect: dict, design: Design):
+        self.plan, self.inputs, self.frame, self.expect, self.design = plan, inputs, frame, expect, design
         self.seed = int(plan.judging.get("seed", 0))
 
     def confidence(self, spec: CriterionSpec) -> float:
-        """The level of this look: a plan that may extend a marginal run keeps part of its error rate for the
-        extensions (docs/judge.md, "Extension")."""
-        base = spec.confidence if spec.confidence is not None else self.plan.confidence
-        return look_confidence(base, self.look, int(self.plan.judging.get("max_extra_repetitions", 0)),
-                               float(self.plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE)))
+        """The level of this look (docs/judge.md, "Planned looks")."""
+        return self.design.confidence(spec)
 
     # -- per-repetition statistics: the repetitions are the independent units --
     def per_repetition(self, spec: CriterionSpec, rows: pd.DataFrame, statistic: str | None = None
@@ -135,6 +181,8 @@ class _Judge:
         out = []
         candidate_rows = validity.select(self.frame, spec.candidate, spec.phase)
         baseline_rows = validity.select(self.frame, spec.baseline, spec.phase) if spec.baseline else None
+        if validity.pooled_rate(spec):  # a rate bar over every level: one count of requests and failures
+            return [self.absolute_cell(spec, candidate_rows, None)]
         for level in validity.levels(spec, self.frame):
             cand = candidate_rows[candidate_rows["concurrency"] == level]
             if spec.comparison == "drift":
@@ -145,7 +193,7 @@ class _Judge:
                 out.append(self.absolute_cell(spec, cand, level))
         return out
 
-    def absolute_cell(self, spec: CriterionSpec, rows: pd.DataFrame, level: int) -> dict:
+    def absolute_cell(self, spec: CriterionSpec, rows: pd.DataFrame, level: int | None) -> dict:
         confidence = self.confidence(spec)
         cell: dict[str, Any] = {"concurrency": level}
         if spec.metric == "error_rate":
@@ -158,7 +206,12 @@ class _Judge:
             needed = intervals.error_free_needed(spec.threshold, confidence) if spec.op in ("<=", "<") else None
             if needed is not None:
                 cell["error_free_needed"] = needed
+            # what the count proves: the rate the exact bound excludes ("0 of 1,344 shows ≤ 0.27 %")
+            cell["shows"] = (f"{failures:,} of {n:,} shows ≤ {float(high) * 100:.2g} %" if spec.op in ("<=", "<")
+                             else f"{failures:,} of {n:,} shows ≥ {float(low) * 100:.2g} %")
             return self.finish(spec, cell, float(rate), float(low), float(high))
+        if spec.metric == "hit_ratio":
+            return self.session_hit_cell(spec, rows, cell, confidence)
         values, n = self.per_repetition(spec, rows)
         cell.update(n_candidate=n, repetitions=len(values), per_repetition=[num(v) for v in values])
         if spec.statistic == "cv":
@@ -175,6 +228,26 @@ class _Judge:
             value, low, high = intervals.linear_t(request_values(rows, spec.metric), confidence)
         if spec.metric in PROPORTIONS:
             low, high = max(float(low), 0.0), min(float(high), 1.0)
+        return self.finish(spec, cell, float(value), float(low), float(high))
+
+    def session_hit_cell(self, spec: CriterionSpec, rows: pd.DataFrame, cell: dict, confidence: float) -> dict:
+        """The session is the unit: a session whose chunks never reach the tier misses every time it returns, so
+        its requests are one observation, not many. Each session's hit ratio (mean over its successful requests,
+        all repetitions) counts as a share of one session; the bound is Clopper–Pearson's with that (possibly
+        fractional) count of hitting sessions: exact when sessions hit or miss whole, conservative otherwise
+        (a [0, 1] variable spreads less than a 0/1 one of the same mean). 8 of 8 sessions hitting give a
+        95 % lower bound of 0.63, never [0.99, 0.99]."""
+        ok = rows[rows["ok"] & rows["hit"].notna()]
+        sessions = self.inputs.requests.loc[ok.index, "session"].astype(str)
+        per_session = ok["hit"].groupby(sessions.to_numpy(), sort=True).mean().to_numpy(dtype=np.float64)
+        per_session = np.clip(per_session, 0.0, 1.0)
+        k, n = float(per_session.sum()), len(per_session)
+        cell.update(n_candidate=int(len(rows)), sessions=n, requests=int(len(ok)),
+                    repetitions=int(rows["repetition"].nunique()),
+                    method="exact (Clopper–Pearson) bound over sessions, each session's hit ratio a share of one")
+        if n == 0:
+            return self.finish(spec, cell, math.nan, math.nan, math.nan)
+        value, low, high = intervals.clopper_pearson(k, n, confidence)
         return self.finish(spec, cell, float(value), float(low), float(high))
 
     def comparison_cell(self, spec: CriterionSpec, cand: pd.DataFrame, base: pd.DataFrame, level: int) -> dict:
@@ -441,26 +514,42 @@ def _public(obj: dict) -> dict:
 
 
 def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list | tuple, *,
-             expect: dict | None = None, look: int | None = None, planned: int | None = None) -> dict:
+             expect: dict | None = None, look: int | None = None, planned: int | None = None,
+             prior_runs: int = 0) -> dict:
     """Judge one gate of a plan on raw inputs. Raises RecordError on input it cannot use.
 
-    `look`: how many times the run has been extended (0 = its first judgement); by default the repetitions
-    beyond `planned` (the run's own repetitions when it set them, else the plan's)."""
+    The records' repetitions decide the look (docs/judge.md, "Planned looks"): the last of the design's looks
+    they reach, judged on the repetitions up to it at that look's boundary. `planned`: the repetitions the run
+    was started with when it set them (its looks are the plan's below it and it); `prior_runs`: how many
+    earlier runs of this gate were judged (they share the gate's error budget); `look` forces a look (tests)."""
     gate = plan.gate(gate_number)
     inputs = files_or_frames if isinstance(files_or_frames, Inputs) else load_inputs(files_or_frames)
     inputs, counter_check = counters.reconcile(inputs)
-    frame = derive(inputs.requests)
-    validity.require_inputs(gate, inputs, frame)
+    full = derive(inputs.requests)
+    validity.require_inputs(gate, inputs, full)
     judging = {"min_requests_per_cell": 8, "min_cell_seconds": 0.0, **plan.judging}
-    planned = int(planned) if planned else planned_repetitions(plan, gate.number)
-    seen = repetitions_seen(gate, frame)
-    max_extra = int(plan.judging.get("max_extra_repetitions", 0))
-    if look is None:
-        look = min(max(seen - planned, 0), max_extra) if max_extra else 0
-    look = max(int(look), 0)
-    judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, look=look)
+    design = Design(plan, gate.number, int(planned) if planned else None, prior_runs)
+    if design.run > design.runs:
+        raise ValueError(f"{gate.label} has had {prior_runs} judged run(s); its design allows {design.runs}: the gate "
+                         "is decided (docs/judge.md, \"One error budget per gate\")")
+    seen = repetitions_seen(gate, full)
+    design.look = sequential.look_index(design.looks, seen) if look is None else min(max(int(look), 1),
+                                                                                      len(design.looks))
+    judged_reps = design.looks[design.look - 1] if design.look else seen
+    frame = within_look(gate, full, judged_reps)
+    every_summary = inputs.summaries
+    summaries = [s for s in inputs.summaries if not (s["phase"] == main_phase(gate)
+                                                      and int(s["repetition"]) > judged_reps)]
+    inputs = Inputs(requests=inputs.requests, retrieves=inputs.retrieves, summaries=summaries,
+                    inventories=inputs.inventories, digests=inputs.digests, kinds=inputs.kinds)
+    judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, design)
     checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
-                            confidence_of=judge.confidence) + [counter_check]
+                            confidence_of=judge.confidence, final=design.look == len(design.looks))
+    checks += [validity.completeness(gate, full, every_summary, design.looks, main_phase(gate), planned=planned),
+               validity.near_copies(gate, full, inputs.requests, float(judging.get("copy_tolerance_s", 1e-3)),
+                                    every_summary),
+               validity.clocks(inputs.requests, inputs.summaries, float(judging.get("clock_tolerance_s", 2.0))),
+               counter_check]
     failed = [c for c in checks if not c["ok"]]
     reasons = [f"{c['name']}: {c['detail']}" for c in failed]
     criteria = [_criterion(judge, spec, reasons) for spec in gate.criteria]
@@ -469,6 +558,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     else:
         verdict = max((c["verdict"] for c in criteria), key=SEVERITY.__getitem__)
     english, chinese = explain.gate_explanation(gate.label, verdict, criteria, failed)
+    english, chinese = _with_look(english, chinese, design, verdict)
     table = cell_table(frame)
     simulated = bool(inputs.requests["simulated"].any()) if len(inputs.requests) else False
     simulated |= any(validity.summary_simulated(s) for s in inputs.summaries) or any(i["simulated"] for i in inputs.inventories)
@@ -479,10 +569,11 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         "simulated": simulated, "judge_version": JUDGE_VERSION,
         "bootstrap": {"seed": judge.seed, "confidence": num(plan.confidence),
                       "method": "; ".join(f"{k}: {v}" for k, v in METHODS.items())},
-        "extension": {"extensions": look, "planned_repetitions": planned, "repetitions": seen,
-                      "max_extra_repetitions": max_extra,
-                      "confidence": num(look_confidence(plan.confidence, look, max_extra, float(
-                          plan.judging.get("extension_alpha_share", EXTENSION_ALPHA_SHARE))))},
+        "sequential": design.describe(seen),
+        # kept for readers of judge version 2 (runners.evaluation.extension_history): later looks were extensions
+        "extension": {"extensions": max(design.look - 1, 0), "planned_repetitions": design.looks[-1],
+                      "repetitions": seen, "max_extra_repetitions": 0,
+                      "confidence": num(design.level(plan.confidence))},
         "validity": {"valid": not failed, "checks": checks},
         "criteria": criteria,
         "metrics": _metrics(table),
@@ -499,36 +590,77 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     }
 
 
+def _with_look(english: str, chinese: str, design: Design, verdict: str) -> tuple[str, str]:
+    """The gate's explanation says which look of how many this is and what error has been spent, so the gate page
+    and the reports, which show it, say so too."""
+    if not design.look:
+        return english, chinese
+    d = design.describe(0)
+    spent, budget = f"{d['alpha_spent'] * 100:.2g} %", f"{d['alpha'] * 100:.2g} %"
+    reps = d["repetitions_judged"]
+    english += (f" Look {d['look']} of {d['of']} ({reps} repetitions), run {d['run']} of {d['runs']}; error spent "
+                f"{spent} of {budget} per cell.")
+    chinese += (f"第 {d['look']} 次查看（共 {d['of']} 次，{reps} 次重复），第 {d['run']} 次运行（共 {d['runs']} 次）；"
+                f"每个单元已用误差 {spent}（共 {budget}）。")
+    if verdict == "marginal" and not d["final"]:
+        english += f" Marginal before the last look: the run continues to look {d['look'] + 1}."
+        chinese += f"在最后一次查看之前为临界：运行继续到第 {d['look'] + 1} 次查看。"
+    return english, chinese
+
+
 def canonical_json(verdict: dict) -> str:
     """The verdict as bytes-stable JSON: sorted keys, no spaces, UTF-8 text kept."""
     return json.dumps(verdict, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def planned_repetitions(plan: Plan, gate_number: int) -> int:
-    """Repetitions the plan's workload asks for in a gate's main phase."""
+    """Repetitions the plan's workload asks for in a gate's main phase (its last look)."""
     workload = "replay" if gate_number == 4 else "cold_recovery"
     return int((plan.workloads.get(workload) or {}).get("repetitions", 1))
 
 
+def gate_looks(plan: Plan, gate_number: int, planned: int | None = None) -> tuple[int, ...]:
+    """The repetition counts at which the judge may decide a gate: `judging.looks` for G1–G3 (cold recovery),
+    the documented defaults (sequential.default_looks) for a plan without them, one look at the replay's
+    repetitions for G4. A run that set its own repetitions (`planned`) looks at the plan's looks below them and
+    at them."""
+    full = planned_repetitions(plan, gate_number)
+    if gate_number == 4:
+        return (int(planned or full),)
+    looks = tuple(plan.judging.get("looks") or sequential.default_looks(full))
+    if planned and planned != looks[-1]:
+        looks = tuple(r for r in looks if r < planned) + (int(planned),)
+    return looks
+
+
+def main_phase(gate) -> str:
+    return "replay" if gate.number == 4 else "measure"
+
+
+def within_look(gate, frame: pd.DataFrame, repetitions: int) -> pd.DataFrame:
+    """The records a look judges: the gate's main phase up to the look's repetitions (later ones wait for the next
+    look), every other phase whole."""
+    later = (frame["phase"] == main_phase(gate)) & (frame["repetition"] > repetitions)
+    return frame[~later.to_numpy()] if later.any() else frame
+
+
 def repetitions_seen(gate, frame: pd.DataFrame) -> int:
-    """The most repetitions of any cell in the gate's main phase (measure; replay for G4): more than the plan asks
-    for means the run was extended, and each extension is one more look at the data."""
-    phase = "replay" if gate.number == 4 else "measure"
-    rows = frame[frame["phase"] == phase]
-    if len(rows) == 0:
-        return 0
-    return int(rows.groupby(["arm", "concurrency"], observed=True)["repetition"].nunique().max())
+    """The fewest repetitions of any cell of the gate's main phase (measure; replay for G4): the look the records
+    reach is the look every cell reaches (validity.completeness names cells that lag)."""
+    counts = [len(reps) for reps in validity.main_cells(gate, frame, main_phase(gate)).values()]
+    return min(counts) if counts else 0
+
+
+def next_look(verdict: dict) -> int | None:
+    """The repetitions of the next look of a marginal verdict's design, or None when it was the last look."""
+    design = verdict.get("sequential") or {}
+    looks, look = design.get("looks") or [], int(design.get("look") or 0)
+    if verdict.get("verdict") != "marginal" or not looks or look >= len(looks):
+        return None
+    return int(looks[look])
 
 
 def can_extend(verdict: dict, plan: Plan, repetitions_done: int) -> bool:
-    """A marginal run may get more repetitions until planned + judging.max_extra_repetitions are done.
-
-    `planned` is what the judge counted the looks from (the run's own repetitions when it set them): capping at
-    the plan's repetitions instead would let a run started with fewer take more looks than the error budget
-    was shared among."""
-    if verdict.get("verdict") != "marginal":
-        return False
-    planned = (verdict.get("extension") or {}).get("planned_repetitions") \
-        or planned_repetitions(plan, int(verdict["gate"]))
-    cap = int(planned) + int(plan.judging.get("max_extra_repetitions", 0))
-    return repetitions_done < cap
+    """A marginal verdict at a look before the design's last may continue to the next look."""
+    wanted = next_look(verdict)
+    return wanted is not None and repetitions_done < wanted

@@ -1386,31 +1386,49 @@ async def _evict(ctx: RunContext, a: argparse.Namespace) -> dict:
 
 
 def cold_recovery_plan(a: argparse.Namespace) -> tuple[int, list[tuple[int, int, int]]]:
-    """(sessions to populate, [(concurrency, repetition, sessions measured)])."""
+    """(sessions per repetition, [(concurrency, repetition, sessions measured)]), repetition by repetition."""
     count = a.sessions or max(a.concurrency) * a.requests_per_client
-    first = getattr(a, "first_repetition", 1)  # > 1 when a marginal run is extended with more repetitions
-    cells = [(c, r, min(count, c * a.requests_per_client)) for c in a.concurrency
-             for r in range(first, first + a.repetitions)]
+    first = getattr(a, "first_repetition", 1)  # > 1 when a run continues to its next planned look
+    cells = [(c, r, min(count, c * a.requests_per_client)) for r in range(first, first + a.repetitions)
+             for c in a.concurrency]
     return count, cells
+
+
+def repetition_sessions(a: argparse.Namespace, count: int, repetition: int) -> list[Session]:
+    """Fresh sessions for every repetition (judge version 3: the session is the unit of a hit ratio): a session
+    whose chunks never reach the tier would otherwise miss in every repetition and its misses would look like
+    agreement. Named <prefix>r<repetition>-<n>, so repetitions never share a session."""
+    return make_sessions(count, a.prompt_tokens, a.seed, f"{a.session_prefix or 's'}r{repetition}-")
 
 
 async def cmd_cold_recovery(ctx: RunContext, a: argparse.Namespace, populate: bool = True,
                             measure: bool = True) -> None:
+    """populate writes the first repetition's sessions; measure writes each later repetition's own fresh
+    sessions (phase populate) before its eviction, then measures every level of that repetition."""
     count, cells = cold_recovery_plan(a)
-    ctx.recorder.total = (count if populate else 0) + (sum(n for _, _, n in cells) if measure else 0)
-    sessions = make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "s")
+    reps = sorted({r for _, r, _ in cells})
+    ctx.recorder.total = (count if populate else 0) + (
+        sum(n for _, _, n in cells) + count * (len(reps) - 1) if measure else 0)
+    conc = a.populate_concurrency or max(a.concurrency)
     if populate:
-        conc = a.populate_concurrency or max(a.concurrency)
-        ctx.say(f"PHASE populate sessions={count} prompt_tokens={a.prompt_tokens} concurrency={conc}")
-        await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc), conc)
+        ctx.say(f"PHASE populate sessions={count} prompt_tokens={a.prompt_tokens} concurrency={conc} "
+                f"repetition={reps[0]}")
+        await run_requests(ctx, populate_requests(repetition_sessions(a, count, reps[0]), a.output_tokens, conc,
+                                                  reps[0]), conc)
     if not measure:
         return
-    for conc, rep, n in cells:
-        done = await _evict(ctx, a)
-        ctx.say(f"PHASE measure concurrency={conc} repetition={rep} sessions={n}")
-        reqs = measure_requests(sessions[:n], output_tokens=a.output_tokens, turn_tokens=a.turn_tokens,
-                            concurrency=conc, repetition=rep)
-        await run_requests(ctx, reqs, conc, extra={"eviction": done}, check_cold=True)
+    for rep in reps:
+        sessions = repetition_sessions(a, count, rep)
+        if rep != reps[0]:
+            ctx.say(f"PHASE populate sessions={count} prompt_tokens={a.prompt_tokens} concurrency={conc} "
+                    f"repetition={rep}")
+            await run_requests(ctx, populate_requests(sessions, a.output_tokens, conc, rep), conc)
+        for level, _, n in (cell for cell in cells if cell[1] == rep):
+            done = await _evict(ctx, a)
+            ctx.say(f"PHASE measure concurrency={level} repetition={rep} sessions={n}")
+            reqs = measure_requests(sessions[:n], output_tokens=a.output_tokens, turn_tokens=a.turn_tokens,
+                                    concurrency=level, repetition=rep)
+            await run_requests(ctx, reqs, level, extra={"eviction": done}, check_cold=True)
 
 
 async def cmd_evict(ctx: RunContext, a: argparse.Namespace) -> None:

@@ -540,6 +540,8 @@ def build_app(server: SimServer) -> web.Application:
         return web.json_response({"object": "list", "data": data, "simulated": True})
 
     async def metrics(request: web.Request) -> web.Response:
+        if config.node.faults().get("metrics_missing"):  # a server started without its /metrics (issue 28)
+            return web.Response(status=404, text="404: Not Found")
         return web.Response(text=server.metrics_text(), content_type="text/plain", charset="utf-8")
 
     async def reset(request: web.Request) -> web.Response:

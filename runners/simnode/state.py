@@ -18,6 +18,7 @@ FAULTS = {
     # fxpilot addition: simulated tools left off the node's PATH, e.g. ["amd-smi", "vllm"] (a tool the host has
     # itself, such as ip or mount, stays reachable there)
     "missing_tools": [],
+    "metrics_missing": False,  # fxpilot addition: the simulated server answers 404 at /metrics
 }
 
 

@@ -23,21 +23,26 @@ def test_cold_recovery_runs_every_cell_and_the_judge_reads_its_records(server_ur
     result = run_client("cold-recovery", "--url", server_url, "--arm", "fx", "--out", str(out), *SMALL)
     assert result.returncode == 0, result.stderr
     records = read_jsonl(out)
-    # populate 8 sessions (max level × 2), then 2 reps × (2×2 + 4×2) measure requests
-    assert len(records) == 8 + 2 * (4 + 8)
+    # every repetition its own 8 fresh sessions (max level × 2) populated, then (2×2 + 4×2) measure requests
+    assert len(records) == 2 * 8 + 2 * (4 + 8)
     assert all(r["status"] == "ok" for r in records)
     for r in records:
         check_fields(r, REQUEST_FIELDS, str(out), None)
         check_fields(r, REQUEST_OPTIONAL, str(out), None, required=False)
         assert r["t_send"] <= r["t_first_token"] <= r["t_end"]
     cells = {(r["phase"], r["concurrency"], r["repetition"]) for r in records}
-    assert cells == {("populate", 4, 1)} | {("measure", c, rep) for c in (2, 4) for rep in (1, 2)}
+    assert cells == {("populate", 4, 1), ("populate", 4, 2)} | {("measure", c, rep) for c in (2, 4) for rep in (1, 2)}
+    # the session is the unit of a hit ratio: no session returns in two repetitions (judge version 3)
+    measured = {rep: {r["session"] for r in records if r["phase"] == "measure" and r["repetition"] == rep}
+                for rep in (1, 2)}
+    assert measured[1] and measured[2] and not measured[1] & measured[2]
     lines = result.stdout.splitlines()
-    assert "PROGRESS 32/32" in lines
+    assert "PROGRESS 40/40" in lines
     assert any(line.startswith("EVICT prefix cache reset") for line in lines)
     phases = summaries(out)
     assert [(s["phase"], s["concurrency"], s["repetition"]) for s in phases] == [
-        ("populate", 4, 1), ("measure", 2, 1), ("measure", 2, 2), ("measure", 4, 1), ("measure", 4, 2)]
+        ("populate", 4, 1), ("measure", 2, 1), ("measure", 4, 1), ("populate", 4, 2), ("measure", 2, 2),
+        ("measure", 4, 2)]
     for s in phases:
         check_fields(s, PHASE_FIELDS, "summary", None)
         assert s["max_in_flight"] == s["concurrency"]
@@ -45,7 +50,7 @@ def test_cold_recovery_runs_every_cell_and_the_judge_reads_its_records(server_ur
         assert s["metrics_after"]["vllm:prompt_tokens_total"] > s["metrics_before"]["vllm:prompt_tokens_total"]
     assert phases[1]["coldness"]["cold"] is True and phases[1]["eviction"] == {"reset": "prefix cache reset"}
     inputs = load_inputs([str(out), str(out.with_name("fx.summary.json"))])
-    assert len(inputs.requests) == 32 and len(inputs.summaries) == 5
+    assert len(inputs.requests) == 40 and len(inputs.summaries) == 6
 
 
 def test_a_session_returns_with_its_populated_context_and_a_new_turn(server_url, tmp_path):

@@ -13,19 +13,30 @@ def _evaluation(gate: Gate, verdict: str, **result) -> Evaluation:
                                      result={"verdict": verdict, "gate": gate.number, **result})
 
 
+LOOKS = [8, 12, 16, 20, 24]  # the default plan's judging.looks
+
+
 @pytest.mark.parametrize("verdict, action", [("pass", RECORD), ("marginal", EXTEND)])
-def test_a_marginal_g1_with_room_left_extends_the_run_and_a_pass_is_recorded(signed_pilot, verdict, action):
+def test_a_marginal_g1_before_the_last_look_continues_to_the_next_look_and_a_pass_is_recorded(signed_pilot, verdict,
+                                                                                                 action):
     gate = signed_pilot.pilot.gate(1)
-    decided = consequences.consequence(gate, _evaluation(gate, verdict), Ran(repetitions=3))
+    evaluation = _evaluation(gate, verdict, sequential={"looks": LOOKS, "look": 1})
+    decided = consequences.consequence(gate, evaluation, Ran(repetitions=8))
     assert decided.action == action
     assert decided.records is (action == RECORD)
-    assert decided.repetitions == (1 if action == EXTEND else 0)
+    assert decided.repetitions == (4 if action == EXTEND else 0)  # up to the next look, 12: a decided look stops
 
 
-@pytest.mark.parametrize("ran", [Ran(repetitions=26), Ran(repetitions=3, may_extend=False)])
-def test_a_marginal_verdict_at_the_cap_or_on_a_run_that_may_not_extend_is_recorded(signed_pilot, ran):
-    gate = signed_pilot.pilot.gate(1)  # the default plan: 24 repetitions + at most 2 more
-    assert consequences.consequence(gate, _evaluation(gate, "marginal"), ran).action == RECORD
+@pytest.mark.parametrize(("look", "ran"), [(5, Ran(repetitions=24)), (1, Ran(repetitions=8, may_extend=False))])
+def test_a_marginal_verdict_at_the_last_look_or_on_a_run_that_may_not_extend_is_recorded(signed_pilot, look, ran):
+    gate = signed_pilot.pilot.gate(1)
+    evaluation = _evaluation(gate, "marginal", sequential={"looks": LOOKS, "look": look})
+    assert consequences.consequence(gate, evaluation, ran).action == RECORD
+
+
+def test_a_verdict_of_judge_version_2_has_no_looks_and_is_recorded(signed_pilot):
+    gate = signed_pilot.pilot.gate(1)
+    assert consequences.consequence(gate, _evaluation(gate, "marginal"), Ran(repetitions=3)).action == RECORD
 
 
 def test_a_marginal_g4_is_recorded_for_review_never_extended(signed_pilot):

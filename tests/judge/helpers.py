@@ -48,7 +48,7 @@ def inventory_file(node: str = "node1", **changes) -> tuple[str, bytes]:
 def plan_with(criteria: list[dict], *, gate: int = 3, **judging) -> Plan:
     """The default plan with one gate's criteria replaced (and judging settings changed)."""
     document = yaml.safe_load((PLANS_DIR / "default.yaml").read_text(encoding="utf-8"))
-    document["judging"].update(judging)
+    document["judging"].update({"runs": 1, **judging})  # one run: its looks spend the whole α
     for raw in document["gates"]:
         if raw["number"] == gate:
             raw["criteria"] = [{"description": c.get("key", "c"), "op": ">=", "threshold": 0, **c} for c in criteria]

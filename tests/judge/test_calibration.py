@@ -45,7 +45,8 @@ def test_records_exactly_at_a_bar_are_marginal_or_fail():
            "recompute": synthetic.TABLE_1["recompute"]}
     verdicts = []
     for seed in range(6):
-        frame = synthetic.table1_frame(seed=seed, table=bar, noise=0.06, hashes=False)
+        # 8 repetitions: the default plan's first look (fewer reach no look and are invalid)
+        frame = synthetic.table1_frame(seed=seed, table=bar, noise=0.06, hashes=False, repetitions=8)
         files = [frame, *synthetic.phase_summaries(frame), synthetic.inventory()]
         verdicts.append(evaluate(PLAN, 3, files)["verdict"])
     assert "pass" not in verdicts and set(verdicts) <= {"marginal", "fail"}

@@ -81,20 +81,41 @@ def test_a_verdict_stored_by_an_earlier_judge_keeps_its_version_and_rejudging_sa
     Evaluation.objects.filter(pk=evaluation.pk).update(result=old)
     stored = Evaluation.objects.get(pk=evaluation.pk)
     again = replay_evaluation(stored)
-    assert again["judge_version"] == "2" and again["rejudged"]["stored_judge_version"] == "1"
+    assert again["judge_version"] == "3" and again["rejudged"]["stored_judge_version"] == "1"
     assert "keeps its verdict 'pass' of judge version 1" in again["rejudged"]["note"]
     assert not replays_identically(stored)
     assert Evaluation.objects.get(pk=evaluation.pk).result["judge_version"] == "1"  # nothing stored changes
 
 
-def test_repetitions_beyond_the_runs_own_are_extensions_judged_at_their_spent_level(signed_pilot):
+def test_a_run_that_set_its_own_repetitions_is_judged_at_the_look_its_records_reach(signed_pilot):
+    from gates.judge import sequential
+
     job = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
-    job.params = {**(job.params or {}), "repetitions": 2}
+    job.params = {**(job.params or {}), "repetitions": 16}
     job.save(update_fields=["params"])
-    evaluation = evaluate_job(job)  # the synthetic records have 3 repetitions: one extension
+    evaluation = evaluate_job(job)  # the synthetic records have 12 repetitions: look 2 of the run's (8, 12, 16)
+    design = evaluation.result["sequential"]
+    assert (design["looks"], design["look"], design["run"]) == ([8, 12, 16], 2, 1)
+    level = sequential.nominal_levels((8, 12, 16), 0.02)[1]
+    assert evaluation.result["criteria"][0]["confidence"] == pytest.approx(level, abs=1e-6)
     assert evaluation.result["extension"]["extensions"] == 1
-    assert evaluation.result["criteria"][0]["confidence"] == 0.995
     assert replays_identically(evaluation)
+
+
+def test_a_gates_second_run_spends_what_the_first_left_and_a_third_is_refused(signed_pilot):
+    from runners.evaluation import prior_runs
+    from runners.runs import RunRefused, _require_error_budget
+
+    first = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3))
+    assert prior_runs(first) == 0
+    evaluate_job(first)
+    second = job_with_inputs(signed_pilot.pilot, 3, synthetic.gate_inputs(3, seed=1))
+    assert prior_runs(second) == 1
+    result = evaluate_job(second).result["sequential"]
+    assert result["run"] == 2 and result["alpha_run"] == 0.005 and result["alpha_spent"] > 0.02
+    assert prior_runs(first) == 0  # a replay of the first run counts what it counted
+    with pytest.raises(RunRefused, match="error budget"):
+        _require_error_budget(first.gate)
 
 
 def test_an_extended_run_says_how_often_and_why_on_the_gate_page_and_in_the_report_context(signed_pilot, client):
@@ -107,11 +128,12 @@ def test_an_extended_run_says_how_often_and_why_on_the_gate_page_and_in_the_repo
     marginal = {"verdict": "marginal", "gate": 3, "criteria": [{"key": "g3-ttft-vs-local", "verdict": "marginal"}]}
     Evaluation.objects.create(gate=job.gate, job=job, plan_version=signed_pilot.pilot.signed_plan,
                               verdict="marginal", result=marginal, inputs={})
-    job.params = {**(job.params or {}), "repetitions": 2}
+    job.params = {**(job.params or {}), "repetitions": 16}
     job.save(update_fields=["params"])
     final = evaluate_job(job)
     history = extension_history(final)
-    assert history["times"] == 1 and history["keys"] == ["g3-ttft-vs-local"] and history["confidence"] == 0.995
+    assert history["times"] == 1 and history["keys"] == ["g3-ttft-vs-local"]
+    assert history["confidence"] == final.result["sequential"]["confidence"]
     assert gate_report_context(job.gate, final)["extended"] == history
     client.force_login(signed_pilot.alice)
     page = client.get(reverse("gate", args=[signed_pilot.pilot.code, 3])).content.decode()

@@ -21,6 +21,7 @@ BY_KEY = {c["key"]: c for c in SUMMARY["criteria"]}
 def plan_with_repetitions(reps: int):
     document = yaml.safe_load((PLANS_DIR / "default.yaml").read_text(encoding="utf-8"))
     document["workloads"]["cold_recovery"]["repetitions"] = reps
+    document["judging"].pop("looks")  # the documented default looks of `reps` repetitions
     return validate_plan(document, source="test plan")
 
 
@@ -36,7 +37,7 @@ def test_the_default_plan_reaches_eighty_percent_power_on_the_published_figures(
 def test_every_default_rate_bar_can_be_shown_with_the_requests_the_plan_sends():
     rates = [c for c in SUMMARY["criteria"] if c["kind"] == "rate"]
     assert rates and all(c["requests_planned"] >= c["requests_needed"] for c in rates)
-    assert BY_KEY["g3-failures"]["kind"] == "count"
+    assert BY_KEY["g3-failures"]["kind"] == "rate" and BY_KEY["g2-no-failures"]["kind"] == "count"
 
 
 def test_the_published_g3_figures_come_from_table_1():
@@ -54,7 +55,20 @@ def test_three_repetitions_are_flagged_and_one_flags_every_spread_criterion():
 def test_a_measured_spread_changes_what_is_needed():
     tight = planner.summary(PLAN, spread=0.01)
     assert tight["spread_source"] == "given"
-    assert next(g for g in tight["gates"] if g["gate"] == 3)["repetitions_needed"] <= 4
+    spread_based = [c for c in tight["criteria"] if c["gate"] == 3 and c["kind"] == "comparison"]
+    assert spread_based and all(c["repetitions_needed"] <= 4 for c in spread_based)
+    wide = planner.summary(PLAN, spread=0.10)
+    assert all(w["repetitions_needed"] is None or w["repetitions_needed"] > t["repetitions_needed"]
+               for w, t in zip((c for c in wide["criteria"] if c["gate"] == 3 and c["kind"] == "comparison"),
+                               spread_based, strict=True))
+    # the rate bar's repetitions do not depend on the spread: the error-free requests that show ≤ 1 % at the last
+    # look's level (the first run's 2 % of α spent over five looks), 56 FX requests a repetition
+    from gates.judge import intervals, sequential
+    level = sequential.nominal_levels((8, 12, 16, 20, 24), 0.02)[-1]
+    needed = intervals.error_free_needed(0.01, level)
+    rate = next(c for c in tight["criteria"] if c["key"] == "g3-failures")
+    assert rate["requests_needed"] == needed == 409 and rate["repetitions_needed"] == -(-needed // 56) == 8
+    assert next(g for g in tight["gates"] if g["gate"] == 3)["repetitions_needed"] == 8
 
 
 def test_the_command_prints_the_planner():

@@ -55,8 +55,11 @@ def test_a_stricter_threshold_never_improves_a_verdict(index, low, step):
     criterion = PLAN.gate(3).criteria[index]
     # stricter means a higher bar for ≥ and a lower one for ≤
     lenient, strict = (low, low + step) if criterion.op in (">=", ">") else (low + step, low)
-    if criterion.metric == "error_rate":
+    if criterion.metric == "error_rate" and criterion.statistic == "count":
         lenient, strict = lenient / 10, strict / 10
+    elif criterion.metric == "error_rate":  # a rate bar: positive (a bar of 0 is read as an observed count)
+        lenient, strict = 0.0005 + abs(lenient) / 1000, 0.0005 + abs(strict) / 1000
+        lenient, strict = max(lenient, strict), min(lenient, strict)
     a = evaluate(with_threshold(PLAN, 3, index, lenient), 3, FILES)
     b = evaluate(with_threshold(PLAN, 3, index, strict), 3, FILES)
     assert SEVERITY[b["criteria"][index]["verdict"]] >= SEVERITY[a["criteria"][index]["verdict"]]

@@ -12,13 +12,15 @@ from gates.judge import evaluate
 from gates.judge.verdicts import decide
 from tests.judge.helpers import inventory_file, jsonl, plan_with, request, summaries_file
 
-LEVEL = 0.96  # the default plan's first look: 95 % less the share of α kept for two extensions
+LEVEL = 0.95  # one look at the records' repetitions, one run: the plan's level (judge_one)
 
 
 def judge_one(criterion: dict, records: list[dict], *extra_files, gate: int = 3, **judging) -> dict:
     plan = plan_with([criterion], gate=gate, **{"min_requests_per_cell": 1, **judging})
     files = [("records.jsonl", jsonl(records)), summaries_file(records), inventory_file(), *extra_files]
-    verdict = evaluate(plan, gate, files)
+    main = [r["repetition"] for r in records if r["phase"] in ("measure", "replay")]
+    # one look at the records' own repetitions (a run that set them), one run: intervals at the plan's level
+    verdict = evaluate(plan, gate, files, planned=max(main) if main else None)
     assert verdict["validity"]["valid"], verdict["validity"]
     return verdict["criteria"][0]
 
@@ -47,7 +49,7 @@ def test_speedup_is_baseline_over_candidate_with_welch_on_the_log_scale():
     assert (c["value"], cell["candidate_value"], cell["baseline_value"]) == (2.0, 6.0, 12.0)
     # equal variances of two repetitions each: se² = 2 · var/2, Welch's df = 2
     var = np.var(np.log([4.0, 9.0]), ddof=1)
-    half = stats.t.ppf(0.98, 2) * math.sqrt(var)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(var)
     assert c["ci"] == pytest.approx([2.0 * math.exp(-half), 2.0 * math.exp(half)], rel=1e-5)
     assert c["confidence"] == LEVEL and c["n"] == 32 and cell["repetitions"] == [2, 2]
 
@@ -75,7 +77,9 @@ def test_gain_compares_throughput_of_each_cell_over_repetitions():
         base = 10_000.0 * rep
         records += [request("fx", 1.0, t_send=base + fx_span * i, t_end=base + fx_span * (i + 1), output_tokens=10,
                             repetition=rep, session=f"f{rep}-{i}") for i in range(8)]
-        records += [request("local_nvme", 1.0, t_send=base + 5000 + local_span * i, t_end=base + 5000 + local_span * (i + 1),
+        # (the second local repetition's TTFTs differ, or it would be a copy of the first: no-copied-repetitions)
+        records += [request("local_nvme", 1.0 + 0.1 * (rep - 1), t_send=base + 5000 + local_span * i,
+                            t_end=base + 5000 + local_span * (i + 1),
                             output_tokens=10, repetition=rep, session=f"l{rep}-{i}") for i in range(8)]
     c = judge_one({"key": "k", "metric": "throughput", "statistic": "mean", "comparison": "gain", "candidate": "fx",
                    "baseline": "local_nvme", "threshold": 0.2}, records)
@@ -93,8 +97,8 @@ def test_cv_is_the_spread_of_per_repetition_medians_with_a_chi_square_interval()
                    "op": "<=", "threshold": 0.5}, records)
     cv = 2.0 / 12.0  # sample std of (10, 12, 14) = 2, mean 12
     assert c["value"] == pytest.approx(cv, rel=1e-5)
-    assert c["ci"] == pytest.approx([cv * math.sqrt(2 / stats.chi2.ppf(0.98, 2)),
-                                     cv * math.sqrt(2 / stats.chi2.ppf(0.02, 2))], rel=1e-5)
+    assert c["ci"] == pytest.approx([cv * math.sqrt(2 / stats.chi2.ppf(0.975, 2)),
+                                     cv * math.sqrt(2 / stats.chi2.ppf(0.025, 2))], rel=1e-5)
     assert c["verdict"] == "marginal"  # 0.167 × 7.0: three repetitions cannot show ≤ 50 %
 
 
@@ -103,7 +107,7 @@ def test_error_rate_uses_exact_bounds():
                                             for i in range(2)]
     c = judge_one({"key": "k", "metric": "error_rate", "statistic": "value", "comparison": "absolute",
                    "candidate": "fx", "op": "<=", "threshold": 0.5}, records)
-    low, high = stats.beta.ppf(0.02, 2, 9), stats.beta.ppf(0.98, 3, 8)
+    low, high = stats.beta.ppf(0.025, 2, 9), stats.beta.ppf(0.975, 3, 8)
     assert c["value"] == 0.2 and c["ci"] == pytest.approx([low, high], rel=1e-5) and c["n"] == 10
     assert c["verdict"] == "marginal" and c["cells"][0]["method"] == "Clopper–Pearson"
 
@@ -118,14 +122,21 @@ def test_a_zero_bar_on_failures_is_an_observed_count():
     assert (c["value"], c["verdict"]) == (1.0, "fail") and "1 failed request(s) of 9" in c["explanation"]
 
 
-def test_hit_ratio_of_one_repetition_uses_its_requests():
+def test_hit_ratio_is_an_exact_bound_over_sessions():
+    """Each session's hit ratio is a share of one session; Clopper–Pearson with that count (judge version 3)."""
     records = [request("fx", 1.0, t_send=i, session=f"s{i}", prompt_tokens=100, cached_tokens=50 if i % 2 else 100)
                for i in range(8)]
     c = judge_one({"key": "k", "metric": "hit_ratio", "statistic": "mean", "comparison": "absolute",
                    "candidate": "fx", "threshold": 0.95}, records)
-    half = stats.t.ppf(0.98, 7) * np.std([1.0, 0.5] * 4, ddof=1) / math.sqrt(8)
-    assert c["value"] == 0.75 and c["ci"] == pytest.approx([0.75 - half, min(0.75 + half, 1.0)], rel=1e-5)
-    assert c["verdict"] == "marginal"  # upper bound 0.99: eight requests cannot rule out ≥ 95 %
+    low, high = stats.beta.ppf(0.025, 6, 3), stats.beta.ppf(0.975, 7, 2)  # 6 of 8 sessions' worth of hits
+    assert c["value"] == 0.75 and c["ci"] == pytest.approx([low, high], rel=1e-5)
+    assert c["cells"][0]["sessions"] == 8 and c["verdict"] == "marginal"
+    # the same session in two repetitions is one unit: its misses are not new evidence
+    again = records + [dict(r, repetition=2, t_send=r["t_send"] + 100.0, t_first_token=r["t_first_token"] + 100.2,
+                            t_end=r["t_end"] + 100.0) for r in records]
+    c = judge_one({"key": "k", "metric": "hit_ratio", "statistic": "mean", "comparison": "absolute",
+                   "candidate": "fx", "threshold": 0.95}, again)
+    assert c["cells"][0]["sessions"] == 8 and c["ci"] == pytest.approx([low, high], rel=1e-5)
 
 
 def soak(values: list[float]) -> list[dict]:
@@ -163,8 +174,8 @@ def test_read_bandwidth_comes_from_retrieval_records_with_an_order_statistic_int
                   "tokens": 2048, "bytes": 1, "seconds": 0.1, "gbps": g, "simulated": True} for i, g in enumerate(gbps)]
     c = judge_one({"key": "k", "metric": "read_bw", "statistic": "p50", "comparison": "absolute", "candidate": "fx",
                    "threshold": 5.0}, reps_of("fx", [[1.0] * 8]), ("retrieve.jsonl", jsonl(retrieves)), gate=2)
-    lo = int(stats.binom.ppf(0.02, 64, 0.5))
-    hi = int(stats.binom.ppf(0.98, 64, 0.5)) + 1
+    lo = int(stats.binom.ppf(0.025, 64, 0.5))
+    hi = int(stats.binom.ppf(0.975, 64, 0.5)) + 1
     assert c["value"] == pytest.approx(float(np.quantile(gbps, 0.5)))
     assert c["ci"] == pytest.approx([gbps[lo - 1], gbps[hi - 1]]) and c["cells"][0]["gpus"] == 8
 
@@ -225,6 +236,6 @@ def test_every_verdict_explains_itself_in_two_languages():
                    "baseline": "local_nvme", "threshold": 1.5}, reps_of("fx", FX) + reps_of("local_nvme", LOCAL))
     assert "fx TTFT p50 6 s vs local_nvme 12 s" in c["explanation"] and "speed-up 2.00×" in c["explanation"]
     assert "n = 16 + 16 requests" in c["explanation"] and "bar ≥ 1.50×" in c["explanation"]
-    assert "96 % interval" in c["explanation"]
+    assert "95 % interval" in c["explanation"]
     assert "加速比" in c["explanation_zh"] and "门槛" in c["explanation_zh"] and "置信区间" in c["explanation_zh"]
     assert c["rule"].startswith(c["verdict"]) and json.dumps(c, allow_nan=False)

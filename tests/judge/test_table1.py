@@ -48,15 +48,16 @@ def test_the_same_records_with_fx_thirty_percent_slower_fail_g3():
                       "g3-failures": "pass"}
 
 
-def test_a_small_noisy_sample_is_marginal_and_may_be_extended():
-    frame = synthetic.table1_frame(seed=2, requests_per_cell=8, noise=0.25)
+def test_a_small_noisy_sample_is_marginal_and_continues_to_the_next_look_only():
+    frame = synthetic.table1_frame(seed=2, noise=0.6, repetitions=8, hashes=False)
     verdict = evaluate(PLAN, 3, files_of(frame))
-    assert verdict["verdict"] == "marginal"
+    assert verdict["verdict"] == "marginal" and verdict["sequential"]["look"] == 1
     marginal = next(c for c in verdict["criteria"] if c["verdict"] == "marginal")
     assert marginal["ci"][0] < marginal["threshold"] <= marginal["ci"][1]
-    assert can_extend(verdict, PLAN, 24) and can_extend(verdict, PLAN, 25)
-    assert not can_extend(verdict, PLAN, 26)  # 24 planned + 2 extra
-    assert not can_extend(evaluate(PLAN, 3, synthetic.gate_inputs(3)), PLAN, 3)
+    assert can_extend(verdict, PLAN, 8) and not can_extend(verdict, PLAN, 12)  # the next look is at 12
+    last = evaluate(PLAN, 3, files_of(frame), planned=8)  # a run of 8: its only look is the last
+    assert last["verdict"] == "marginal" and last["sequential"]["final"] and not can_extend(last, PLAN, 8)
+    assert not can_extend(evaluate(PLAN, 3, synthetic.gate_inputs(3)), PLAN, 12)
 
 
 def test_validity_comes_first_mixed_simulated_and_real_is_invalid():
@@ -156,7 +157,7 @@ def test_the_same_records_given_twice_are_invalid():
     files = synthetic.gate_inputs(3)
     verdict = evaluate(PLAN, 3, files + [("copy-of-records.jsonl", files[0][1])])
     check = next(c for c in verdict["validity"]["checks"] if c["name"] == "no-duplicate-requests")
-    assert verdict["verdict"] == "invalid" and "768 request record(s) repeat another record's content" in check["detail"]
+    assert verdict["verdict"] == "invalid" and "3072 request record(s) repeat another record's content" in check["detail"]
 
 
 def test_arms_measured_on_different_versions_are_invalid():
@@ -187,12 +188,11 @@ def test_an_open_loop_replay_below_its_cap_is_not_a_client_bottleneck():
     assert evaluate(PLAN, 4, files)["verdict"] == "pass"
 
 
-def test_a_run_started_with_fewer_repetitions_than_the_plan_gets_no_more_looks_than_the_budget_allows():
-    """The looks are counted from the run's own repetitions, so the cap is too: 3 planned + 2 extra, not 24 + 2."""
-    frame = synthetic.table1_frame(seed=2, requests_per_cell=8, noise=0.25)
-    verdict = evaluate(PLAN, 3, files_of(frame))
+def test_a_run_started_with_its_own_repetitions_looks_at_the_plans_looks_below_them_and_at_them():
+    frame = synthetic.table1_frame(seed=2, requests_per_cell=8, noise=0.25, repetitions=8)
+    verdict = evaluate(PLAN, 3, files_of(frame), planned=10)
+    assert verdict["sequential"]["looks"] == [8, 10] and verdict["sequential"]["look"] == 1
     assert verdict["verdict"] == "marginal"
-    run_of_three = {**verdict, "extension": {**verdict["extension"], "planned_repetitions": 3}}
-    assert can_extend(run_of_three, PLAN, 3) and can_extend(run_of_three, PLAN, 4)
-    assert not can_extend(run_of_three, PLAN, 5)
-    assert not can_extend(run_of_three, PLAN, 20)
+    assert can_extend(verdict, PLAN, 8) and not can_extend(verdict, PLAN, 10) and not can_extend(verdict, PLAN, 20)
+
+

@@ -59,7 +59,7 @@ def test_ok_without_a_first_token_is_a_failed_request():
     records += [request("fx", None, t_send=100.0 + 10 * i, session=f"slow{i}") for i in range(4)]
     plan = plan_with([{"key": "fail", "metric": "error_rate", "statistic": "count", "comparison": "absolute",
                        "candidate": "fx", "op": "<=", "threshold": 0}], min_requests_per_cell=1)
-    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()])
+    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()], planned=1)
     criterion = verdict["criteria"][0]
     assert criterion["value"] == 4.0 and criterion["verdict"] == "fail"
     assert verdict["counts"]["ok_without_first_token"] == 4
@@ -96,11 +96,12 @@ def test_zero_failures_in_96_requests_cannot_show_a_rate_of_a_tenth_of_a_percent
     records = [request("fx", 1.0, t_send=10.0 * i, session=f"s{i}") for i in range(96)]
     plan = plan_with([{"key": "rate", "metric": "error_rate", "statistic": "value", "comparison": "absolute",
                        "candidate": "fx", "op": "<=", "threshold": 0.001}], min_requests_per_cell=1)
-    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), inventory_file()])
+    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), inventory_file()], planned=1)  # one look: the last
     rates = check(verdict, "enough-requests-for-rates")
     assert verdict["verdict"] == "invalid" and not rates["ok"]
-    assert "too few requests to show ≤ 0.1 %" in rates["detail"] and "needs ≥ 3,911 error-free requests" in rates["detail"]
-    assert verdict["criteria"][0]["ci"][1] == pytest.approx(0.0399, abs=1e-3)  # exact 98 % upper bound of 0 / 96
+    assert "too few requests to show ≤ 0.1 %" in rates["detail"] and "needs ≥ 3,688 error-free requests" in rates["detail"]
+    assert verdict["criteria"][0]["ci"][1] == pytest.approx(0.0377, abs=1e-3)  # exact 97.5 % upper bound of 0 / 96
+    assert verdict["criteria"][0]["cells"][0]["shows"] == "0 of 96 shows ≤ 3.8 %"
 
 
 def test_one_error_in_384_fails_a_tenth_of_a_percent_bar_once_there_are_enough_requests():
@@ -109,7 +110,7 @@ def test_one_error_in_384_fails_a_tenth_of_a_percent_bar_once_there_are_enough_r
     records += [request("fx", None, t_send=50_000.0 + i, session=f"e{i}", status="error") for i in range(30)]
     plan = plan_with([{"key": "rate", "metric": "error_rate", "statistic": "value", "comparison": "absolute",
                        "candidate": "fx", "op": "<=", "threshold": 0.001}], min_requests_per_cell=1)
-    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()])
+    verdict = evaluate(plan, 3, [("r.jsonl", jsonl(records)), summaries_file(records), inventory_file()], planned=1)
     assert verdict["criteria"][0]["verdict"] == "fail"  # 31 in 4,030: the exact lower bound is above 0.1 %
 
 
@@ -121,7 +122,7 @@ def test_the_cv_criterion_can_fail():
     plan = plan_with([{"key": "cv", "metric": "ttft", "statistic": "cv", "comparison": "absolute",
                        "candidate": "recompute", "concurrency": [16], "op": "<=", "threshold": 0.10}],
                      gate=1, min_requests_per_cell=1)
-    verdict = evaluate(plan, 1, [("r.jsonl", jsonl(records)), inventory_file()])
+    verdict = evaluate(plan, 1, [("r.jsonl", jsonl(records)), inventory_file()], planned=3)
     criterion = verdict["criteria"][0]
     assert criterion["ci"][0] > 0.10 and criterion["verdict"] == "fail"
 

@@ -62,17 +62,18 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     assert {a.name for a in job.artifacts.filter(kind="inventory")} == {"node1/inventory.json", "node2/inventory.json"}
     assert len(evaluation.result["inventory"]) == 2
     rows = records_of(job)
-    assert Counter(r["phase"] for r in rows) == {"populate": 16, "measure": 16 * 2}
+    # fresh sessions every repetition: each repetition's 16 populated, then measured (judge version 3)
+    assert Counter(r["phase"] for r in rows) == {"populate": 16 * 2, "measure": 16 * 2}
     assert len({request_key(r) for r in rows}) == len(rows)
     steps = list(job.steps.order_by("seq"))
     assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect",
                                        "teardown", "evaluate", "report"]
-    assert all(s.attempts == 1 for s in steps)
+    assert all(s.attempts == 1 for s in steps), [(s.seq, s.name, s.attempts) for s in steps if s.attempts != 1]
     # two fast repetitions on the simulator spread widely: the CV bar may fail (an evaluate step that fails)
     assert all(s.status == Status.SUCCESSFUL for s in steps[:-1] if s.name != "evaluate")
     assert steps[-2].status == (Status.FAILED if evaluation.verdict == "fail" else Status.SUCCESSFUL)
     measure = steps[5]
-    assert measure.requests_done == measure.requests_total == 32
+    assert measure.requests_done == measure.requests_total == 32 + 16  # repetition 2's sessions populated too
     progress = job_progress(job)
     assert progress["steps_finished"] == progress["steps_total"] == 10
 
@@ -83,7 +84,14 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
     open_gate(sim_site.pilot, 3, sim_site.people)
     job = start_gate_run(sim_site.pilot.gate(3), sim_site.people.alice, site=sim_site.site, params=params)
     job = wait_for(job, 300)
-    assert_judged(job, cluster)
+    # Two fast repetitions send 112 FX requests; G3's ≤ 1 % failure-rate bar needs 390 to be shown at all, so the
+    # judge may call the run invalid for that alone (the planner sizes real runs to send them; docs/judge.md).
+    evaluation = Evaluation.objects.filter(job=job).order_by("-pk").first()
+    assert evaluation is not None, explain(job, cluster)
+    failed = {c["name"] for c in evaluation.result["validity"]["checks"] if not c["ok"]}
+    assert failed <= {"enough-requests-for-rates"}, explain(job, cluster)
+    if not failed:
+        assert_judged(job, cluster)
     rows = [r for r in records_of(job) if r["phase"] == "measure"]
     assert len({request_key(r) for r in rows}) == len(rows)
     cells = {(r["arm"], r["concurrency"]): r["instance"].split(":")[0] for r in rows}
@@ -94,7 +102,9 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
         assert cells[("fx", level)] == cells[("local_nvme", level)]
     assert cells[("fx", 16)] == cells[("recompute", 16)]
     assert len(set(cells.values())) == 2
-    assert all(s.attempts == 1 for s in job.steps.all())
+    # an invalid verdict is an evaluate step error (the engine may try it again) and no report follows it
+    steps = job.steps.exclude(name__in=("evaluate", "report")) if failed else job.steps.all()
+    assert all(s.attempts == 1 for s in steps), [(s.seq, s.name, s.attempts) for s in steps if s.attempts != 1]
     # Steps ran on both nodes at once: each line of their output says its node and step; each workload command
     # is logged once, with each flag once.
     chunks = log_since(job, 0, limit=100000)

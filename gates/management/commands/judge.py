@@ -27,6 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--spread", type=float, default=None,
                             help="with --power: the CV across repetitions to plan for (e.g. measured at G1); "
                                  "default the plan's planning.spread")
+        parser.add_argument("--repetitions", type=int, default=None, metavar="N",
+                            help="the repetitions the run was started with, when it set its own (its looks are the "
+                                 "plan's below N and N); default the plan's looks")
+        parser.add_argument("--prior-runs", type=int, default=0, metavar="N",
+                            help="how many earlier runs of this gate were judged: the gate's runs share one error "
+                                 "budget (judging.runs)")
         parser.add_argument("--format", choices=["json", "table"], default="json")
         parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
                             help="override one of the plan's expectations, e.g. gpu_model=MI300X")
@@ -56,8 +62,13 @@ class Command(BaseCommand):
             raise CommandError("give --gate G1…G4 and the files to judge (or --power for the planner)")
         try:
             plan = load_plan(options["plan"])
-            verdict = evaluate(plan, options["gate"], options["files"], expect=expect)
-        except (PlanError, RecordError) as error:
+            if options["repetitions"] is not None and options["repetitions"] < 1:
+                raise CommandError("--repetitions: give a whole number ≥ 1")
+            if options["prior_runs"] < 0:
+                raise CommandError("--prior-runs: give a whole number ≥ 0")
+            verdict = evaluate(plan, options["gate"], options["files"], expect=expect, planned=options["repetitions"],
+                               prior_runs=options["prior_runs"])
+        except (PlanError, RecordError, ValueError) as error:
             raise CommandError(str(error)) from None
         except KeyError as error:
             raise CommandError(error.args[0] if error.args else str(error)) from None
@@ -70,7 +81,16 @@ class Command(BaseCommand):
 def render_table(verdict: dict) -> str:
     """The verdict for people: one line per criterion and cell, then validity and the explanations."""
     lines = [f"G{verdict['gate']}: {verdict['verdict'].upper()}" + ("   [SIMULATED]" if verdict["simulated"] else ""),
-             verdict["explanation"], ""]
+             verdict["explanation"]]
+    design = verdict.get("sequential")
+    if design:
+        lines.append(f"look {design['look']} of {design['of']} (looks at {', '.join(map(str, design['looks']))} "
+                     f"repetitions; {design['repetitions_judged']} judged of {design['repetitions']} recorded), run "
+                     f"{design['run']} of {design['runs']}; intervals at {design['confidence'] * 100:.4g} %; error "
+                     f"spent {design['alpha_spent'] * 100:.3g} % of {design['alpha'] * 100:.3g} % per cell"
+                     + ("" if design["final"] or verdict["verdict"] != "marginal" else
+                        f" — marginal: continue to look {design['look'] + 1}"))
+    lines.append("")
     header = f"{'criterion':<24} {'conc':>5} {'value':>11} {'interval':>25} {'bar':>10} {'n':>7}  verdict"
     lines += [header, "-" * len(header)]
     for criterion in verdict["criteria"]:
@@ -107,13 +127,17 @@ def render_power(figures: dict) -> str:
         power = "" if c["power_at_plan"] is None else f"{c['power_at_plan']:.0%}"
         flag = "" if c["decidable"] else "  ← cannot reach a decision as planned"
         lines.append(f"G{c['gate']:<4} {c['key']:<26} {c['kind']:<11} {needs:>6} {power:>17}  {c['note']}{flag}")
-    lines += ["", f"{'gate':<5} {'planned':>8} {'needed':>7} {'GPU-h/rep':>10} {'GPU-h planned':>14} {'GPU-h needed':>13}"]
+    lines += ["", f"{'gate':<5} {'planned':>8} {'needed':>7} {'GPU-h/rep':>10} {'GPU-h max':>10} {'joint power':>12} "
+                  f"{'median reps':>12} {'GPU-h expected':>15} {'GPU-h p90':>10}  unreachable"]
+
+    def cell(v, fmt="{:g}"):
+        return "—" if v is None else fmt.format(v)
     for g in figures["gates"]:
-        def cell(v):
-            return "—" if v is None else f"{v:g}"
         lines.append(f"G{g['gate']:<4} {g['planned_repetitions']:>8} {cell(g['repetitions_needed']):>7} "
-                     f"{cell(g['gpu_hours_per_repetition']):>10} {cell(g['gpu_hours_planned']):>14} "
-                     f"{cell(g['gpu_hours_needed']):>13}")
+                     f"{cell(g['gpu_hours_per_repetition']):>10} {cell(g['gpu_hours_planned']):>10} "
+                     f"{cell(g.get('power_joint'), '{:.1%}'):>12} {cell(g.get('median_repetitions')):>12} "
+                     f"{cell(g.get('gpu_hours_expected')):>15} {cell(g.get('gpu_hours_p90')):>10}  "
+                     + (", ".join(g.get("unreachable") or []) or "none"))
     lines.append("")
     lines.append("FLAGGED: " + ", ".join(figures["flagged"]) if figures["flagged"]
                  else "Every criterion can reach a decision as planned.")

@@ -33,6 +33,7 @@ _FAULTS = {
     "drop-ssh-after": ("drop_ssh_after_seconds", "float_or_off"),
     "server-crash-after": ("server_crash_after_requests", "int_or_off"),
     "missing-tools": ("missing_tools", "tools"),  # comma-separated simulated tools to leave off PATH, or off
+    "metrics-missing": ("metrics_missing", "bool"),  # the simulated server answers 404 at /metrics
 }
 
 

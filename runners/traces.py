@@ -13,26 +13,46 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from gates.lifecycle import audit, set_sample_trace
 from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
 from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
-from gates.traces.analysis import analyse
-from gates.traces.formats import FORMATS, TraceFormatError, detect_format, read_bytes
+from gates.traces.analysis import analyse, report, session_final_lengths
+from gates.traces.formats import (
+    FORMATS,
+    TraceFormatError,
+    bounded_heap,
+    detect_format,
+    read_bytes,
+    read_trace,
+    release_memory,
+)
 from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
 
 
 class TraceRefused(ValueError):
-    """A trace that cannot be used, with the line and column at fault."""
+    """A trace that cannot be used, with the line and column at fault.
+
+    `words()`, when given, says the same in the active language (a refusal kept on the trace's row is stored in
+    every language the portal speaks)."""
+
+    def __init__(self, message: str, words=None):
+        super().__init__(message)
+        self.words = words or (lambda: message)
 
 
 def parse(data: bytes, name: str = "customer-trace.csv") -> list:
@@ -54,7 +74,12 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
         try:
             return load_trace(handle.name)
         except TraceError as error:
-            raise TraceRefused(translate_trace_error(str(error).replace(handle.name, name))) from None
+            message = str(error).replace(handle.name, name)
+            raise _refused(lambda: translate_trace_error(message)) from None
+
+
+def _refused(words) -> TraceRefused:
+    return TraceRefused(words(), words)
 
 
 @dataclass
@@ -82,7 +107,7 @@ def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
     try:
         analysis = analyse(read_bytes(data, name, fmt))
     except TraceFormatError as error:
-        raise TraceRefused(translate_format_error(error)) from None
+        raise _refused(lambda e=error: translate_format_error(e)) from None
     trace = analysis.trace
     order = trace.arrival_order()
     turns, counter = [], {}
@@ -180,19 +205,14 @@ def translate_trace_error(message: str) -> str:
     return _("%(name)s: %(error)s") % {"name": place, "error": rest}
 
 
-def summarise(data: bytes, name: str) -> dict[str, Any]:
-    turns = parse(data, name)
-    tokens = trace_session_lengths(turns)
-    return {"sessions": len(tokens), "turns": len(turns), "lengths": length_summary(tokens)}
-
-
 def storage_name(pilot_code: str, sha256: str) -> str:
     """The trace's name in the evidence store: content-addressed under its pilot."""
     return f"traces/{pilot_code}/{sha256}.csv"
 
 
 def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
-    """Validate, hash and keep the customer's trace for `gate` (G4); a bad file is refused and nothing is stored."""
+    """Validate, analyse, hash and keep the customer's trace for `gate` (G4) within the call (commands and tests; the
+    portal uses `receive`); a bad file is refused and nothing is stored."""
     if gate.number != TRACE_GATE:
         raise TraceRefused(_("a trace is replayed by G%(number)s only, not by %(gate)s")
                            % {"number": TRACE_GATE, "gate": gate.label})
@@ -201,7 +221,7 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
         validate_trace_size(len(data))
     except ValidationError as error:
         raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
-    summary = summarise(data, name)
+    summary = analyse_bytes(data, name)
     sha256 = hashlib.sha256(data).hexdigest()
     stored = storage_name(str(gate.pilot.code), sha256)
     try:
@@ -212,6 +232,7 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
     trace = CustomerTrace.objects.create(
         pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
         size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
+        format=summary["format"], analysis=summary["analysis"], analysed=timezone.now(),
         uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
     )
     audit(gate.pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, sessions=trace.sessions, turns=trace.turns)
@@ -219,8 +240,129 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
 
 
 def current(gate: Gate) -> CustomerTrace | None:
-    """The trace the next G4 run replays: the latest uploaded."""
-    return gate.traces.order_by("-created", "-id").first() if gate.number == TRACE_GATE else None
+    """The trace the next G4 run replays: the latest uploaded whose analysis found it good (one still being read
+    or refused replaces nothing)."""
+    if gate.number != TRACE_GATE:
+        return None
+    return gate.traces.filter(state=CustomerTrace.State.READY).order_by("-created", "-id").first()
+
+
+# ── Upload at any stage, analysis in the background (issue 24, item 7) ──────────────────────────────────
+
+ANALYSE_TRACE = "runners.tasks.analyse_trace"
+LANGUAGES = ("en", "zh-hans")
+# Share of the progress bar each stage of the analysis takes (reading the file, then counting reuse).
+READ_SHARE, REUSE_SHARE = 0.6, 0.35
+
+
+def receive(pilot, data: bytes, name: str, user, party: str) -> CustomerTrace:
+    """Keep an uploaded trace at once (size checked, hashed, in the evidence store) and queue its analysis.
+
+    What a web request does: nothing here reads the trace's rows, so a 16 MB upload answers in about the time
+    it takes to hash and store it. The row is `queued`; `runners.tasks.analyse_trace` reads, checks and
+    analyses it (`analyse_row`). It belongs to the pilot's G4, whatever stage the pilot is at."""
+    gate = pilot.gate(TRACE_GATE)
+    name = Path(name or "customer-trace.csv").name[:200]
+    try:
+        validate_trace_size(len(data))
+    except ValidationError as error:
+        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    if not data:
+        raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
+    sha256 = hashlib.sha256(data).hexdigest()
+    stored = storage_name(str(pilot.code), sha256)
+    try:
+        put_bytes(stored, data, sha256)
+    except (ArtifactMismatch, OSError) as error:
+        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
+                           % {"name": name, "error": error}) from None
+    trace = CustomerTrace.objects.create(
+        pilot=pilot, gate=gate, name=name, path=stored, sha256=sha256, size=len(data),
+        state=CustomerTrace.State.QUEUED, progress=0.0, stage="queued",
+        uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
+    )
+    audit(pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, size=len(data))
+    transaction.on_commit(lambda: current_app.signature(ANALYSE_TRACE, args=(trace.pk,)).apply_async(
+        queue=settings.CELERY_TASK_DEFAULT_QUEUE))
+    return trace
+
+
+class _Progress:
+    """Writes the row's progress at most twice a second (one UPDATE, never the whole row)."""
+
+    def __init__(self, pk: int):
+        self.pk, self.last = pk, 0.0
+
+    def __call__(self, value: float, stage: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= 0.5:
+            self.last = now
+            CustomerTrace.objects.filter(pk=self.pk).update(progress=round(min(1.0, max(0.0, value)), 4), stage=stage)
+
+
+def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
+    """Read, check and analyse a trace: {format, sessions, turns, lengths, analysis}; TraceRefused naming the
+    file, line and field at fault. fxpilot's CSV is also read exactly as the workload client will replay it."""
+    def say(value: float, stage: str) -> None:
+        if progress is not None:
+            progress(value, stage)
+    if not data:
+        raise _refused(lambda: _("%(name)s: the file is empty") % {"name": name})
+    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".trace") as handle:
+        handle.write(data)
+        handle.flush()
+        first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
+        fmt = detect_format(first) or _format_hint(first)
+        lengths = None
+        if fmt not in ("mooncake", "azure", "burstgpt"):
+            try:
+                turns = load_trace(handle.name)
+            except TraceError as error:
+                message = str(error).replace(handle.name, name)
+                raise _refused(lambda: translate_trace_error(message)) from None
+            lengths = trace_session_lengths(turns)
+        try:
+            trace = read_trace(handle.name, name=name, progress=lambda share: say(READ_SHARE * share, "reading"))
+            say(READ_SHARE, "reuse")
+            analysis = analyse(trace)
+            say(READ_SHARE + REUSE_SHARE, "summary")
+            result = report(analysis)
+        except TraceFormatError as error:
+            raise _refused(lambda e=error: translate_format_error(e)) from None
+        finally:
+            release_memory()
+    if lengths is None:
+        lengths = session_final_lengths(analysis)
+    return {"format": result["format"], "sessions": len(lengths), "turns": int(result["requests"]),
+            "lengths": length_summary(lengths), "analysis": result}
+
+
+def analyse_row(pk: int) -> str:
+    """The background job: read the kept trace, analyse it, and end the row `ready` or `refused` (saying why, in
+    each language). Safe to run twice (a redelivered task finds the row done and leaves it)."""
+    taken = CustomerTrace.objects.filter(
+        pk=pk, state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).update(
+        state=CustomerTrace.State.ANALYSING, stage="reading", progress=0.0)
+    if not taken:
+        return "not queued"
+    row = CustomerTrace.objects.get(pk=pk)
+    bounded_heap()
+    try:
+        data = read(row)
+        found = analyse_bytes(data, row.name, _Progress(pk))
+    except TraceRefused as refused:
+        refusal = {}
+        for language in LANGUAGES:
+            with translation.override(language):
+                refusal[language] = refused.words()
+        CustomerTrace.objects.filter(pk=pk).update(state=CustomerTrace.State.REFUSED, refusal=refusal,
+                                                   stage="refused", progress=1.0, analysed=timezone.now())
+        return "refused"
+    CustomerTrace.objects.filter(pk=pk).update(
+        state=CustomerTrace.State.READY, stage="ready", progress=1.0, analysed=timezone.now(),
+        format=found["format"], sessions=found["sessions"], turns=found["turns"], lengths=found["lengths"],
+        analysis=found["analysis"])
+    return "ready"
 
 
 def read(trace: CustomerTrace) -> bytes:
@@ -256,6 +398,11 @@ def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
     trace = current(gate)
     if trace is not None:
         return read(trace), trace
+    pending = gate.traces.filter(state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).first()
+    if pending is not None:
+        raise TraceRefused(_("the trace %(name)s is still being read and analysed (%(percent)d %%); start %(gate)s "
+                             "when its analysis is done") % {"name": pending.name, "percent": round(100 * pending.progress),
+                                                              "gate": gate.label})
     try:
         allowed = sample_allowed(gate)
     except PlanTamperedError as exc:

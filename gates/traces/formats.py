@@ -20,12 +20,15 @@ prefix without extending each other's whole prompt stay apart.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 import re
 import warnings
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -143,10 +146,29 @@ EXPECTED = ("Mooncake/FAST'25 JSONL ({\"timestamp\", \"input_length\", \"output_
             "arrival_offset_s[,block_ids])")
 
 
+_PROGRESS: ContextVar[Callable[[float], None] | None] = ContextVar("trace_progress", default=None)
+
+
+def _report(done: int, total: int) -> None:
+    """Tell the reader's caller how far it is (bytes read ÷ the file's size), when it asked (read_trace)."""
+    hook = _PROGRESS.get()
+    if hook is not None and total > 0:
+        hook(min(1.0, done / total))
+
+
 def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int | None = None,
-               name: str | None = None) -> Trace:
-    """Read a trace file, detecting its format unless `fmt` is given; raises TraceFormatError."""
-    path = Path(path)
+               name: str | None = None, progress: Callable[[float], None] | None = None) -> Trace:
+    """Read a trace file, detecting its format unless `fmt` is given; raises TraceFormatError.
+
+    `progress`, when given, is called now and then with the share of the file read (0–1)."""
+    token = _PROGRESS.set(progress)
+    try:
+        return _read_trace(Path(path), fmt, block_tokens=block_tokens, name=name)
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _read_trace(path: Path, fmt: str | None, *, block_tokens: int | None, name: str | None) -> Trace:
     name = name or path.name
     if fmt is not None and fmt not in FORMATS:
         raise TraceFormatError(name, None, f"unknown format {fmt!r}; the formats are {', '.join(FORMATS)}")
@@ -248,7 +270,7 @@ class _Columns:
 
 def _open_text(path: Path, name: str, fmt: str):
     try:
-        return open(path, newline="", encoding="utf-8-sig")
+        return io.TextIOWrapper(open(path, "rb"), newline="", encoding="utf-8-sig")
     except OSError as error:
         raise TraceFormatError(name, fmt, f"cannot read the trace: {error.strerror or error}") from None
 
@@ -269,9 +291,12 @@ def _csv_rows(path: Path, name: str, fmt: str, required: tuple[str, ...]) -> Ite
             where = {h: i for i, h in enumerate(header)}
             width = len(header)
             previous = reader.line_num
+            size = os.fstat(f.buffer.fileno()).st_size
             for row in reader:
                 line = previous + 1      # the row's first physical line
                 previous = reader.line_num
+                if not line & 0x3FFF:
+                    _report(f.buffer.tell(), size)
                 if not row or all(not cell.strip() for cell in row):
                     continue
                 if len(row) != width:
@@ -303,7 +328,9 @@ def _read_mooncake(path: Path, name: str, block_tokens: int) -> Trace:
         raise TraceFormatError(name, fmt, f"cannot read the trace: {error.strerror or error}") from None
     with f:
         carry = b""
+        size = os.fstat(f.fileno()).st_size
         while True:
+            _report(f.tell(), size)
             chunk = f.read(CHUNK_BYTES)
             if not chunk and not carry:
                 break

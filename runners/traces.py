@@ -11,7 +11,6 @@ read. The run keeps its own copy as an artifact, which the worker that replays i
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -74,8 +73,7 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
         try:
             return load_trace(handle.name)
         except TraceError as error:
-            message = str(error).replace(handle.name, name)
-            raise _refused(lambda: translate_trace_error(message)) from None
+            raise _refused(lambda e=error: translate_trace_error(e, name)) from None
 
 
 def _refused(words) -> TraceRefused:
@@ -118,91 +116,35 @@ def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
     return turns
 
 
-# The workload client (standard library only, it runs on the node) says what is wrong with a trace in English;
-# the portal says it in the reader's language. Each message: a pattern of the client's words → its gettext.
-_WHERE = re.compile(r"^(?P<name>.*?)(?:, line (?P<line>\d+))?(?:, column (?P<column>[a-z_]+))?: (?P<rest>.*)$", re.S)
-_TRACE_MESSAGES = [
-    (re.compile(r"cannot read the trace: (?P<error>.*)", re.S), lambda: _("cannot read the trace: %(error)s")),
-    (re.compile(r"the file is empty; expected the header (?P<header>.*)"),
-     lambda: _("the file is empty; expected the header %(header)s")),
-    (re.compile(r"missing column\(s\) (?P<missing>.*); expected the header (?P<header>.*)"),
-     lambda: _("missing column(s) %(missing)s; expected the header %(header)s")),
-    (re.compile(r"(?P<fields>\d+) fields where the header has (?P<header>\d+)"),
-     lambda: _("%(fields)s fields where the header has %(header)s")),
-    (re.compile(r"empty"), lambda: _("empty")),
-    (re.compile(r"(?P<value>.*) is not a number"), lambda: _("%(value)s is not a number")),
-    (re.compile(r"(?P<value>.*) must be a finite number ≥ 0"), lambda: _("%(value)s must be a finite number ≥ 0")),
-    (re.compile(r"session (?P<session>.*) turn (?P<turn>\d+) already on line (?P<first>\d+)"),
-     lambda: _("session %(session)s turn %(turn)s already on line %(first)s")),
-    (re.compile(r"the trace has a header but no rows"), lambda: _("the trace has a header but no rows")),
-    (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
-    (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
-]
+def _reason(template: str, values: dict) -> str:
+    """A message template made where the error was found, in the active language, with its values."""
+    return _(template) % values if values else _(template)
 
 
-# gates.traces says what is wrong with a public-format trace in English (it is pure, below Django); the portal
-# says it in the reader's language: each reason's pattern → its gettext.
-_FORMAT_REASONS = [
-    (re.compile(r"the file is empty"), lambda: _("the file is empty")),
-    (re.compile(r"missing"), lambda: _("missing")),
-    (re.compile(r"empty"), lambda: _("empty")),
-    (re.compile(r"not a JSON object(?:: (?P<error>.*))?", re.S), lambda: _("not a JSON object")),
-    (re.compile(r"(?P<value>.*) is not a whole-number block id"), lambda: _("%(value)s is not a whole-number block id")),
-    (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
-    (re.compile(r"(?P<value>.*) is not a number"), lambda: _("%(value)s is not a number")),
-    (re.compile(r"(?P<value>.*) must be a finite number ≥ 0"), lambda: _("%(value)s must be a finite number ≥ 0")),
-    (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
-    (re.compile(r"(?P<fields>\d+) fields where the header has (?P<header>\d+)"),
-     lambda: _("%(fields)s fields where the header has %(header)s")),
-    (re.compile(r"missing column\(s\) (?P<missing>.*); the header must name (?P<header>.*)"),
-     lambda: _("missing column(s) %(missing)s; the header must name %(header)s")),
-    (re.compile(r"not a trace format fxpilot reads; expected .*", re.S),
-     lambda: _("not a trace format fxpilot reads: Mooncake/FAST'25 JSONL, the Azure LLM inference CSV, BurstGPT's "
-               "CSV or fxpilot's session CSV (docs/traces.md)")),
-    (re.compile(r"(?P<value>'.*') is not a (?:valid )?time.*", re.S), lambda: _("%(value)s is not a valid time")),
-]
+def _place(name: str, fmt: str, line, field: str | None, word: str = "field") -> str:
+    where = {"name": name, "format": fmt, "line": line, "field": field}
+    if line is not None and field:
+        if word == "column":
+            return _("%(name)s, line %(line)s, column %(column)s") % {**where, "column": field}
+        return (_("%(name)s (%(format)s), line %(line)s, field %(field)s") if fmt
+                else _("%(name)s, line %(line)s, field %(field)s")) % where
+    if line is not None:
+        return (_("%(name)s (%(format)s), line %(line)s") if fmt else _("%(name)s, line %(line)s")) % where
+    return (_("%(name)s (%(format)s)") % where) if fmt else name
 
 
 def translate_format_error(error: TraceFormatError) -> str:
-    """A gates.traces complaint in the active language: the place (file, format, line, field) and the reason."""
-    reason = error.reason
-    for pattern, words in _FORMAT_REASONS:
-        found = pattern.fullmatch(reason)
-        if found:
-            reason = words() % {k: v for k, v in found.groupdict().items() if v is not None}
-            break
-    fmt = FORMATS.get(error.format or "", "")
-    where = {"name": error.name, "format": fmt, "line": error.line, "field": error.field}
-    if error.line is not None and error.field:
-        place = (_("%(name)s (%(format)s), line %(line)s, field %(field)s") if fmt
-                 else _("%(name)s, line %(line)s, field %(field)s")) % where
-    elif error.line is not None:
-        place = (_("%(name)s (%(format)s), line %(line)s") if fmt else _("%(name)s, line %(line)s")) % where
-    else:
-        place = (_("%(name)s (%(format)s)") % where) if fmt else error.name
-    return _("%(name)s: %(error)s") % {"name": place, "error": reason}
+    """A gates.traces complaint in the active language: the place (file, format, line, field) and the reason,
+    from the template and values the reader gave it (no English is read back)."""
+    place = _place(error.name, FORMATS.get(error.format or "", ""), error.line, error.field)
+    return _("%(name)s: %(error)s") % {"name": place, "error": _reason(error.template, error.values)}
 
 
-def translate_trace_error(message: str) -> str:
-    """The workload client's words about a bad trace, in the active language (unchanged if not recognised)."""
-    where = _WHERE.match(message)
-    if where is None:
-        return message
-    rest = where["rest"]
-    for pattern, words in _TRACE_MESSAGES:
-        found = pattern.fullmatch(rest)
-        if found:
-            rest = words() % found.groupdict()
-            break
-    else:
-        return message
-    if where["column"]:
-        place = _("%(name)s, line %(line)s, column %(column)s") % where.groupdict()
-    elif where["line"]:
-        place = _("%(name)s, line %(line)s") % where.groupdict()
-    else:
-        place = where["name"]
-    return _("%(name)s: %(error)s") % {"name": place, "error": rest}
+def translate_trace_error(error: TraceError, name: str | None = None) -> str:
+    """The workload client's complaint about a trace, in the active language; `name` stands for the file's path
+    (a temporary copy's) when given."""
+    place = _place(name or error.path, "", error.line, error.column, word="column")
+    return _("%(name)s: %(error)s") % {"name": place, "error": _reason(error.template, error.values)}
 
 
 def storage_name(pilot_code: str, sha256: str) -> str:
@@ -318,8 +260,7 @@ def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
             try:
                 turns = load_trace(handle.name)
             except TraceError as error:
-                message = str(error).replace(handle.name, name)
-                raise _refused(lambda: translate_trace_error(message)) from None
+                raise _refused(lambda e=error: translate_trace_error(e, name)) from None
             lengths = trace_session_lengths(turns)
         try:
             trace = read_trace(handle.name, name=name, progress=lambda share: say(READ_SHARE * share, "reading"))

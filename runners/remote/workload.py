@@ -1603,9 +1603,21 @@ def block_prompt(seed: int, blocks: tuple[str, ...], block_tokens: int, prompt_t
     return ids[:prompt_tokens]
 
 
+def gettext_noop(text: str) -> str:
+    """Marks a message template for the translators (this file runs on the nodes: the standard library only)."""
+    return text
+
+
 class TraceError(WorkloadError):
-    def __init__(self, message: str):
-        super().__init__(message, 2)
+    """A trace the client cannot replay: the file, the line and the column at fault, and why — a message
+    `template` (English, marked for translation) with its `values`, so the portal says it in the reader's
+    language without reading the English back (runners.traces.translate_trace_error)."""
+
+    def __init__(self, path: str, template: str, line: int | None = None, column: str | None = None, **values):
+        self.path, self.line, self.column, self.template = path, line, column, template
+        self.values = {k: str(v) for k, v in values.items()}
+        where = path + (f", line {line}" if line is not None else "") + (f", column {column}" if column else "")
+        super().__init__(f"{where}: {template % self.values if values else template}", 2)
 
 
 @dataclass
@@ -1626,16 +1638,17 @@ def load_trace(path: str) -> list[TraceTurn]:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise TraceError(f"{path}: cannot read the trace: {error}") from None
+        raise TraceError(path, gettext_noop("cannot read the trace: %(error)s"), error=error) from None
     reader = csv.reader(text.splitlines())
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
-        raise TraceError(f"{path}: the file is empty; expected the header {','.join(TRACE_COLUMNS)}") from None
+        raise TraceError(path, gettext_noop("the file is empty; expected the header %(header)s"),
+                         header=",".join(TRACE_COLUMNS)) from None
     missing = [c for c in TRACE_COLUMNS if c not in header]
     if missing:
-        raise TraceError(f"{path}, line 1: missing column(s) {', '.join(missing)}; expected the header "
-                         f"{','.join(TRACE_COLUMNS)}")
+        raise TraceError(path, gettext_noop("missing column(s) %(missing)s; expected the header %(header)s"), 1,
+                         missing=", ".join(missing), header=",".join(TRACE_COLUMNS))
     where = {c: header.index(c) for c in TRACE_COLUMNS + TRACE_OPTIONAL if c in header}
     turns: list[TraceTurn] = []
     seen: dict[tuple[str, int], int] = {}
@@ -1643,27 +1656,30 @@ def load_trace(path: str) -> list[TraceTurn]:
         if not row or all(not cell.strip() for cell in row):
             continue
         if len(row) != len(header):
-            raise TraceError(f"{path}, line {line}: {len(row)} fields where the header has {len(header)}")
+            raise TraceError(path, gettext_noop("%(fields)s fields where the header has %(header)s"), line,
+                             fields=len(row), header=len(header))
         cells = {c: row[i].strip() for c, i in where.items()}
         if not cells["session_id"]:
-            raise TraceError(f"{path}, line {line}, column session_id: empty")
+            raise TraceError(path, gettext_noop("empty"), line, "session_id")
         turn, prompt, output = (_trace_int(path, line, cells, c, 1) for c in ("turn", "prompt_tokens", "output_tokens"))
         raw = cells["arrival_offset_s"]
         try:
             offset = float(raw)
         except ValueError:
-            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} is not a number") from None
+            raise TraceError(path, gettext_noop("%(value)s is not a number"), line, "arrival_offset_s",
+                             value=repr(raw)) from None
         if not math.isfinite(offset) or offset < 0:
-            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} must be a finite number ≥ 0")
+            raise TraceError(path, gettext_noop("%(value)s must be a finite number ≥ 0"), line, "arrival_offset_s",
+                             value=repr(raw))
         session = cells["session_id"]
         if (session, turn) in seen:
-            raise TraceError(f"{path}, line {line}, column turn: session {session!r} turn {turn} already on line "
-                             f"{seen[(session, turn)]}")
+            raise TraceError(path, gettext_noop("session %(session)s turn %(turn)s already on line %(first)s"), line,
+                             "turn", session=repr(session), turn=turn, first=seen[(session, turn)])
         seen[(session, turn)] = line
         blocks = tuple(cells["block_ids"].split()) if "block_ids" in cells else None
         turns.append(TraceTurn(session, turn, prompt, output, offset, line, blocks, cells.get("stratum", "")))
     if not turns:
-        raise TraceError(f"{path}: the trace has a header but no rows")
+        raise TraceError(path, gettext_noop("the trace has a header but no rows"))
     return turns
 
 
@@ -1672,9 +1688,9 @@ def _trace_int(path: str, line: int, cells: dict, column: str, low: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise TraceError(f"{path}, line {line}, column {column}: {value!r} is not a whole number") from None
+        raise TraceError(path, gettext_noop("%(value)s is not a whole number"), line, column, value=repr(value)) from None
     if number < low:
-        raise TraceError(f"{path}, line {line}, column {column}: {number} is less than {low}")
+        raise TraceError(path, gettext_noop("%(value)s is less than %(low)s"), line, column, value=number, low=low)
     return number
 
 

@@ -67,7 +67,7 @@ def test_prompts_over_the_context_are_cut_and_counted():
      "c.jsonl (Azure LLM inference CSV), line 1: missing column(s) GeneratedTokens; the header must name "
      "TIMESTAMP,ContextTokens,GeneratedTokens", "c.jsonl（Azure LLM inference CSV），第 1 行：缺少列 GeneratedTokens"),
     (b"TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,1\n",
-     "c.jsonl (Azure LLM inference CSV), line 2, field TIMESTAMP: 'yesterday' is not a valid time",
+     "c.jsonl (Azure LLM inference CSV), line 2, field TIMESTAMP: 'yesterday' is not a time like 2023-11-16 18:15:46.6805900",
      "第 2 行，字段 TIMESTAMP：'yesterday' 不是形如 2023-11-16 18:15:46.6805900 的时间"),
 ])
 def test_a_public_format_complaint_names_the_format_and_reads_in_chinese(data, english, chinese):

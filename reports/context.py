@@ -20,6 +20,8 @@ from gates.lifecycle import evidence_sha256
 from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
 from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
 from gates.traces.analysis import analyse, reuse_report, session_final_lengths
+from gates.traces.fidelity import fidelity
+from gates.traces.fidelity import strata as replay_strata
 from gates.traces.formats import TraceFormatError, read_bytes
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 from runners.evaluation import extension_history
@@ -259,7 +261,49 @@ def trace_of_job(job, with_reuse: bool = False) -> dict[str, Any] | None:
             "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens),
             "replay": replay_sample_of_job(job),
             # the reuse analysis reads the whole trace: reports ask for it, pages (web requests) do not
-            "reuse": trace_reuse_of_job(job) if with_reuse else None}
+            "reuse": trace_reuse_of_job(job) if with_reuse else None,
+            "fidelity": replay_fidelity(job) if with_reuse else None}
+
+
+FIDELITY_SHARE = 0.8
+"""The share of the reuse its trace allows a replay should reach (stated in the G4 report; not judged yet)."""
+
+
+def _replay_records(job) -> list[dict]:
+    out = []
+    for artifact in Artifact.objects.filter(job=job, kind="records").order_by("name"):
+        try:
+            data = read_artifact(artifact)
+        except (ArtifactMismatch, OSError):
+            continue
+        for line in data.splitlines():
+            if b'"replay"' in line:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("phase") == "replay":
+                    out.append(record)
+    return out
+
+
+def replay_fidelity(job) -> dict[str, Any] | None:
+    """Did the replay get the reuse its trace allows, and what did each stratum gain (gates.traces.fidelity)?
+    From the run's replay records and the oracle the replay step kept; None when either is missing."""
+    sample = replay_sample_of_job(job) if job is not None else None
+    found = (sample or {}).get("oracle")
+    if not found:
+        return None
+    records = _replay_records(job)
+    if not records:
+        return None
+    arms = {r.get("arm") for r in records}
+    checks = [fidelity(records, int(found["ideal_hit_tokens"]), FIDELITY_SHARE, arm=arm)
+              for arm in ("fx", "local_nvme") if arm in arms]
+    return {"checks": [dict(c, arm=arm) for c, arm in zip(checks, [a for a in ("fx", "local_nvme") if a in arms],
+                                                          strict=True)],
+            "strata": replay_strata(records, ideal_hit_fraction=found.get("ideal_hit_fraction")),
+            "oracle": found}
 
 
 def replay_sample_of_job(job) -> dict[str, Any] | None:

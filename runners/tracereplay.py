@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.traces.analysis import analyse
+from gates.traces.analysis import analyse, reuse_report
 from gates.traces.formats import TraceFormatError, read_bytes
 from gates.traces.sample import choose, replay_csv
 
@@ -50,7 +50,22 @@ def prepare(data: bytes, replay: dict[str, Any], *, vllm_flags: list[str] = (), 
                     over_length=str(replay.get("over_length", "cut")))
     stats = dict(sample.stats, format=trace.format, format_name=trace.format_name,
                  sessions_basis=trace.session_basis, reuse_basis=trace.reuse_basis)
-    return replay_csv(sample).encode(), stats
+    data = replay_csv(sample).encode()
+    stats["oracle"] = oracle(data, stats.get("block_tokens")) if stats.get("reuse_known") else None
+    return data, stats
+
+
+def oracle(replay: bytes, block_tokens: int | None) -> dict[str, Any] | None:
+    """What the replayed requests allow a cache (the analysis of the replay CSV itself, unbounded cache): the
+    hit tokens gates.traces.fidelity compares the records' cached tokens with, overall and per stratum."""
+    try:
+        found = reuse_report(analyse(read_bytes(replay, "replay.csv", "fxpilot", block_tokens=block_tokens)))
+    except TraceFormatError:
+        return None
+    if not found.get("known"):
+        return None
+    return {"ideal_hit_tokens": found["ideal_hit_tokens"], "ideal_hit_fraction": found["ideal_hit_fraction"],
+            "strata": found["strata"]}
 
 
 def describe(stats: dict) -> str:

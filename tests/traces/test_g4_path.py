@@ -38,6 +38,8 @@ def test_prepare_samples_whole_sessions_and_writes_block_ids():
     assert all(sum(r["session_id"] == s for r in rows) == 3 for s in sessions)   # whole sessions
     assert all(r["block_ids"].split()[0] == "0" for r in rows)                     # the shared system block
     assert stats["sampled_share"] == len(rows) / 120 and stats["format"] == "mooncake"
+    oracle = stats["oracle"]          # what the replayed requests allow a cache: the fidelity check's reference
+    assert 0 < oracle["ideal_hit_tokens"] and oracle["strata"]["returning"]["requests"] > 0
     line = tracereplay.describe(stats)
     assert f"replaying {len(rows)} of 120 requests" in line and "speed-up 2" in line
 
@@ -78,3 +80,24 @@ def test_a_public_format_complaint_names_the_format_and_reads_in_chinese(data, e
     with translation.override("zh-hans"), pytest.raises(traces.TraceRefused) as refused:
         traces.parse(data, "c.jsonl")
     assert chinese in str(refused.value), str(refused.value)
+
+
+def test_the_g4_report_states_the_replays_fidelity_and_strata_in_both_languages():
+    from django.template.loader import render_to_string
+    from django.utils import translation
+
+    from gates.traces.fidelity import fidelity, strata
+
+    records = [{"arm": arm, "phase": "replay", "status": "ok", "repetition": 1, "stratum": stratum,
+                "cached_tokens": 400 if arm == "fx" and stratum != "first" else 0, "t_send": 0.0,
+                "t_first_token": (0.1 if arm == "fx" and stratum != "first" else 1.0)}
+               for arm in ("fx", "recompute") for stratum in ("first", "returning", "returning")]
+    trace = {"customer": True, "name": "conv.jsonl", "sessions": 1, "sha256": "0" * 64, "lengths": {},
+             "fidelity": {"checks": [dict(fidelity(records, 1000, 0.8), arm="fx")],
+                          "strata": strata(records, ideal_hit_fraction=0.5)}}
+    english = render_to_string("reports/_trace.html", {"trace": trace})
+    assert "reached a share of 0.800" in english and "Reached." in english and "returning turns" in english
+    assert "the tier cannot help" in english and "×10.00" in english
+    with translation.override("zh-hans"):
+        chinese = render_to_string("reports/_trace.html", {"trace": trace})
+    assert "已达到。" in chinese and "后续轮次请求" in chinese and "Reached" not in chinese

@@ -23,6 +23,7 @@ from gates.traces.analysis import analyse, reuse_report, session_final_lengths
 from gates.traces.fidelity import fidelity
 from gates.traces.fidelity import strata as replay_strata
 from gates.traces.formats import TraceFormatError, read_bytes
+from runners import gateplans
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 from runners.evaluation import extension_history
 from runners.models import Artifact, Job, Node
@@ -266,7 +267,9 @@ def trace_of_job(job, with_reuse: bool = False) -> dict[str, Any] | None:
 
 
 FIDELITY_SHARE = 0.8
-"""The share of the reuse its trace allows a replay should reach (stated in the G4 report; not judged yet)."""
+"""The share of the reuse its trace allows a replay should reach, unless the plan's `workloads.replay.fidelity_share`
+says otherwise (stated in the G4 report; not judged yet). `workloads.replay.ttft_objective_s`, when set, adds the
+goodput of each stratum and arm: the share of its requests whose first token came within the objective."""
 
 
 def _replay_records(job) -> list[dict]:
@@ -298,11 +301,18 @@ def replay_fidelity(job) -> dict[str, Any] | None:
     if not records:
         return None
     arms = {r.get("arm") for r in records}
-    checks = [fidelity(records, int(found["ideal_hit_tokens"]), FIDELITY_SHARE, arm=arm)
+    try:
+        replay = gateplans.workloads(job).get("replay") or {}
+    except (AttributeError, ValueError):   # no signed plan to read (a plan that no longer verifies says so elsewhere)
+        replay = {}
+    share = float(replay.get("fidelity_share") or FIDELITY_SHARE)
+    objective = replay.get("ttft_objective_s")
+    objective = float(objective) if isinstance(objective, (int, float)) and objective > 0 else None
+    checks = [fidelity(records, int(found["ideal_hit_tokens"]), share, arm=arm)
               for arm in ("fx", "local_nvme") if arm in arms]
     return {"checks": [dict(c, arm=arm) for c, arm in zip(checks, [a for a in ("fx", "local_nvme") if a in arms],
                                                           strict=True)],
-            "strata": replay_strata(records, ideal_hit_fraction=found.get("ideal_hit_fraction")),
+            "strata": replay_strata(records, objective, ideal_hit_fraction=found.get("ideal_hit_fraction")),
             "oracle": found}
 
 

@@ -94,10 +94,11 @@ def test_the_g4_report_states_the_replays_fidelity_and_strata_in_both_languages(
                for arm in ("fx", "recompute") for stratum in ("first", "returning", "returning")]
     trace = {"customer": True, "name": "conv.jsonl", "sessions": 1, "sha256": "0" * 64, "lengths": {},
              "fidelity": {"checks": [dict(fidelity(records, 1000, 0.8), arm="fx")],
-                          "strata": strata(records, ideal_hit_fraction=0.5)}}
+                          "strata": strata(records, 0.5, ideal_hit_fraction=0.5)}}
     english = render_to_string("reports/_trace.html", {"trace": trace})
     assert "reached a share of 0.800" in english and "Reached." in english and "returning turns" in english
     assert "the tier cannot help" in english and "×10.00" in english
+    assert "goodput, FX / recompute (TTFT ≤ 0.5 s)" in english and "1.000 / 0.000" in english    # item 6
     with translation.override("zh-hans"):
         chinese = render_to_string("reports/_trace.html", {"trace": trace})
-    assert "已达到。" in chinese and "后续轮次请求" in chinese and "Reached" not in chinese
+    assert "已达到。" in chinese and "后续轮次请求" in chinese and "Reached" not in chinese and "有效吞吐" in chinese

@@ -188,7 +188,8 @@ def reuse_capacity(reuse: Mapping[str, Any], share: float) -> dict[str, Any] | N
             return None
         tokens = min(p["capacity_tokens"] for p in above)
     return {"share": share, "capacity_tokens": int(tokens), "ideal_hit_fraction": ideal,
-            "block_tokens": reuse.get("block_tokens"), "curve": list(reuse.get("curve") or [])}
+            "block_tokens": reuse.get("block_tokens"), "curve": list(reuse.get("curve") or []),
+            "scale": reuse.get("scale")}
 
 
 def compute(*, model: str, settings: Mapping[str, Any] | None, vllm_flags: Iterable[str] = (),

@@ -336,7 +336,11 @@ def trace_reuse_of_job(job) -> dict[str, Any] | None:
         analysis = analyse(read_bytes(read_artifact(artifact), artifact.name))
     except (ArtifactMismatch, OSError, TraceFormatError):
         return None
-    return reuse_report(analysis)
+    trace = analysis.trace
+    duration = float(trace.timestamps.max() - trace.timestamps.min()) if trace.requests else 0.0
+    # the traffic the reuse was counted on: a capacity read from its curve is what traffic of that volume needs
+    return dict(reuse_report(analysis), scale={"requests": trace.requests, "sessions": analysis.sessions,
+                                               "duration_s": duration})
 
 
 def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:

@@ -180,6 +180,12 @@ def sizing_sentences(s: dict[str, Any], fx: str) -> list[str]:
             "tokens": f"{reuse['capacity_tokens']:,}", "share": percent(reuse["share"]),
             "ideal": percent(reuse["ideal_hit_fraction"]),
             "formula": tera(s["session_formula_bytes"]) if s.get("session_formula_bytes") else "—"})
+        scale = reuse.get("scale") or {}
+        if scale.get("sessions"):
+            lines.append(_("The trace holds %(sessions)s sessions (%(requests)s requests over %(seconds)s s): this is "
+                           "the capacity traffic of that volume needs; more sessions alive at once need more.") % {
+                "sessions": f"{scale['sessions']:,}", "requests": f"{scale['requests']:,}",
+                "seconds": f"{scale['duration_s']:,.0f}"})
     if s.get("capacity_bytes"):
         lines.append(_("KV cache to keep: %(kv)s; with %(fs)s file-system overhead, redundancy ×%(red)s and %(head)s "
                        "headroom: %(total)s to buy.") % {

@@ -22,8 +22,10 @@ from runners.artifacts import read_artifact
 
 ROOT = Path(settings.BASE_DIR)
 SHIPPED = {
-    "client": sorted((ROOT / "runners" / "remote").glob("*.py")),
-    "scripts": sorted((ROOT / "runners" / "remote").glob("*.sh")) + sorted((ROOT / "runners" / "remote").glob("*.tmpl")),
+    # lmcache_inspect.py is read by probe.sh and deploy.sh from beside them: it travels with the scripts
+    "client": sorted(p for p in (ROOT / "runners" / "remote").glob("*.py") if p.name != "lmcache_inspect.py"),
+    "scripts": sorted((ROOT / "runners" / "remote").glob("*.sh")) + sorted((ROOT / "runners" / "remote").glob("*.tmpl"))
+    + [ROOT / "runners" / "remote" / "lmcache_inspect.py"],
     "judge/gates": [ROOT / "gates" / "plan.py"],
     "judge/gates/judge": sorted((ROOT / "gates" / "judge").glob("*.py")),
 }

@@ -28,6 +28,7 @@ TITLES = {
     "client-not-bottleneck": gettext_lazy("The load client was not the bottleneck"),
     "output-hashes-present": gettext_lazy("Probe outputs hashed"),
     "share-read-on-another-instance": gettext_lazy("Shared sessions read on another instance"),
+    "chunk-hash-shared": gettext_lazy("One deterministic chunk hash on every sharing instance"),
     "enough-requests-for-rates": gettext_lazy("Enough requests to show every rate bar"),
     "inventory-complete": gettext_lazy("Every GPU and RDMA port recorded"),
     "hit-counters-agree": gettext_lazy("Records and the server's counters agree on cache hits"),

@@ -42,7 +42,8 @@ _ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/,+@%=-]{0,500}$")
 # Variables the deploy step sets itself, or that would make the shell or the dynamic loader run other code.
 _RESERVED_ENV = {"VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV",
                  "PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP",
-                 "PYTHONHOME", "PYTHONINSPECT", "VIRTUAL_ENV", "CONDA_PREFIX", "VLLM_PLUGINS"}
+                 "PYTHONHOME", "PYTHONINSPECT", "VIRTUAL_ENV", "CONDA_PREFIX", "VLLM_PLUGINS",
+                 "PYTHONHASHSEED"}
 _RESERVED_ENV_PREFIXES = ("LMCACHE_", "FXPILOT_", "BASH_FUNC_")
 # The deploy step has an hour (runners.steps); the health wait gets at most 50 minutes of it, so a slow start is
 # refused as too slow by the wait itself, with the server log's tail, not cut off by the step's time limit.

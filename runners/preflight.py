@@ -46,6 +46,9 @@ MESSAGES = {
     "gpus_too_few": gettext_noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
     "gpus_mixed": gettext_noop("%(node)s mixes GPU models (%(models)s): one server's tensor-parallel GPUs must be alike"),
     "no_report": gettext_noop("the preflight left no report on %(node)s"),
+    "drop_caches_denied": gettext_noop("deployment.drop_page_cache is set, but the workload client drops the page cache "
+                                       "as the SSH user of %(node)s without sudo, and %(detail)s: connect as root or "
+                                       "use O_DIRECT (use_odirect) instead"),
 }
 
 
@@ -70,6 +73,8 @@ def command(run_dir: str, out_dir: str, settings: DeploymentSettings, *, vllm: t
     ports = sorted({settings.ports.for_arm(arm) for arm in ARMS} - {0})
     parts += [f"--port {int(port)}" for port in ports]
     parts += [f"--vllm {shell_path(word) if word.startswith('~/') else shlex.quote(word)}" for word in vllm]
+    if settings.drop_page_cache:
+        parts.append("--drop-page-cache")
     return " ".join(parts)
 
 
@@ -106,6 +111,9 @@ def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: Depl
     sudo = status.get(("sudo", "nopasswd"))
     if sudo and sudo["status"] == "denied":
         blockers.append(_blocker("sudo_denied", node=node, detail=sudo["detail"] or "sudo -n true"))
+    drop = status.get(("pagecache", "drop"))
+    if drop and drop["status"] == "denied":
+        blockers.append(_blocker("drop_caches_denied", node=node, detail=drop["detail"] or "drop_caches is not writable"))
     words = " ".join(vllm)
     if ("vllm", "command") in status:
         blockers.append(_blocker("vllm_missing", command=words, node=node))

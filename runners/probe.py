@@ -21,7 +21,7 @@ from django.utils import timezone
 from runners import preflight
 from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.config import DeploymentSettings, DeploymentSettingsError
-from runners.deploy import settings_for
+from runners.deployment import settings_for
 from runners.inventory import build_inventory, parse_fx_write
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
@@ -29,6 +29,7 @@ from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, Tr
 from runners.validators import validate_host, validate_nqn, validate_remote_path
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "remote" / "probe.sh"
+LMCACHE_INSPECT = Path(__file__).resolve().parent / "remote" / "lmcache_inspect.py"  # probe.sh reads it from beside it
 PREFLIGHT_SCRIPT = Path(__file__).resolve().parent / "remote" / preflight.SCRIPT_NAME
 MAX_RAW_BYTES = 64 * 1024 * 1024
 
@@ -123,6 +124,7 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
         conn.mkdirs(run_dir)
         conn.upload(PREFLIGHT_SCRIPT.read_bytes(), f"{run_dir}/{preflight.SCRIPT_NAME}", mode=0o755)
         conn.upload(PROBE_SCRIPT.read_bytes(), f"{run_dir}/probe.sh", mode=0o755)
+        conn.upload(LMCACHE_INSPECT.read_bytes(), f"{run_dir}/lmcache_inspect.py")
         # the preflight first: its report lands in the probe's folder and travels in the same checked archive
         conn.run(preflight.command(run_dir, out_dir, deployment, vllm=launch), job=job, step=step, timeout=900)
         conn.run(f"bash {shell_path(run_dir + '/probe.sh')} --out {shell_path(out_dir)} --fx-mount {shell_path(settings.fx_mount)} "

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from runners.models import Job, Site, Step
+from runners.models import Site, Step
 
 # The control queue is Celery's default queue, so a task sent without a queue lands there.
 CONTROL_QUEUE: str = settings.CELERY_TASK_DEFAULT_QUEUE
-
-
-def site_queue(site: Site) -> str:
-    return site.queue
 
 
 def queue_for_step(step: Step) -> str:
@@ -24,11 +20,6 @@ def queue_for_step(step: Step) -> str:
     if step.node_id is not None:
         return step.node.site.queue
     return CONTROL_QUEUE
-
-
-def queue_for_job(job: Job) -> str:
-    """Cancel and teardown reach nodes through the job's site queue."""
-    return job.site.queue if job.site_id else CONTROL_QUEUE
 
 
 def all_queues() -> list[str]:

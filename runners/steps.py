@@ -22,25 +22,18 @@ from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate
 from runners import detached, gateplans, ssh, tracereplay
 from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
+from runners.collect import collect_deployment
 from runners.config import DEPLOY_TIME_LIMIT_S
-from runners.deploy import (
-    DeployError,
-    Deployment,
-    collect_deployment,
-    deploy_arm,
-    lmcache_trouble,
-    lmcache_trouble_message,
-    run_id_of,
-    save_log_checked,
-    settings_for,
-    teardown_arm,
-)
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError, Deployment, run_id_of, settings_for
 from runners.evaluation import PlanTamperedError, evaluate_job
 from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
+from runners.lmcache import lmcache_trouble, lmcache_trouble_message, save_log_checked
 from runners.models import Artifact, Job
 from runners.probe import ProbeSettingsError, probe_node
 from runners.remote.workload import plan_args
 from runners.runs import SAMPLE_TRACE_NAME, TRACE_NAME, extend_run
+from runners.teardown import teardown_arm
 
 WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
                      "replay": "replay", "share": "share", "soak": "soak", "fault": "fault"}
@@ -212,7 +205,9 @@ def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     lmcache = found.get("lmcache") or {}
     # the connector the server was started with: the judge checks a real cache arm ran LMCache's
     # and how a disk hit was kept from being a page-cache hit (O_DIRECT, a page-cache drop): checked too
-    connector = {"kv_connector": manifest.get("kv_connector"), "page_cache": manifest.get("page_cache")}
+    # and the chunk hash the server ran with: the instances of a sharing test must hash alike
+    connector = {"kv_connector": manifest.get("kv_connector"), "page_cache": manifest.get("page_cache"),
+                 "chunk_hash": manifest.get("chunk_hash")}
     if isinstance(lmcache, dict):
         return {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
                 "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm"), **connector}

@@ -15,6 +15,9 @@ rows would make a cell where half the requests missed look like a cell of hits. 
 * in a measured window where none reported and /metrics counted no hit, every request is a 0;
 * where both sources have figures, they must agree to within `TOLERANCE` of the window's prompt tokens,
   or the run is `invalid`, and the check names the cell, the two figures and the records' instance.
+* a phase summary that counted requests and carries /metrics deltas but matches no request record at all (by run
+  id, instance and cell) makes the run `invalid` too, naming it: its counters would vouch for nothing, and the
+  records it should have checked would go unchecked while the check said "agree".
 
 `reconcile` returns the inputs with the nulls filled as above and the check; the judge calls it before
 it derives anything from the records.
@@ -107,10 +110,10 @@ def _windows(summaries: list[dict]) -> list[list[dict]]:
     return list(groups.values())
 
 
-def _rows_of(requests: pd.DataFrame, window: list[dict]) -> np.ndarray:
-    """Positions of the successful records a window's counters saw: same cells, run and instance."""
+def _rows_of(requests: pd.DataFrame, window: list[dict], *, successful: bool = True) -> np.ndarray:
+    """Positions of the (successful) records a window's counters saw: same cells, run and instance."""
     mask = np.zeros(len(requests), dtype=bool)
-    ok = (requests["status"] == "ok").to_numpy()
+    ok = (requests["status"] == "ok").to_numpy() if successful else np.ones(len(requests), dtype=bool)
     for summary in window:
         rows = ok.copy()
         for key in CELL_KEYS:
@@ -147,9 +150,16 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
     problems: list[str] = []
     agreed: list[str] = []
     unverifiable: list[str] = []
+    unmatched: list[str] = []
     for window in _windows(inputs.summaries):
         rows = _rows_of(requests, window)
         if len(rows) == 0:
+            # A summary that counted requests and scraped /metrics, but whose run id, instance and cell match no
+            # record at all: its counters vouch for nothing given, and the records it should check go unchecked.
+            if (metrics_hits(window[0]) is not None and any((s.get("requests") or 0) > 0 for s in window)
+                    and len(_rows_of(requests, window, successful=False)) == 0):
+                unmatched += [f"{cell_name(s['arm'], s['phase'], s['concurrency'], s['repetition'])} (run "
+                              f"{s.get('run_id') or '—'}, instance {s.get('instance') or '—'})" for s in window]
             continue
         names = ", ".join(cell_name(s["arm"], s["phase"], s["concurrency"], s["repetition"]) for s in window)
         where = f"{names} ({window[0]['instance']})" if window[0].get("instance") else names
@@ -180,6 +190,10 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
         detail_parts.append(f"{filled} successful request(s) without cached_tokens counted as misses (0)")
     if unverifiable:
         detail_parts.append("not cross-checked: " + "; ".join(unverifiable))
+    if unmatched:
+        problems.append(f"{len(unmatched)} phase summar{'y' if len(unmatched) == 1 else 'ies'} with /metrics match no "
+                        f"request record by run id, instance and cell: {', '.join(unmatched[:5])}"
+                        + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""))
     detail = "; ".join(problems) if problems else ("; ".join(detail_parts) or "no phase summary with /metrics deltas")
     check = {"name": CHECK_NAME, "ok": not problems, "detail": detail}
     return replace(inputs, requests=requests), check

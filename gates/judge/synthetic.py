@@ -144,6 +144,7 @@ def phase_summaries(frame: pd.DataFrame, *, versions: bool = True) -> list[dict]
             if arm != "recompute":
                 summary["versions"]["kv_connector"] = "LMCacheConnectorV1"
                 summary["versions"]["page_cache"] = {"use_odirect": True, "drop_page_cache": False, "method": "odirect"}
+                summary["versions"]["chunk_hash"] = {"algorithm": "sha256_cbor", "pythonhashseed": "0"}
         out.append(summary)
     return out
 

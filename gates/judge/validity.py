@@ -109,6 +109,7 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
         checks.append(_hashes(gate, inputs.requests, frame))
     if any(spec.phase == "share" for spec in gate.criteria):
         checks.append(_other_instance(inputs.requests))
+        checks.append(_chunk_hash(gate, inputs))
     if any(spec.phase in FAULT_PHASES for spec in gate.criteria):
         checks.append(_fault_cut(gate, inputs))
     if any(spec.metric == "external_hit_ratio" for spec in gate.criteria):
@@ -469,6 +470,40 @@ def _other_instance(requests: pd.DataFrame) -> dict:
     return _check("share-read-on-another-instance", problems, "every shared session was read on another instance")
 
 
+SHARE_WRITE_PHASES = ("populate", "share")  # instance A writes the shared sessions, instance B reads them
+
+
+def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
+    """Instances sharing one pool find each other's chunks only if they hash tokens alike: the deploy manifest's
+    chunk_hash (versions.chunk_hash: LMCache's pre_caching_hash_algorithm and the PYTHONHASHSEED the server ran
+    with) must be the same deterministic one on every real instance of the sharing test. Without a seed, vLLM
+    draws the first block's hash at random per process and LMCache's `builtin` is Python's salted hash()."""
+    arms = {spec.candidate for spec in gate.criteria if spec.phase == "share" and spec.candidate}
+    rows = [s for s in inputs.summaries if s["phase"] in SHARE_WRITE_PHASES and (not arms or s["arm"] in arms)
+            and not summary_simulated(s)]
+    if not rows:
+        return _check("chunk-hash-shared", [], "no real populate or share phase to check")
+    problems, found = [], {}
+    for summary in rows:
+        where = f"{summary['arm']} {summary['phase']} on {summary.get('instance') or 'an unnamed instance'}"
+        stated = (summary.get("versions") or {}).get("chunk_hash")
+        if not isinstance(stated, dict) or not stated.get("algorithm"):
+            problems.append(f"{where}: no chunk hash recorded (versions.chunk_hash from the deploy manifest), so "
+                            f"whether the instances hash alike cannot be verified")
+            continue
+        seed = stated.get("pythonhashseed")
+        if seed in (None, "", "random"):
+            problems.append(f"{where}: {stated['algorithm']} without a fixed PYTHONHASHSEED hashes differently in "
+                            f"every process")
+            continue
+        found.setdefault(f"{stated['algorithm']} with PYTHONHASHSEED={seed}", []).append(where)
+    if len(found) > 1:
+        problems.append("the instances hash differently: " + "; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
+                                                                      for value, wheres in sorted(found.items())))
+    detail = f"every instance ran {next(iter(found))}" if len(found) == 1 else "no chunk hash to compare"
+    return _check("chunk-hash-shared", problems, detail)
+
+
 def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
     """A fault window proves something only if the path was cut and restored, and HBM emptied after the restore:
     a cut refused for want of root (`RTNETLINK answers: Operation not permitted`) leaves the path up, and
@@ -653,8 +688,9 @@ def near_copies(gate: GatePlan, frame: pd.DataFrame, requests: pd.DataFrame, tol
 def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> dict:
     """Instances whose clocks disagree with the collector's beyond `tolerance` seconds: a phase summary's
     `clock_offset_s` (collector − instance, measured by the client) when recorded, and, within every cell whose
-    requests went to several instances, each instance's first send on the wall clock (wall_anchor + t_send)
-    against the cell's other instances (a closed-loop cell starts its clients together)."""
+    requests went to several instances from several clients (wall anchors), each instance's first send on the wall
+    clock (wall_anchor + t_send) against the cell's other instances (a closed-loop cell starts its clients
+    together). One client sending to several instances is not compared: its one clock orders its own sends."""
     problems, checked = [], 0
     for summary in summaries:
         offset = summary.get("clock_offset_s")
@@ -670,7 +706,9 @@ def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> d
         for (arm, phase, level, rep), cell in keyed.groupby(["arm", "phase", "concurrency", "repetition"],
                                                             sort=True, observed=True):
             starts = cell.groupby("instance", observed=True)["_wall"].min()
-            if len(starts) < 2:
+            if len(starts) < 2 or cell["wall_anchor"].nunique() < 2:
+                # one client (one wall anchor) sent to every instance of the cell: when it turned to each is its
+                # own schedule (G4's sharing test writes through A, then reads through B), not a clock
                 continue
             checked += 1
             centre = float(np.median(starts.to_numpy()))

@@ -408,7 +408,7 @@ def measured_spread(pilot) -> float | None:
         for key in ("ttft_p50_cv", "throughput_cv")
     ]
     values = [float(v) for v in values if isinstance(v, (int, float)) and 0 < v < 1]
-    return round(max(values), 4) if values else None
+    return max(values) if values else None  # unrounded: a simulator's 0.0007 % is not "no spread"
 
 
 def planner_figures(pilot, version) -> dict | None:

@@ -10,7 +10,9 @@
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
 # RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH KV_CONNECTOR USE_ODIRECT DROP_PAGE_CACHE
-# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, and how vLLM is
+# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, the chunk hash
+# (CHUNK_HASH: the algorithm the LMCache YAML names, HASH_SEED: the PYTHONHASHSEED exported to vLLM), the lines
+# that show LMCache failing (LMCACHE_FAILED, runners.lmcache.LMCACHE_TROUBLE), and how vLLM is
 # launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
 # LAUNCH_ENV (array of NAME=value).
 set -euo pipefail
@@ -22,12 +24,15 @@ action=${1:-}
 arm_dir=${2:-}
 [[ -n "$action" && -f "$arm_dir/params.env" ]] || fail "usage: deploy.sh preflight|serve|health|cleanup ARM_DIR"
 EXTRA_VLLM_FLAGS=()
-LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR=""
+LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR="" CHUNK_HASH="" HASH_SEED="" LMCACHE_FAILED=""
 LAUNCH_PREFIX=()
 LAUNCH_ENV=()
 # shellcheck source=/dev/null
 source "$arm_dir/params.env"
 [[ -n "$KV_CONNECTOR" || -z "$KV_CONFIG_PATH" ]] || KV_CONNECTOR=LMCacheConnectorV1
+# Without a fixed seed every process hashes chunks its own way; without the failure lines every log would pass.
+[[ "$HASH_SEED" =~ ^[0-9]+$ ]] || fail "params.env sets no numeric HASH_SEED (the PYTHONHASHSEED of every arm)"
+[[ -n "$LMCACHE_FAILED" ]] || fail "params.env sets no LMCACHE_FAILED (the lines that show LMCache failing)"
 port_file="$arm_dir/port"
 # Where the server listens: the node's loopback, or its fabric address so the other node's client reaches it.
 BIND_HOST=${BIND_HOST:-127.0.0.1}
@@ -64,8 +69,27 @@ launch_words() {
         conda)
             if [[ "$LAUNCH_CONDA" == /* ]]; then launch=(conda run --no-capture-output -p "$LAUNCH_CONDA")
             else launch=(conda run --no-capture-output -n "$LAUNCH_CONDA"); fi ;;
-        prefix) launch=("${LAUNCH_PREFIX[@]}") ;;
+        prefix) launch=("${LAUNCH_PREFIX[@]}"); container_env ;;
     esac
+}
+
+# A container does not inherit the shell's environment: `docker|podman|nerdctl … run` gets `-e PYTHONHASHSEED`
+# right after `run` (the value exported here), unless the prefix passes it on already. Any other prefix inherits
+# it or not; the health check refuses a server whose log shows the seed missing (LMCACHE_FAILED).
+container_env() {
+    local i word runtime=""
+    for word in "${launch[@]}"; do
+        [[ "$word" == PYTHONHASHSEED || "$word" == PYTHONHASHSEED=* || "$word" == -ePYTHONHASHSEED* || "$word" == --env=PYTHONHASHSEED* ]] && return 0
+    done
+    for i in "${!launch[@]}"; do
+        word=${launch[$i]##*/}
+        if [[ -z "$runtime" ]]; then
+            case "$word" in docker|podman|nerdctl) runtime=$word ;; esac
+        elif [[ "${launch[$i]}" == run ]]; then
+            launch=("${launch[@]:0:$((i + 1))}" -e PYTHONHASHSEED "${launch[@]:$((i + 1))}")
+            return 0
+        fi
+    done
 }
 
 in_engine() { launch_words; "${launch[@]}" "$@"; }
@@ -126,109 +150,11 @@ print(json.dumps({"vllm": os.environ["VLLM_VERSION"] or None, "rocm": os.environ
                   "lmcache": lmcache, "python": platform.python_version()}))'
 }
 
-# LMCache's version, commit and GPU runtime, read where vLLM lives without importing LMCache (its import pulls
-# in torch) -- the same lookup as probe.sh's, kept identical (tests/deploy/test_lmcache_lookup.py):
-# - version: the distribution's metadata, else lmcache/_version.py (setuptools-scm), else lmcache/__init__.py;
-# - commit: a git install's direct_url.json (vcs_info.commit_id), else _version.py's __commit_id__ ("g3e11e108";
-#   written by 0.3.9 and later, 0.5.x included; 0.3.1-0.3.3 release wheels record no commit at all), else a
-#   +g<hash> local version, else an __init__.py __commit__;
-# - GPU runtime: the library its native modules link (c_ops in 0.3.x; cuda_ops, lmcache_native in 0.5.x; 0.5.x
-#   has no c_ops), read from the files: libamdhip64 is a HIP build, libcudart a CUDA one.
-# LMCACHE_INSPECT begin
-LMCACHE_INSPECT='
-import ast, json, os, re, sys
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-from importlib import util
-
-def literals(path):
-    """NAME = "value" assignments of a file, read without running it."""
-    found = {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-    except (OSError, SyntaxError, ValueError):
-        return found
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    found[target.id] = value
-    return found
-
-lm = {"installed": False, "version": None, "commit": None, "commit_from": None, "hip": None, "native": None}
-try:
-    spec = util.find_spec("lmcache")
-except (ImportError, ValueError) as exc:
-    spec, lm["error"] = None, type(exc).__name__ + ": " + str(exc)
-if spec is None:
-    lm.setdefault("error", "no module named lmcache for " + sys.executable)
-else:
-    lm["installed"] = True
-    folders = list(spec.submodule_search_locations or [])
-    where = folders[0] if folders else os.path.dirname(spec.origin or "")
-    lm["path"] = where
-    ver = literals(os.path.join(where, "_version.py"))
-    init = literals(os.path.join(where, "__init__.py"))
-    dist = None
-    if metadata is not None:
-        try:
-            dist = metadata.distribution("lmcache")
-        except metadata.PackageNotFoundError:
-            dist = None
-    lm["version"] = (dist.version if dist is not None else None) or ver.get("__version__") or init.get("__version__")
-    candidates = []
-    if dist is not None:
-        try:
-            vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
-        except ValueError:
-            vcs = {}
-        candidates.append(("direct_url.json", vcs.get("commit_id")))
-    candidates.append(("_version.py", ver.get("__commit_id__")))
-    local = re.search(r"\+g?([0-9a-f]{7,40})(?:\.|$)", lm["version"] or "")
-    candidates.append(("version", local.group(1) if local else None))
-    candidates.append(("__init__.py", init.get("__commit__")))
-    for source, value in candidates:
-        if isinstance(value, str) and re.match(r"^g?[0-9a-f]{7,40}$", value):
-            lm["commit"], lm["commit_from"] = re.sub(r"^g", "", value), source
-            break
-    # The GPU runtime the native modules link (c_ops in 0.3.x; cuda_ops, lmcache_native in 0.5.x), read from the
-    # files themselves without loading them: libamdhip64 is a HIP build, libcudart a CUDA one.
-    try:
-        names = sorted(os.listdir(where))
-    except OSError:
-        names = []
-    for name in names:
-        if not re.match(r"^(c_ops|\w+_ops|lmcache_native)\b.*\.(so|py)$", name):
-            continue
-        runtime = None
-        try:
-            with open(os.path.join(where, name), "rb") as handle:
-                tail = b""
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    chunk = tail + block
-                    if b"amdhip64" in chunk:
-                        runtime = True
-                        break
-                    if b"libcudart" in chunk:
-                        runtime = False
-                    tail = chunk[-16:]
-        except OSError:
-            continue
-        if runtime is not None:
-            lm["hip"], lm["native"] = runtime, name
-            if runtime:
-                break
-print(json.dumps(lm))
-
-'
-# LMCACHE_INSPECT end
+# LMCache's version, commit and GPU runtime, read where vLLM lives without importing LMCache: lmcache_inspect.py,
+# shipped beside this script (probe.sh runs the same file), given as text so a container launcher needs no mount.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[[ -r "$HERE/lmcache_inspect.py" ]] || fail "lmcache_inspect.py is missing beside deploy.sh in $HERE"
+LMCACHE_INSPECT=$(cat "$HERE/lmcache_inspect.py")
 
 preflight() {
     local port="$PORT"
@@ -251,6 +177,17 @@ preflight() {
         while [[ ! -d "$root" && "$root" != / ]]; do root=$(dirname "$root"); done
         [[ -w "$root" ]] || fail "cannot create the KV cache directory $CACHE_DIR: $root is not writable by $(id -un)"
         mkdir -p "$CACHE_DIR" || fail "cannot create the KV cache directory $CACHE_DIR"
+        # LMCache 0.5.6 writes its chunks from a disk worker whose failures nobody reads: a directory it cannot
+        # write to (or, with O_DIRECT, a filesystem that refuses O_DIRECT) stores nothing and says nothing. So one
+        # block is written here as LMCache would write it, and the deploy fails with what the write said.
+        local test_file="$CACHE_DIR/.fxpilot-write-test" said
+        local direct=()
+        [[ "$USE_ODIRECT" == 1 ]] && direct=(oflag=direct)
+        if ! said=$(dd if=/dev/zero of="$test_file" bs=4096 count=1 "${direct[@]}" 2>&1); then
+            rm -f -- "$test_file" 2>/dev/null || true
+            fail "LMCache cannot write its KV files to $CACHE_DIR${direct[*]:+ with O_DIRECT}: $(printf %s "$said" | grep -m 1 -v records || true)"
+        fi
+        rm -f -- "$test_file"
         local free_gb need_gb
         # Which device and mount hold the KV files: evidence that each cache arm used the disk it names.
         CACHE_DEVICE=$(df -P "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { print $1 }' || true)
@@ -264,8 +201,12 @@ preflight() {
     if [[ -n "${SHARED_DIR:-}" ]]; then
         mkdir -p "$SHARED_DIR" || fail "cannot create the shared pool directory $SHARED_DIR on the FX mount"
     fi
-    if [[ "$DROP_PAGE_CACHE" == 1 ]] && [[ ! -w /proc/sys/vm/drop_caches ]] && ! sudo -n true 2>/dev/null; then
-        fail "drop_page_cache is set but $(id -un) can neither write /proc/sys/vm/drop_caches nor sudo without a password"
+    # The workload client drops the page cache itself, as the SSH user and without sudo (runners/remote/workload.py):
+    # a user who could only sudo would get "page cache NOT dropped" before every cold read, and every run invalid.
+    # (FXPILOT_DROP_CACHES names another file: the tests' stand-in, as FXPILOT_SYSFS does for probe.sh)
+    local drop_caches=${FXPILOT_DROP_CACHES:-/proc/sys/vm/drop_caches}
+    if [[ "$DROP_PAGE_CACHE" == 1 ]] && [[ ! -w "$drop_caches" ]]; then
+        fail "drop_page_cache is set but $(id -un) cannot write $drop_caches, and the workload client drops the page cache as $(id -un) without sudo: connect as root or set use_odirect instead"
     fi
     rm -rf "$arm_dir/prometheus"
     mkdir -p "$arm_dir/prometheus"
@@ -275,7 +216,7 @@ preflight() {
     build_argv "$port"
     ARGV_JSON=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}") \
     VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
-    TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" KV_CONNECTOR="$KV_CONNECTOR" LAUNCHER="$(launch_what)" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
+    TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" KV_CONNECTOR="$KV_CONNECTOR" CHUNK_HASH="$CHUNK_HASH" LAUNCHER="$(launch_what)" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
     DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
     CACHE_MOUNT="${CACHE_MOUNT:-}" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
@@ -286,12 +227,13 @@ manifest = {
     "tensor_parallel_size": int(env["TP"]), "port": int(env["SERVE_PORT"]),
     "kv_connector": env["KV_CONNECTOR"] or None, "launcher": env["LAUNCHER"],
     "lmcache_config": env["KV_CONFIG_PATH"] or None, "cache_dir": env["CACHE_DIR"] or None,
+    "chunk_hash": {"algorithm": env["CHUNK_HASH"] or None, "pythonhashseed": env.get("PYTHONHASHSEED")},
     "shared_pool": env.get("SHARED_DIR") or None,
     "cache_device": env.get("CACHE_DEVICE") or None, "cache_mount": env.get("CACHE_MOUNT") or None,
     "page_cache": {"use_odirect": env["USE_ODIRECT"] == "1", "drop_page_cache": env["DROP_PAGE_CACHE"] == "1",
                    "method": env["PAGE_CACHE_METHOD"]},
     "command": json.loads(env["ARGV_JSON"]),
-    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "FXPILOT_SIM_TIME_SCALE") if env.get(k)},
+    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "FXPILOT_SIM_TIME_SCALE") if env.get(k)},
     "versions": json.loads(env["VERSIONS"]), "prepared_at": time.time(),
 }
 if env.get("SIM_TIME_SCALE"):
@@ -324,6 +266,8 @@ export_environment() {
     local name
     for name in $(compgen -e | grep '^LMCACHE_' || true); do unset "$name"; done
     export VLLM_SERVER_DEV_MODE=1
+    # The chunk hash's seed (CHUNK_HASH's comment above): one value in every process of every arm on every node.
+    export PYTHONHASHSEED="$HASH_SEED"
     export PROMETHEUS_MULTIPROC_DIR="$arm_dir/prometheus"
     if [[ -n "$KV_CONFIG_PATH" ]]; then
         export LMCACHE_CONFIG_FILE="$KV_CONFIG_PATH"
@@ -362,9 +306,9 @@ health() {
 }
 
 # LMCache that fails to initialise does not stop vLLM: the server answers /health, every request waits
-# for a lookup timeout and nothing is cached. Its log says so; an LMCache arm is not healthy then. The same
-# expression is runners/deploy.py's LMCACHE_TROUBLE, which the runner reads during the run.
-LMCACHE_FAILED='System will operate in degraded mode|entering degraded mode|No supported [A-Za-z]+ connector found|Failed to initiali[sz]e LMCache|Failed during post_init|LMCacheConnectorV1.*(Error|Exception):|LMCache (ERROR|WARNING):.*([Cc]onnection (refused|reset|lost|error|closed|timed out)|[Ff]ailed to connect|Ping (error|timeout))'
+# for a lookup timeout and nothing is cached. Its log says so; an LMCache arm is not healthy then. So is one
+# whose chunk hash is not the stated one (Python's salted hash(), a random first block hash): it would store
+# and never hit. The lines are params.env's LMCACHE_FAILED, the runner's LMCACHE_TROUBLE, read during the run too.
 
 healthy() {
     local line

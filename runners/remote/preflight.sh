@@ -5,11 +5,11 @@
 #
 # usage: preflight.sh --out DIR --model MODEL --fx-mount DIR --local-path DIR --run-root DIR
 #                     [--port N]... [--fx-transport rdma|tcp --fx-address A --fx-port N --fx-nqn NQN]
-#                     [--vllm WORD]... (the words that launch vLLM; default: vllm)
+#                     [--vllm WORD]... (the words that launch vLLM; default: vllm) [--drop-page-cache]
 set -u
 
 out="" model="" fx_mount="" local_path="" run_root="" fx_transport="" fx_address="" fx_port="4420" fx_nqn=""
-ports=() vllm=()
+ports=() vllm=() drop_page_cache=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -23,6 +23,7 @@ while [ $# -gt 0 ]; do
     --fx-port) fx_port=$2; shift 2 ;;
     --fx-nqn) fx_nqn=$2; shift 2 ;;
     --vllm) vllm+=("$2"); shift 2 ;;
+    --drop-page-cache) drop_page_cache=1; shift ;;
     *) echo "preflight.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +58,14 @@ elif sudo -n true 2> /dev/null; then
   sudo_cmd=(sudo -n)
 else
   finding sudo nopasswd denied "$(sudo -n true 2>&1 | tail -n 1)"
+fi
+
+# deployment.drop_page_cache: the workload client drops the page cache before each cold read as the SSH user,
+# without sudo (runners/remote/workload.py), so that user must be able to write drop_caches itself.
+if [ "$drop_page_cache" = 1 ]; then
+  drop_caches=${FXPILOT_DROP_CACHES:-/proc/sys/vm/drop_caches}
+  if [ -w "$drop_caches" ]; then finding pagecache drop ok "$drop_caches"
+  else finding pagecache drop denied "$(id -un) cannot write $drop_caches"; fi
 fi
 
 # --- the tools the probe and the deploy run ---------------------------------------------------------------------

@@ -627,6 +627,25 @@ TEXT_RE = re.compile(rb'"text":"((?:[^"\\]|\\.)*)"')
 IDS_RE = re.compile(rb'"token_ids":\[([0-9, ]*)\]')
 
 
+PROMPT_ECHO = b'"prompt_token_ids":['
+PROMPT_ECHO_DIGITS = b"0123456789, "
+
+
+def _without_prompt_echo(event: bytes) -> bytes:
+    """The first event with the prompt's echo (`"prompt_token_ids":[…]`, which vLLM sends with `return_token_ids`:
+    the whole prompt, hundreds of kilobytes for a long context) written as `null`, so that reading the event's id
+    does not decode tens of thousands of numbers nobody reads (≈ 30 ms a request at 64 Ki tokens). Only a plain
+    array of numbers is cut; anything else is left to the JSON parser as it is."""
+    start = event.find(PROMPT_ECHO)
+    if start < 0:
+        return event
+    opened = start + len(PROMPT_ECHO)
+    end = event.find(b"]", opened)
+    if end < 0 or event[opened:end].translate(None, PROMPT_ECHO_DIGITS):
+        return event
+    return event[:opened - 1] + b"null" + event[end + 1:]
+
+
 def parse_stream(body: bytes) -> Parsed:
     """Token events, usage and errors of an OpenAI completions stream (one choice).
 
@@ -643,7 +662,7 @@ def parse_stream(body: bytes) -> Parsed:
     first_end = body.find(b"\n\n")
     usage_at = body.rfind(b'"usage":{')
     try:
-        first = json.loads(body[6:first_end])
+        first = json.loads(_without_prompt_echo(body[6:first_end]))
         usage = timing = None
         if usage_at >= 0:
             start = body.rfind(b"\n\ndata: ", 0, usage_at) + 8

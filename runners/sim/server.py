@@ -535,7 +535,13 @@ def build_app(server: SimServer) -> web.Application:
 
     async def models(request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                 "root": config.model, "parent": None, "max_model_len": config.max_model_len}
+                 "root": config.model, "parent": None, "max_model_len": config.max_model_len,
+                 # vLLM 0.20.1's ModelCard carries one default ModelPermission (tests/real/test_contract.py)
+                 "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                                 "created": int(time.time()), "allow_create_engine": False, "allow_sampling": True,
+                                 "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                                 "allow_fine_tuning": False, "organization": "*", "group": None,
+                                 "is_blocking": False}]}
                 for name in config.served_names]
         return web.json_response({"object": "list", "data": data, "simulated": True})
 
@@ -615,30 +621,40 @@ def build_app(server: SimServer) -> web.Application:
                 response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                        **SIMULATED_HEADER})
                 await response.prepare(request)
-            while True:
-                kind = await queue.get()
-                if kind == "first_token":
-                    server.store(rid, sim)
-                if kind in ("first_token", "token"):
-                    sent += 1
-                    if stream:
-                        chunks = []
-                        if chat and sent == 1:
-                            chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
-                        final = "length" if sent >= max_tokens else None
-                        echo = prompt if (want_ids and sent == 1 and not chat) else None
-                        if events is not None and (echo is None or body.get(PROMPT_JSON)):
-                            chunks.append(events.token(tokens[sent - 1], final,
-                                                       body.get(PROMPT_JSON) if echo is not None else None))
-                        else:
-                            chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final, want_ids=want_ids,
-                                                 prompt_ids=echo, prompt_json=body.get(PROMPT_JSON)))
-                        await response.write(b"".join(chunks))
-                    if crash:
-                        vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
-                        os._exit(70)
-                if kind == "finished":
-                    break
+            finished = False
+            while not finished:
+                # every event the engine has queued by now goes out in one write: on a busy machine the driver
+                # falls behind and queues several tokens, and one send per token then costs more CPU than the
+                # request's own work (each token keeps its own event, as vLLM sends them)
+                kinds = [await queue.get()]
+                while not queue.empty():
+                    kinds.append(queue.get_nowait())
+                chunks = []
+                for kind in kinds:
+                    if kind == "first_token":
+                        server.store(rid, sim)
+                    if kind in ("first_token", "token"):
+                        sent += 1
+                        if stream:
+                            if chat and sent == 1:
+                                chunks.append(_chunk(rid, name, created, chat, None, None, role=True))
+                            final = "length" if sent >= max_tokens else None
+                            echo = prompt if (want_ids and sent == 1 and not chat) else None
+                            if events is not None and (echo is None or body.get(PROMPT_JSON)):
+                                chunks.append(events.token(tokens[sent - 1], final,
+                                                           body.get(PROMPT_JSON) if echo is not None else None))
+                            else:
+                                chunks.append(_chunk(rid, name, created, chat, tokens[sent - 1], final,
+                                                     want_ids=want_ids, prompt_ids=echo,
+                                                     prompt_json=body.get(PROMPT_JSON)))
+                    if kind == "finished":
+                        finished = True
+                        break
+                if chunks:
+                    await response.write(b"".join(chunks))
+                if crash and sent:
+                    vllm_log("ERROR", "simulated crash (fault server_crash_after_requests): exiting")
+                    os._exit(70)
         except (ConnectionResetError, asyncio.CancelledError):
             server.engine.cancel(sim)
             server.streams.pop(id(sim), None)

@@ -48,6 +48,8 @@ def test_the_bundle_holds_client_scripts_judge_plan_artifacts_and_a_manifest(jud
     assert {"README.md", "SHA256SUMS", "manifest.json", "client/workload.py", "scripts/deploy.sh", "scripts/probe.sh",
             "judge/fxjudge.py", "judge/gates/plan.py", "plan/plan.json", "gates/G1/verdict.json",
             "gates/G1/artifacts/node1/recompute/lmcache.yaml", "gates/G1/artifacts/records.jsonl"} <= names
+    # probe.sh and deploy.sh read the LMCache lookup from beside them: it travels with the scripts, once
+    assert "scripts/lmcache_inspect.py" in names and "client/lmcache_inspect.py" not in names
     for line in files[f"{prefix}/SHA256SUMS"].decode().splitlines():
         digest, name = line.split("  ", 1)
         assert hashlib.sha256(files[f"{prefix}/{name}"]).hexdigest() == digest, name

@@ -81,6 +81,8 @@ def test_home_paths_expand_under_the_ssh_users_home():
     ("health_timeout_s", -5, "health_timeout_s"),
     ("health_timeout_s", 3600, "health_timeout_s"),
     ("launcher", {"prefix": ["env", "LD_PRELOAD=/tmp/x.so"]}, "launcher.prefix[1]"),
+    ("launcher", {"env": {"PYTHONHASHSEED": "1"}}, "launcher.env.PYTHONHASHSEED"),
+    ("launcher", {"prefix": ["docker", "run", "-ePYTHONHASHSEED=random", "img"]}, "launcher.prefix[2]"),
     ("launcher", {"prefix": ["docker", "run", "-e", "VLLM_PLUGINS=evil", "img"]}, "launcher.prefix[3]"),
     ("launcher", {"prefix": ["docker", "run", "--env=LMCACHE_CONFIG_FILE=/x", "img"]}, "launcher.prefix[2]"),
     ("launcher", {"prefix": ["podman", "run", "-eVLLM_SERVER_DEV_MODE=1", "img"]}, "launcher.prefix[2]"),

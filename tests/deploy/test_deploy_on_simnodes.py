@@ -6,9 +6,11 @@ import socket
 import pytest
 
 from runners.config import default_simulated
-from runners.deploy import DeployError, deploy_arm, teardown_arm
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError
 from runners.models import Artifact, Step
 from runners.simnode.state import update_state
+from runners.teardown import teardown_arm
 
 
 def disconnected(state: dict) -> None:

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from runners.config import default_simulated
-from runners.deploy import DeployError, deploy_arm
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError
 from runners.models import Job, Step
 from runners.simnode.state import update_state
 from tests.runners.conftest import job_text

@@ -8,7 +8,8 @@ import pytest
 
 from runners import ssh
 from runners.config import DeploymentSettingsError, default_simulated, validate_deployment
-from runners.deploy import deploy_arm, teardown_arm
+from runners.deploy import deploy_arm
+from runners.teardown import teardown_arm
 
 
 def test_fabric_addresses_are_validated_by_node_name_and_address():

@@ -12,11 +12,14 @@ import shlex
 import pytest
 
 from runners import ssh
+from runners.collect import collect_deployment, fx_path_intact
 from runners.config import default_simulated
-from runners.deploy import DeployError, collect_deployment, deploy_arm, fx_path_intact, teardown_arm
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError
 from runners.kinds import StepContext, StepError
 from runners.models import Step
 from runners.steps import run_collect
+from runners.teardown import teardown_arm
 
 OUTSIDE = {
     "unmounted": ("umount {mount}", "is no longer mounted"),

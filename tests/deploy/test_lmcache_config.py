@@ -5,11 +5,12 @@ import pytest
 import yaml
 
 from runners.config import default_simulated, validate_deployment
-from runners.deploy import render_lmcache_config
+from runners.lmcache import render_lmcache_config
 
 # Keys and types from LMCache's lmcache/v1/config.py (_CONFIG_DEFINITIONS) that fxpilot writes.
 LMCACHE_TYPES = {"chunk_size": int, "local_cpu": bool, "max_local_cpu_size": float, "local_disk": str,
-                 "max_local_disk_size": float, "remote_url": str, "remote_serde": str, "extra_config": dict}
+                 "max_local_disk_size": float, "remote_url": str, "remote_serde": str, "extra_config": dict,
+                 "pre_caching_hash_algorithm": str}
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def test_the_cache_arms_differ_only_in_where_the_files_live(settings):
     assert local.pop("local_disk") == "file:///home/fxpilot/mnt/nvme0/fxpilot/kv/abc123/"
     assert fx.pop("local_disk") == "file:///home/fxpilot/mnt/fx/fxpilot/kv/abc123/"
     assert local == fx == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0,
-                           "extra_config": {"use_odirect": True}}
+                           "pre_caching_hash_algorithm": "sha256_cbor", "extra_config": {"use_odirect": True}}
 
 
 def test_the_shared_pool_is_the_fs_remote_backend_on_the_fx_mount(settings):

@@ -11,11 +11,15 @@ import time
 import pytest
 
 from runners import detached, ssh
-from runners.deploy import DeployError, collect_deployment, deploy_arm, lmcache_trouble, teardown_arm
+from runners.collect import collect_deployment
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError
 from runners.kinds import StepContext, StepError
+from runners.lmcache import lmcache_trouble
 from runners.models import Job, Status, Step
 from runners.simnode.state import update_state
 from runners.steps import poll_workload
+from runners.teardown import teardown_arm
 
 DEGRADED = "HealthMonitor: System unhealthy, entering degraded mode"
 TOKEN = "test#1"
@@ -101,7 +105,7 @@ def _sim_line(message: str, level: str) -> str:
 
 def test_each_line_is_read_once_and_whole_and_a_fault_step_passes_over_its_lines(sim_nodes):
     """Without a server: a stand-in process whose log this test writes, to follow the offsets line by line."""
-    from runners.deploy import Deployment
+    from runners.deployment import Deployment
 
     job, node, server = sim_nodes.job, sim_nodes.nodes[1], sim_nodes.servers[1]
     run = server.root / "fxpilot-runs" / "scan"

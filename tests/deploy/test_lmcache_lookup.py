@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 REMOTE = Path(__file__).resolve().parents[2] / "runners" / "remote"
-BEGIN, END = "# LMCACHE_INSPECT begin\nLMCACHE_INSPECT='", "'\n# LMCACHE_INSPECT end"
+LOOKUP = REMOTE / "lmcache_inspect.py"
 
 
-def lookup_code(script: str) -> str:
-    text = (REMOTE / script).read_text()
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+def lookup_code() -> str:
+    """The one LMCache lookup, which probe.sh and deploy.sh both run (python -c with this file's text)."""
+    return LOOKUP.read_text()
 
 
 def _install(site: Path, version: str, *, version_py: str | None, native: dict[str, bytes],
@@ -105,23 +105,30 @@ def _run(code: str, site: Path | None) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_probe_and_deploy_share_one_lookup():
-    assert lookup_code("probe.sh") == lookup_code("deploy.sh")
-    assert "'" not in lookup_code("probe.sh")  # it lives in a single-quoted shell string
+def test_probe_and_deploy_run_the_one_shipped_lookup_and_hold_no_copy():
+    from runners import deploy, probe
+
+    body = [line for line in lookup_code().splitlines() if len(line.strip()) > 30][-12:]
+    for script in ("probe.sh", "deploy.sh"):
+        text = (REMOTE / script).read_text()
+        assert '"$(cat "$here/lmcache_inspect.py")"' in text or 'LMCACHE_INSPECT=$(cat "$HERE/lmcache_inspect.py")' in text
+        assert not any(line in text for line in body), f"{script} holds a copy of the lookup"
+    # shipped beside each script that reads it
+    assert "lmcache_inspect.py" in deploy.SCRIPTS and probe.LMCACHE_INSPECT == LOOKUP
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_each_install_layout_gives_version_commit_and_runtime(layout, tmp_path):
     spec, expected = LAYOUTS[layout]
     site = _install(tmp_path / "site", **spec)
-    found = _run(lookup_code("probe.sh"), site)
+    found = _run(lookup_code(), site)
     assert found["installed"] is True and found["path"] == str(site / "lmcache")
     assert {key: found[key] for key in expected} == expected
     assert "error" not in found
 
 
 def test_no_lmcache_is_said_not_guessed(tmp_path):
-    found = _run(lookup_code("probe.sh"), tmp_path)
+    found = _run(lookup_code(), tmp_path)
     assert found["installed"] is False and found["version"] is None and found["commit"] is None
     assert "no module named lmcache" in found["error"]
 
@@ -130,5 +137,5 @@ def test_the_inventory_reads_the_probes_answer(tmp_path):
     from runners.inventory import parse_lmcache
 
     spec, _ = LAYOUTS["0.5.6 wheel (no c_ops)"]
-    found = _run(lookup_code("probe.sh"), _install(tmp_path / "site", **spec))
+    found = _run(lookup_code(), _install(tmp_path / "site", **spec))
     assert parse_lmcache(json.dumps(found)) == {"version": "0.5.6", "commit": "3e11e108", "hip": False}

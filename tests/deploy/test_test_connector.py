@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from runners.config import default_simulated
-from runners.deploy import DeployError, deploy_arm
+from runners.deploy import deploy_arm
+from runners.deployment import DeployError
 from runners.models import Job, Node
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +31,8 @@ def test_the_example_connector_is_refused_on_a_pilot_with_real_nodes_before_anyt
 
 
 def test_the_real_engine_test_tier_says_so_and_a_simulated_pilot_may_use_it(pilot, site, credential):
-    from runners.deploy import refuse_test_connector, settings_for
+    from runners.deploy import refuse_test_connector
+    from runners.deployment import settings_for
 
     job = Job.objects.create(pilot=pilot, site=site, kind=Job.Kind.GATE_RUN)
     real = _node(site, credential, "gpu01", False)

@@ -7,10 +7,12 @@ import socket
 
 from runners import ssh
 from runners.artifacts import read_artifact
+from runners.collect import collect_deployment
 from runners.config import default_simulated
-from runners.deploy import collect_deployment, deploy_arm, teardown_arm
+from runners.deploy import deploy_arm
 from runners.models import Step
 from runners.simnode.state import update_state
+from runners.teardown import teardown_arm
 
 REQUEST_FIELDS = {"schema", "run_id", "arm", "instance", "phase", "concurrency", "repetition", "session", "prompt_tokens",
                   "cached_tokens", "output_tokens", "t_send", "t_first_token", "t_end", "wall_anchor", "status", "error",

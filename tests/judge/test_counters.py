@@ -119,3 +119,29 @@ def test_a_counter_reset_by_a_restart_counts_from_zero():
     summary["metrics_after"]["vllm:external_prefix_cache_hits_total"] = 2046.0   # below "before": restarted
     _, check = counters.reconcile(_inputs(records, [summary]))
     assert check["ok"], check
+
+
+def test_summaries_that_match_no_records_make_the_run_invalid_naming_them():
+    """Held-out case (issue 26): fx summaries under another run id whose /metrics say 60 % tier hits while the records
+    say 99 %. They match no record, so nothing compared them: the check says so and the run is invalid."""
+    from gates.judge import evaluate, synthetic
+    from gates.plan import load_plan
+
+    files = synthetic.gate_inputs(3, simulated=False)
+    out = []
+    for name, data in files:
+        if name.endswith(".summary.json"):
+            rows = [json.loads(line) for line in data.decode().splitlines()]
+            for row in rows:
+                if row["arm"] == "fx" and row["concurrency"] == 8:
+                    row["run_id"] = "another-run"
+                    after = dict(row["metrics_after"])
+                    after["vllm:external_prefix_cache_hits_total"] = 0.6 * after["vllm:prompt_tokens_total"]
+                    row["metrics_after"] = after
+            data = synthetic.jsonl(rows)
+        out.append((name, data))
+    verdict = evaluate(load_plan("default"), 3, out)
+    check = next(c for c in verdict["validity"]["checks"] if c["name"] == "hit-counters-agree")
+    assert verdict["verdict"] == "invalid" and not check["ok"], check
+    assert "phase summaries with /metrics match no request record by run id, instance and cell: fx/measure@8" in \
+        check["detail"] and "(run another-run, instance" in check["detail"], check["detail"]

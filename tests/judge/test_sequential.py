@@ -206,6 +206,21 @@ def test_an_instance_whose_clock_disagrees_makes_the_run_invalid_naming_it():
     assert "instance node3:8000" in failed(evaluate(PLAN, 3, g3_files(frame)))["clocks-agree"]
 
 
+def test_one_client_turning_to_a_second_instance_later_is_not_a_clock_disagreement():
+    # G4's sharing test: one client writes through instance A, then reads through B minutes later; one wall anchor
+    frame = g3_frame(8)
+    cell = (frame["arm"] == "local_nvme") & (frame["concurrency"] == 16) & (frame["repetition"] == 4)
+    half = cell & frame["session"].str.endswith(("0", "2", "4", "6", "8"))
+    frame.loc[half, "instance"] = "node3:8000"
+    frame.loc[half, "t_send"] = frame.loc[half, "t_send"] + 200.0
+    for column in ("t_first_token", "t_end"):
+        frame.loc[half, column] = frame.loc[half, column] + 200.0
+    verdict = evaluate(PLAN, 3, g3_files(frame))
+    assert "clocks-agree" not in failed(verdict)
+    clocks = next(c for c in verdict["validity"]["checks"] if c["name"] == "clocks-agree")
+    assert clocks["ok"], clocks
+
+
 # ---- throughput, sessions, rates ----
 
 def test_two_percent_slow_requests_do_not_move_the_throughput():

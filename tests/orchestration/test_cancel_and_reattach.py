@@ -254,7 +254,7 @@ def test_a_cancel_that_cannot_reach_the_node_is_tried_again_until_the_deadline_t
 
 
 def test_a_teardown_during_an_ssh_outage_is_tried_again_not_an_error(pilot, site, simnodes, make_node):  # noqa: F811
-    from runners.deploy import teardown_arm
+    from runners.teardown import teardown_arm
     from tests.runners.conftest import set_faults
 
     server = simnodes(1, time_scale=0.001)[0]

@@ -3,8 +3,10 @@ OpenSSH's sshd on loopback, with a tiny model the tests build (random weights, Q
 
 The engine's environment is built once per machine outside the clone by `scripts/real-engine` (`.ci/run`
 and `make test-real` call it); without it these tests skip and say how to build it. The servers are
-started once per test session and shared: a recompute arm and a cache arm whose external tier is vLLM's
-ExampleConnector (KV files on disk), both deployed together.
+started once per test session and shared: a recompute arm and a cache arm running the real LMCache 0.5.6
+(`LMCacheConnectorV1`, the YAML the product renders: local_disk with O_DIRECT, the stated chunk hash), both
+deployed together. LMCache runs on this CPU build through a small connector of fxpilot's own that the engine
+recipe adds (scripts/real-engine-lmcache.py).
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "real-engine"
 MODEL_RECIPE = REPO / "tests" / "real" / "make_model.py"
 MAX_MODEL_LEN = 4096
-# ExampleConnector stores a prompt's first (n - 1) // 128 whole CPU blocks and looks up (n - 2) // 128: with
-# 1,030 tokens both are 8 blocks, so 1,024 tokens come back from its files.
+# LMCache stores a prompt in 256-token chunks (chunk_size) and vLLM computes at least the prompt's last token
+# itself: with 1,030 tokens four whole chunks, 1,024 tokens, come back from LMCache after the prefix cache is reset.
 PROMPT_TOKENS = 1030
 EXTERNAL_HIT = 1024
 
@@ -86,7 +88,7 @@ def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = 
         "fx_target": {"transport": "rdma", "address": "192.0.2.10", "service_id": 4420,
                       "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"},
         "extra_vllm_flags": ["--enforce-eager", f"--max-model-len={MAX_MODEL_LEN}", "--max-num-seqs=8"],
-        "health_timeout_s": health_timeout_s, "kv_connector": "ExampleConnector", "engine_test_tier": True,
+        "health_timeout_s": health_timeout_s, "kv_connector": "LMCacheConnectorV1",
         "launcher": {"venv": str(engine.venv), "env": {
             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(engine.cache / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(engine.cache / "inductor")}},
@@ -135,9 +137,9 @@ def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user
 
 @pytest.fixture(scope="session")
 def real_servers(real_site):
-    """The recompute arm and the ExampleConnector cache arm, deployed together by deploy_arm; torn down after."""
-    from runners.deploy import teardown_arm
+    """The recompute arm and the LMCache cache arm, deployed together by deploy_arm; torn down after."""
     from runners.models import Job
+    from runners.teardown import teardown_arm
     from tests.real.flow import ARMS, deploy, start_both_arms
 
     site = real_site

@@ -1,6 +1,8 @@
-"""The protocol contract: the same requests to the simulated server and to real vLLM 0.20.1, and the shapes
-fxpilot reads must agree — streamed chunk fields, usage and prompt_tokens_details on a miss and on a hit,
-the reset answer, the /metrics names and labels the workload client and the judge read."""
+"""The protocol contract: the same requests to the simulated server and to real vLLM 0.20.1 (its cache arm running
+the real LMCache), and what fxpilot reads must agree — streamed chunk fields, usage and prompt_tokens_details on a
+miss and on a hit, the reset answer, /health and /v1/models, the /metrics names and labels the workload client and
+the judge read, and the values of the counters the judge reads for a miss, a GPU prefix-cache hit and a hit from
+the external tier."""
 from __future__ import annotations
 
 import json
@@ -74,20 +76,75 @@ def _exchange(url: str, model: str, prompt: list[int]) -> dict:
     return {"miss": miss, "reset": (status, body), "hit": hit, "metrics": _metric_labels(url)}
 
 
-def test_the_simulator_answers_in_the_shapes_real_vllm_0201_answers_in(real_servers, tmp_path):
+def _both(real_servers, tmp_path, ask, prompt: list[int]) -> tuple[dict, dict]:
+    """ask(url, model, prompt) of the real cache arm, then of a simulated server of the same arm."""
     real = real_servers.local_nvme
-    prompt = [20000 + (i * 7919) % 9000 for i in range(PROMPT_TOKENS)]
     with urllib.request.urlopen(real.url + "/v1/models", timeout=60) as response:
         model = json.loads(response.read())["data"][0]["id"]
-    from_real = _exchange(real.url, model, prompt)
+    from_real = ask(real.url, model, prompt)
     sim = SimServer(SimNode(tmp_path / "node", scale=0.0005), "local_nvme").start()
     try:
-        from_sim = _exchange(sim.url, "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", prompt)
+        return from_real, ask(sim.url, "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", prompt)
     finally:
         sim.stop()
+
+
+def test_the_simulator_answers_in_the_shapes_real_vllm_0201_answers_in(real_servers, tmp_path):
+    prompt = [20000 + (i * 7919) % 9000 for i in range(PROMPT_TOKENS)]
+    from_real, from_sim = _both(real_servers, tmp_path, _exchange, prompt)
     assert from_real["miss"]["details"] == [] and from_real["hit"]["details"] == ["cached_tokens"]
     assert from_real["reset"] == (200, b"")
     for key in ("miss", "hit", "reset"):
         assert from_sim[key] == from_real[key], key
     for name in READ:
         assert from_sim["metrics"].get(name) == from_real["metrics"].get(name), name
+
+
+# The counters whose deltas the judge reads (gates/judge/counters.py, validity.py): a miss, a hit from the GPU prefix
+# cache (the same prompt again) and a hit from the external tier (again after a prefix-cache reset).
+JUDGED = ("vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+          "vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total",
+          "vllm:generation_tokens_total")
+
+
+def _counters(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=60) as response:
+        return workload.parse_metrics(response.read().decode())
+
+
+def _deltas(url: str, model: str, prompt: list[int]) -> dict:
+    out = {}
+    for case in ("miss", "gpu_hit", "external_hit"):
+        if case == "external_hit":
+            _post(url, "/reset_prefix_cache")
+        before = _counters(url)
+        events = _stream(url, model, prompt)
+        after = _counters(url)
+        missing = [name for name in JUDGED if name not in after]
+        out[case] = {"missing": missing, "usage": events[-1]["usage"],
+                     **{name: after.get(name, 0) - before.get(name, 0) for name in JUDGED if name in after}}
+    with urllib.request.urlopen(url + "/health", timeout=60) as response:
+        out["health"] = (response.status, response.read())
+    with urllib.request.urlopen(url + "/v1/models", timeout=60) as response:
+        models = json.loads(response.read())
+    # the simulator also says what it is (`simulated`), as in its stream events
+    card = models["data"][0]
+    out["models"] = (sorted(set(models) - {"simulated"}), sorted(card), models["object"], card["object"],
+                     [sorted(p) for p in card.get("permission") or []])
+    return out
+
+
+def test_the_simulator_counts_a_miss_a_gpu_hit_and_an_external_hit_as_real_vllm_with_lmcache_does(real_servers,
+                                                                                                 tmp_path):
+    prompt = [30000 + (i * 104729) % 9000 for i in range(PROMPT_TOKENS)]   # a prompt no other test sent
+    from_real, from_sim = _both(real_servers, tmp_path, _deltas, prompt)
+    for case in ("miss", "gpu_hit", "external_hit"):
+        assert from_real[case]["missing"] == [] and from_sim[case]["missing"] == [], (case, from_real, from_sim)
+        assert from_sim[case] == from_real[case], case
+    # what the values are, on both: the whole prompt counted, hits only where the case says
+    assert from_real["miss"]["vllm:prompt_tokens_total"] == PROMPT_TOKENS
+    assert from_real["miss"]["vllm:prefix_cache_hits_total"] == from_real["miss"]["vllm:external_prefix_cache_hits_total"] == 0
+    assert from_real["gpu_hit"]["vllm:prefix_cache_hits_total"] > 0 == from_real["gpu_hit"]["vllm:external_prefix_cache_hits_total"]
+    assert from_real["external_hit"]["vllm:external_prefix_cache_hits_total"] > 0 == from_real["external_hit"][
+        "vllm:prefix_cache_hits_total"]
+    assert from_sim["health"] == from_real["health"] and from_sim["models"] == from_real["models"]

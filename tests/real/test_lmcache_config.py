@@ -1,6 +1,7 @@
-"""The LMCache arm stays simulated (LMCache cannot serve on a CPU), but its rendered YAML is read by LMCache's
-own config loader (lmcache 0.5.6 in the engine environment): every key taken, with the value fxpilot meant,
-and no warning about an unknown key or a bad type (that loader only warns)."""
+"""Both cache arms' rendered YAML (the fx arm's with the shared pool too) read by LMCache's own config loader
+(lmcache 0.5.6 in the engine environment): every key taken, with the value fxpilot meant, and no warning about an
+unknown key or a bad type (that loader only warns). The local_nvme arm's YAML also serves for real in
+test_real_engine.py."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import subprocess
 import pytest
 
 from runners.config import default_simulated, validate_deployment
-from runners.deploy import render_lmcache_config
+from runners.lmcache import render_lmcache_config
 
 pytestmark = pytest.mark.real_engine
 
@@ -32,6 +33,7 @@ for path in sys.argv[1:]:
     out[path] = {"chunk_size": config.chunk_size, "local_cpu": config.local_cpu,
                  "max_local_cpu_size": config.max_local_cpu_size, "local_disk": config.local_disk,
                  "max_local_disk_size": config.max_local_disk_size, "remote_url": config.remote_url,
+                 "pre_caching_hash_algorithm": config.pre_caching_hash_algorithm,
                  "use_odirect": extra.get("use_odirect"), "fs_connector_use_odirect": extra.get("fs_connector_use_odirect"),
                  "warnings": [m for m in records if "unknown" in m.lower() or "invalid" in m.lower()]}
 print(json.dumps(out))
@@ -63,6 +65,7 @@ def test_lmcaches_own_loader_takes_the_rendered_yaml(loaded, arm):
     assert (loaded["chunk_size"], loaded["local_cpu"], loaded["max_local_cpu_size"], loaded["max_local_disk_size"]) \
         == (256, True, 0.25, 200.0)
     assert loaded["use_odirect"] is True and loaded["warnings"] == []
+    assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"     # not LMCache's default, builtin
     if arm == "fx":
         # the fs connector of the shared pool reads its own O_DIRECT key
         assert loaded["remote_url"] == "fs://localhost:0/home/fxpilot/mnt/fx/fxpilot-shared/abc123"
@@ -72,10 +75,11 @@ def test_lmcaches_own_loader_takes_the_rendered_yaml(loaded, arm):
 
 
 def test_the_probes_lookup_finds_the_real_lmcache_056(engine):
-    """probe.sh's and deploy.sh's LMCache lookup on a real 0.5.6 install (no c_ops, no __commit__)."""
+    """The LMCache lookup probe.sh and deploy.sh run (lmcache_inspect.py) on a real 0.5.6 install (no c_ops, no
+    __commit__)."""
     from tests.deploy.test_lmcache_lookup import lookup_code
 
-    result = subprocess.run([str(engine.python), "-c", lookup_code("probe.sh")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([str(engine.python), "-c", lookup_code()], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert (found["installed"], found["version"], found["commit"], found["commit_from"]) == (True, "0.5.6", "3e11e108",

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from runners import detached, ssh
-from runners.deploy import DeployError, Deployment, teardown_arm
+from runners.deployment import DeployError, Deployment
+from runners.teardown import teardown_arm
 
 
 def established(port: int) -> set[str]:
@@ -56,7 +57,7 @@ def test_a_connection_used_as_a_context_manager_is_opened_once_and_closed(simnod
 
 def test_teardown_runs_every_part_and_reports_every_failure(simnodes, make_node, job, monkeypatch):
     """The store refuses the server logs (disk full): the FX detach and the cache cleanup still run."""
-    from runners import deploy
+    from runners import teardown
 
     node = make_node(simnodes(1)[0])
     proc = detached.start(node, "~/fxpilot-runs/r1/fx-abc/server", "echo serving; exec sleep 30")
@@ -71,7 +72,7 @@ def test_teardown_runs_every_part_and_reports_every_failure(simnodes, make_node,
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(deploy, "_script", script)
+    monkeypatch.setattr(teardown, "run_script", script)
     monkeypatch.setattr(ssh, "store_file", full)
     deployment = Deployment(run_id="r1", arm="fx", node=node.name, deploy_id="abc", run_dir="~/fxpilot-runs/r1",
                             arm_dir="~/fxpilot-runs/r1/fx-abc", server=proc.to_dict(), fx_user="fx-abc")

@@ -17,6 +17,7 @@ from runners.models import Artifact, Node
 from runners.probe import NodeNotReady, ProbeSettingsError, probe_node, vllm_launch
 from tests.runners.conftest import job_text
 
+SCRIPT = Path(__file__).resolve().parents[2] / "runners" / "remote" / "preflight.sh"
 PROBE_TOOLS = ["amd-smi", "nvme", "fio", "ethtool", "ibv_devinfo", "rdma", "ip", "python3", "mount", "tar", "sha256sum"]
 
 
@@ -124,6 +125,48 @@ def test_findings_become_blockers_with_the_node_and_what_to_do():
     mixed = {"gpus": {"count": 8, "devices": [{"index": i, "model": "MI300X" if i < 4 else "MI308X"} for i in range(8)]}}
     assert [b["message"] for b in preflight.evaluate("gpu07", "tool\tamd-smi\tok\t", mixed, _settings())["blockers"]] == [
         "gpu07 mixes GPU models (MI300X, MI308X): one server's tensor-parallel GPUs must be alike"]
+
+
+def test_a_page_cache_drop_the_client_cannot_do_blocks_the_node():
+    """The client drops the page cache as the SSH user without sudo (issue 26): drop_page_cache asks preflight.sh to
+    check that user can write drop_caches, and a denial is a blocker saying what to do."""
+    settings = _settings(use_odirect=False, drop_page_cache=True)
+    assert preflight.command("~/p", "~/p/out", settings).endswith(" --drop-page-cache")
+    assert "--drop-page-cache" not in preflight.command("~/p", "~/p/out", _settings())
+    report = "tool\tamd-smi\tok\t\npagecache\tdrop\tdenied\tgpu cannot write /proc/sys/vm/drop_caches"
+    [blocker] = preflight.evaluate("gpu07", report, {"gpus": {"count": 8}}, settings)["blockers"]
+    assert blocker["message"] == (
+        "deployment.drop_page_cache is set, but the workload client drops the page cache as the SSH user of gpu07 "
+        "without sudo, and gpu cannot write /proc/sys/vm/drop_caches: connect as root or use O_DIRECT (use_odirect) "
+        "instead")
+    with translation.override("zh-hans"):
+        assert "gpu07" in preflight.blocker_text(blocker) and "清除页缓存" in preflight.blocker_text(blocker)
+
+
+def test_preflight_sh_checks_the_page_cache_drop_as_the_ssh_user(tmp_path):
+    """preflight.sh itself: a drop_caches the user cannot write (a stand-in made immutable) is a denied finding."""
+    import subprocess
+
+    stand_in = tmp_path / "drop_caches"
+    stand_in.write_text("0\n")
+    if subprocess.run(["chattr", "+i", str(stand_in)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        out = tmp_path / "out"
+        env = {"PATH": "/usr/bin:/bin", "FXPILOT_DROP_CACHES": str(stand_in), "HOME": str(tmp_path)}
+        args = ["bash", str(SCRIPT), "--out", str(out), "--model", "m/x", "--fx-mount", str(tmp_path),
+                "--local-path", str(tmp_path), "--run-root", str(tmp_path), "--drop-page-cache"]
+        subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        rows = preflight.parse_report((out / "preflight.tsv").read_bytes())
+        assert {"check": "pagecache", "subject": "drop", "status": "denied",
+                "detail": f"{subprocess.run(['id', '-un'], capture_output=True, text=True).stdout.strip()} cannot "
+                          f"write {stand_in}"} in rows
+        subprocess.run(["chattr", "-i", str(stand_in)], check=True)
+        subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        rows = preflight.parse_report((out / "preflight.tsv").read_bytes())
+        assert [r["status"] for r in rows if r["check"] == "pagecache"] == ["ok"]
+    finally:
+        subprocess.run(["chattr", "-i", str(stand_in)], check=False)
 
 
 def test_blockers_read_in_chinese():

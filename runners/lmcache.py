@@ -1,0 +1,169 @@
+"""LMCache as the deploy step sees it: the YAML each cache arm runs with (the two cache arms differ only in where
+the files live; one stated chunk hash), and the server log lines that show LMCache failing, read at /health by
+deploy.sh (params.env's LMCACHE_FAILED) and during the run by the runner.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+
+from runners import ssh
+from runners.config import ARMS, DeploymentSettings
+from runners.deployment import DeployError, Deployment, server_log_paths
+from runners.models import Node, Step
+
+
+def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None) -> tuple[str | None, str | None]:
+    """(LMCache local_disk directory, shared fs pool directory) of an arm; the cache arms differ only in the root."""
+    suffix = f"/{run_id}" if run_id else ""
+    if arm == "local_nvme":
+        return f"{settings.paths.local_nvme_path}/kv{suffix}", None
+    if arm == "fx":
+        return f"{settings.paths.fx_mount}/fxpilot/kv{suffix}", f"{settings.paths.shared_pool}{suffix}"
+    return None, None
+
+
+# One chunk hash on every node and in every process of a run. LMCache 0.3.9–0.5.6 default to
+# `pre_caching_hash_algorithm: builtin`, a name vLLM 0.20.1 does not have: LMCache then falls back to Python's
+# hash(), salted per process, so the scheduler's lookup and the workers' stores (separate processes), and two
+# instances sharing one pool, make different keys for the same tokens and a pilot records about 0 % hits. The
+# rendered configuration names one of vLLM's hash functions (vllm.utils.hashing.get_hash_fn_by_name: sha256,
+# sha256_cbor, xxhash, xxhash_cbor; the xxhash ones need a package a node may lack), and deploy.sh exports a
+# fixed PYTHONHASHSEED: vLLM seeds the first block's hash (init_none_hash) from it, and draws it at random per
+# process without it, whatever the algorithm. Both are in the manifest (chunk_hash) and the phase summaries.
+CHUNK_HASH_ALGORITHM = "sha256_cbor"
+PYTHONHASHSEED = "0"
+CHUNK_HASH_ALGORITHMS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
+
+def chunk_hash() -> dict[str, str]:
+    """The chunk hash every LMCache arm runs with, as the manifest records it."""
+    return {"algorithm": CHUNK_HASH_ALGORITHM, "pythonhashseed": PYTHONHASHSEED}
+
+
+def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str | None = None, share_pool: bool = False,
+                          simulated: bool = False) -> str:
+    """The LMCache YAML of an arm: the same backend type and sizes for both cache arms, only the disk path differs."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")
+    header = [f"# LMCache configuration rendered by fxpilot for arm {arm}" + (f", run {run_id}" if run_id else "")]
+    if simulated:
+        header.append("# simulated: true")
+    if arm == "recompute":
+        return "\n".join(header + ["# recompute: vLLM runs without a KV connector; LMCache is not loaded.", ""])
+    for path in (settings.paths.fx_mount, settings.paths.local_nvme_path):
+        if path.startswith("~/"):
+            raise ValueError(f"{path}: resolve ~/ paths with DeploymentSettings.with_home before rendering")
+    disk_dir, pool_dir = cache_dirs(settings, arm, run_id)
+    sizes = settings.sizes
+    lines = header + [
+        "# The CPU tier is kept smaller than the disk tier so that recovered sessions are read back from disk.",
+        f"chunk_size: {sizes.chunk_size}",
+        "local_cpu: true",
+        f"max_local_cpu_size: {sizes.max_local_cpu_size}",
+        f"local_disk: {json.dumps('file://' + disk_dir + '/')}",
+        f"max_local_disk_size: {sizes.max_local_disk_size}",
+        "# One deterministic chunk hash in every process and on every node (deploy.sh also exports PYTHONHASHSEED).",
+        f"pre_caching_hash_algorithm: {CHUNK_HASH_ALGORITHM}",
+    ]
+    if share_pool and pool_dir:
+        lines += ["# Cross-instance sharing: every instance reads and writes the same pool on the FX mount.",
+                  f"remote_url: {json.dumps('fs://localhost:0' + pool_dir)}",
+                  'remote_serde: "naive"']
+    odirect = "true" if settings.use_odirect else "false"
+    # The local-disk backend reads use_odirect; the fs connector of the shared pool reads its own key.
+    lines += ["extra_config:", f"  use_odirect: {odirect}"]
+    if share_pool and pool_dir:
+        lines.append(f"  fs_connector_use_odirect: {odirect}")
+    return "\n".join(lines + [""])
+
+
+# LMCache that fails does not stop vLLM: the server stays healthy and every request recomputes (after waiting
+# for a lookup timeout). These are the lines LMCache 0.5.x writes then (lmcache/v1/manager.py,
+# health_monitor/base.py, health_monitor/checks/remote_backend_check.py, gpu_connector/__init__.py). deploy.sh
+# reads this same extended regular expression at /health (params.env's LMCACHE_FAILED); the runner during the run.
+# Also a chunk hash that is not the one stated (CHUNK_HASH_ALGORITHM with PYTHONHASHSEED): LMCache's fallback to
+# Python's salted hash() (lmcache/v1/token_database.py) and vLLM's warning that its first block hash is drawn at
+# random (vllm/v1/core/kv_cache_utils.py init_none_hash, e.g. a container launcher that did not pass the seed on).
+LMCACHE_TROUBLE = (
+    r"System will operate in degraded mode|entering degraded mode|No supported [A-Za-z]+ connector found"
+    r"|Failed to initiali[sz]e LMCache|Failed during post_init|LMCacheConnectorV1.*(Error|Exception):"
+    r"|LMCache (ERROR|WARNING):.*([Cc]onnection (refused|reset|lost|error|closed|timed out)|[Ff]ailed to connect"
+    r"|Ping (error|timeout))"
+    r"|Using builtin hash without PYTHONHASHSEED set|Could not load '[^']*' from vLLM\. Using builtin hash"
+    r"|PYTHONHASHSEED is not set\. This will lead to non-reproducible block-hashes"
+)
+# Run with the node's python3: the complete lines of each log from where the last look stopped, colour codes
+# removed, searched for the first match. A line still being written is left for the next look, so no line is
+# read in halves and none twice (a fault step's lines, passed over, are never read again).
+_SCAN_LOG = r"""
+import json, os, re, sys
+pattern, ansi = re.compile(sys.argv[1]), re.compile(r"\x1b\[[0-9;]*m")
+out = {"checked": {}, "line": None}
+for path, start in json.loads(sys.argv[2]).items():
+    try:
+        handle = open(os.path.expanduser(path), "rb")
+    except OSError:
+        continue
+    with handle:
+        size = handle.seek(0, 2)
+        start = start if 0 <= start <= size else 0
+        handle.seek(start)
+        done, rest = start, b""
+        while done + len(rest) < size:
+            block = handle.read(min(8 << 20, size - done - len(rest)))
+            if not block:
+                break
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                done += len(raw) + 1
+                if out["line"] is None:
+                    text = ansi.sub("", raw.decode("utf-8", "replace"))
+                    if pattern.search(text):
+                        out["line"] = text.strip()[:600]
+    out["checked"][path] = done
+print(json.dumps(out))
+"""
+
+
+def lmcache_trouble(conn: ssh.NodeConnection, deployment: Deployment) -> str | None:
+    """The first server log line, since what an earlier look read (deployment.log_checked), that shows LMCache
+    failing to initialise, running degraded or losing a connection; None when there is none or the arm runs
+    without LMCache. Advances deployment.log_checked (store it with save_log_checked)."""
+    if not deployment.config_path:
+        return None
+    paths = server_log_paths(deployment)
+    if not paths:
+        return None
+    starts = {path: int(deployment.log_checked.get(path, 0)) for path in paths}
+    result = conn.run(f"python3 -c {shlex.quote(_SCAN_LOG)} {shlex.quote(LMCACHE_TROUBLE)} "
+                      f"{shlex.quote(json.dumps(starts))}", echo=False, timeout=120)
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DeployError(f"node {deployment.node}: reading the {deployment.arm} server log gave "
+                          f"{result.stdout[-200:]!r}", deployment=deployment) from None
+    checked = {path: int(value) for path, value in (found.get("checked") or {}).items() if path in starts}
+    deployment.log_checked = {**deployment.log_checked, **checked}
+    return found.get("line") or None
+
+
+def save_log_checked(step: Step | None, deployment: Deployment) -> None:
+    """Keep how far the server log was looked at in the deploy step's stored deployment (that key only)."""
+    if step is None:
+        return
+    step.refresh_from_db(fields=["result"])
+    result = dict(step.result or {})
+    stored = dict(result.get("deployment") or {})
+    if not stored:
+        return
+    stored["log_checked"] = dict(deployment.log_checked)
+    result["deployment"] = stored
+    step.result = result
+    step.save(update_fields=["result"])
+
+
+def lmcache_trouble_message(node: Node, deployment: Deployment, line: str, kept: str = "the records already collected") -> str:
+    return (f"node {node.name}: {deployment.arm}: LMCache stopped working during the run — the server log says: "
+            f"{line[:300]} (infrastructure trouble: {kept} are kept but not judged)")

@@ -552,7 +552,17 @@ class Report(models.Model):
 
 
 class CustomerTrace(models.Model):
-    """The customer's session trace for G4's replay, uploaded before the run; validated, hashed, summarised."""
+    """The customer's trace: uploaded on the pilot page at any stage (or on the G4 page), kept hashed in the
+    evidence store at once, read and analysed by a worker (`runners.tasks.analyse_trace`, docs/traces.md).
+
+    G4 replays the latest trace whose analysis is `ready`; one `refused` (with the file, line and field at
+    fault) or still being read replaces nothing."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        ANALYSING = "analysing", _("Being analysed")
+        READY = "ready", _("Analysed")
+        REFUSED = "refused", _("Refused")
 
     pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="traces")
     gate = models.ForeignKey(Gate, on_delete=models.CASCADE, related_name="traces")
@@ -560,8 +570,17 @@ class CustomerTrace(models.Model):
     path = models.CharField(max_length=500, help_text="Its name in the evidence store (settings.STORAGES[\"evidence\"])")
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField()
-    sessions = models.PositiveIntegerField()
-    turns = models.PositiveIntegerField()
+    sessions = models.PositiveIntegerField(default=0)
+    turns = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.READY)
+    progress = models.FloatField(default=1.0, help_text="0–1 while a worker reads and analyses it")
+    stage = models.CharField(max_length=40, blank=True, help_text="what the worker is doing: reading, reuse, …")
+    format = models.CharField(max_length=16, blank=True, help_text="mooncake, azure, burstgpt or fxpilot")
+    # gates.traces.analysis.report's JSON (docs/traces.md, "trace analyze --json") once the state is ready
+    analysis = models.JSONField(default=dict, blank=True)
+    # Why it was refused, in each language the portal speaks: {"en": …, "zh-hans": …}
+    refusal = models.JSONField(default=dict, blank=True)
+    analysed = models.DateTimeField(null=True, blank=True)
     # Final context of each session (tokens): {"mean", "min", "p50", "p90", "max", "histogram": [[upper, count], …]}
     lengths = models.JSONField(default=dict)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,

@@ -239,9 +239,8 @@ def _upload_trace(gate: Gate, roles=None) -> TransitionRefused | None:
         return TransitionRefused("trace-gate", f"a trace is replayed by G{TRACE_GATE} only, not by {gate.label}")
     if pilot.state in FINAL:
         return TransitionRefused("pilot-final", f"the pilot is {pilot.state}; nothing more can be uploaded")
-    if gate.state not in (Gate.State.PENDING, Gate.State.OPEN):
-        return TransitionRefused("trace-before-run", f"a trace is uploaded for {gate.label} before its run; "
-                                                     f"{gate.label} is {gate.get_state_display().lower()}")
+    # at any stage before the pilot closes (issue 24, item 7: both parties see whether a pilot is worth running
+    # before they sign); a G4 run replays the newest trace analysed without fault when it starts
     return None
 
 

@@ -2,6 +2,8 @@
 
     KV bytes per token = 2 (K and V) × layers × KV heads × head dimension × bytes of the KV dtype
     stored            = bytes per token × session tokens (rounded up to LMCache chunks) × sessions retained
+                        or, with the trace's reuse curve (docs/traces.md), bytes per token × the LRU capacity in
+                        tokens that captures `reuse_share` (0.95) of the trace's reachable reuse
     to buy            = stored × (1 + file-system overhead) × redundancy × (1 + headroom)
     FX100 units       = ⌈to buy ÷ usable bytes of one unit⌉
 
@@ -44,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "fx_unit_usable_tb": None,       # usable TB of one FX100 unit: not published, must be set
     "fx_unit_usable_tb_basis": "stated",  # or "assumed-example": a figure assumed for a demo, not a published one
     "session_statistic": "p90",      # size for the p90 session length (mean also shown)
+    "reuse_share": 0.95,             # with the trace's reuse curve: the share of its reachable reuse to capture
 }
 FRACTIONS = ("fs_overhead", "headroom")
 UNIT_BASES = ("stated", "assumed-example")
@@ -74,6 +77,10 @@ def validate_settings(data: Mapping[str, Any] | None) -> dict[str, Any]:
             if value not in UNIT_BASES:
                 raise SizingSettingsError(key, f"{value!r}: use {' or '.join(UNIT_BASES)}")
             out[key] = value
+        elif key == "reuse_share":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise SizingSettingsError(key, f"{value!r} must be a share in (0, 1] (0.95 is 95 %)")
+            out[key] = float(value)
         elif key == "session_statistic":
             if value not in ("mean", "p90", "max"):
                 raise SizingSettingsError(key, f"{value!r}: use mean, p90 or max")
@@ -159,14 +166,39 @@ class Sizing:
     fx_units: int | None = None
     missing: list[str] = field(default_factory=list)
     defaults_used: list[str] = field(default_factory=list)
+    capacity_basis: str = "session-lengths"     # or "reuse-curve": from the customer's trace's own reuse
+    reuse: dict[str, Any] | None = None         # the reuse figures the capacity rests on (reuse_capacity)
+    session_formula_bytes: float | None = None  # the session-length formula's figure, for comparison
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def reuse_capacity(reuse: Mapping[str, Any], share: float) -> dict[str, Any] | None:
+    """The LRU capacity (tokens) that captures `share` of the reuse a trace allows, from its analysis
+    (`gates.traces.analysis.reuse_report`: `capacity_for_share`, else the first point of its `curve` at or above
+    the share — never less than needed). None when the trace's reuse is unknown or nothing is reused."""
+    if not reuse or not reuse.get("known") or not reuse.get("ideal_hit_fraction"):
+        return None
+    ideal = float(reuse["ideal_hit_fraction"])
+    tokens = (reuse.get("capacity_for_share") or {}).get(str(share))
+    if tokens is None:
+        above = [p for p in reuse.get("curve") or [] if p["hit_fraction"] >= share * ideal - 1e-12]
+        if not above:
+            return None
+        tokens = min(p["capacity_tokens"] for p in above)
+    return {"share": share, "capacity_tokens": int(tokens), "ideal_hit_fraction": ideal,
+            "block_tokens": reuse.get("block_tokens"), "curve": list(reuse.get("curve") or []),
+            "scale": reuse.get("scale")}
+
+
 def compute(*, model: str, settings: Mapping[str, Any] | None, vllm_flags: Iterable[str] = (),
-            lengths: SessionLengths, sessions_kept: int) -> Sizing:
-    """The capacity to buy and the number of FX100 units, every input with its source."""
+            lengths: SessionLengths, sessions_kept: int, reuse: Mapping[str, Any] | None = None) -> Sizing:
+    """The capacity to buy and the number of FX100 units, every input with its source.
+
+    With `reuse` (the trace analysis's reuse part, docs/traces.md) the KV bytes are those of the LRU capacity
+    that captures `reuse_share` of the trace's reachable reuse; the session-length formula's figure is kept
+    beside it (`session_formula_bytes`)."""
     s = validate_settings(settings)
     given = set((settings or {}).keys())
     config = MODEL_CONFIGS.get(model, {})
@@ -209,9 +241,19 @@ def compute(*, model: str, settings: Mapping[str, Any] | None, vllm_flags: Itera
     )
     if not stored_tokens:
         result.missing.append("session lengths")
+    overhead = (1 + s["fs_overhead"]) * s["redundancy"] * (1 + s["headroom"])
     if per_token and stored_tokens:
         result.kv_bytes = float(per_token) * stored_tokens * retained
-        result.capacity_bytes = result.kv_bytes * (1 + s["fs_overhead"]) * s["redundancy"] * (1 + s["headroom"])
+        result.capacity_bytes = result.kv_bytes * overhead
+    from_reuse = reuse_capacity(reuse, s["reuse_share"]) if reuse is not None else None
+    if per_token and from_reuse:
+        result.session_formula_bytes = result.capacity_bytes
+        result.capacity_basis, result.reuse = "reuse-curve", from_reuse
+        result.kv_bytes = float(per_token) * from_reuse["capacity_tokens"]
+        result.capacity_bytes = result.kv_bytes * overhead
+        if "session lengths" in result.missing:
+            result.missing.remove("session lengths")
+    if result.capacity_bytes:
         if s["fx_unit_usable_tb"]:
             result.fx_units = max(1, math.ceil(result.capacity_bytes / (s["fx_unit_usable_tb"] * TB)))
         else:

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import pilots, runs
+from portal.views import pilots, runs, traces
 
 urlpatterns = [
     path("", pilots.home, name="home"),
@@ -18,6 +18,10 @@ urlpatterns = [
     path("pilots/<uuid:code>/plan/amend/", pilots.plan_amend, name="plan_amend"),
     path("pilots/<uuid:code>/gates/<int:number>/", pilots.gate_detail, name="gate"),
     path("pilots/<uuid:code>/gates/<int:number>/signoff/", pilots.gate_signoff, name="gate_signoff"),
+    path("pilots/<uuid:code>/traces/", traces.pilot_traces, name="pilot_traces"),
+    path("pilots/<uuid:code>/traces/upload/", traces.trace_upload, name="pilot_trace_upload"),
+    path("pilots/<uuid:code>/traces/<int:trace>/", traces.pilot_traces, name="pilot_trace"),
+    path("pilots/<uuid:code>/traces/<int:trace>/progress/", traces.trace_progress, name="pilot_trace_progress"),
     path("pilots/<uuid:code>/gates/<int:number>/trace/", pilots.gate_trace, name="gate_trace"),
     path("pilots/<uuid:code>/gates/<int:number>/trace/<int:trace>/", pilots.gate_trace_download,
          name="gate_trace_download"),

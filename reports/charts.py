@@ -412,3 +412,55 @@ def cut_charts(verdict: dict[str, Any]) -> list[Chart]:
                      x_label=_("1 = during the 60 s cut, 2 = after the path is back"), y_label=_("Percent"),
                      colours={_("answered (%)"): ARM_COLOURS["fx"], _("cache hits (%)"): "#7c3aed"}, bars=bars)
     return [Chart("fx-path-cut", title, svg)]
+
+
+def reuse_chart(reuse: dict[str, Any] | None) -> str:
+    """The customer's trace's hit share against LRU capacity (tokens): the curve the capacity to buy is read
+    from (gates.sizing with the trace's reuse, docs/traces.md). Empty without a curve."""
+    points = [Point(float(p["capacity_tokens"]), 100 * float(p["hit_fraction"]))
+              for p in (reuse or {}).get("curve") or [] if p["capacity_tokens"] > 0]
+    if not points:
+        return ""
+    return line_chart({_("hit share of prompt tokens (%)"): points}, title=_("Reuse captured against cache capacity"),
+                      x_label=_("LRU capacity (tokens)"), y_label="%", categorical_x=False)
+
+
+def _histogram_points(rows: list, scale: float = 1.0) -> list[Point]:
+    """[[upper edge or None, value]…] as points at each bin's upper edge (the open last bin at twice the last edge)."""
+    edges = [float(edge) for edge, _value in rows if edge is not None]
+    beyond = 2 * edges[-1] if edges else 1.0
+    return [Point(float(edge) if edge is not None else beyond, scale * float(value)) for edge, value in rows]
+
+
+def trace_charts(analysis: dict[str, Any]) -> list[Chart]:
+    """A trace's analysis (gates.traces.analysis.report) drawn: arrivals over time, context lengths, and, when
+    its reuse is known, the reuse-time distribution and hit share against capacity. The portal's trace page."""
+    out: list[Chart] = []
+    arrivals = analysis.get("arrivals") or {}
+    width = float(arrivals.get("bucket_s") or 0)
+    if arrivals.get("counts") and width > 0:
+        points = [Point(i * width, count / width) for i, count in enumerate(arrivals["counts"])]
+        title = _("Arrivals over time")
+        out.append(Chart("trace-arrivals", title, line_chart(
+            {_("requests per second"): points}, title=title, x_label=_("seconds from the trace's first request"),
+            y_label=_("requests per second"), categorical_x=False)))
+    lengths = analysis.get("input_length_histogram") or []
+    if lengths:
+        title = _("Context lengths")
+        out.append(Chart("trace-lengths", title, line_chart(
+            {_("number of requests"): _histogram_points(lengths)}, title=title,
+            x_label=_("prompt tokens, up to (the last bin: longer)"), y_label=_("number of requests"))))
+    reuse = analysis.get("reuse") or {}
+    if reuse.get("known"):
+        times = reuse.get("reuse_time_histogram") or []
+        total = sum(float(v) for _edge, v in times)
+        if times and total > 0:
+            title = _("Reuse-time distribution")
+            out.append(Chart("trace-reuse-time", title, line_chart(
+                {_("share of hit tokens (%)"): _histogram_points(times, 100.0 / total)}, title=title,
+                x_label=_("seconds since the block was last used, up to (the last bin: longer)"),
+                y_label="%")))
+        curve = reuse_chart(reuse)
+        if curve:
+            out.append(Chart("trace-hit-share", _("Reuse captured against cache capacity"), curve))
+    return out

@@ -19,6 +19,11 @@ from django.conf import settings
 from gates.lifecycle import evidence_sha256
 from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
 from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
+from gates.traces.analysis import analyse, reuse_report, session_final_lengths
+from gates.traces.fidelity import fidelity
+from gates.traces.fidelity import strata as replay_strata
+from gates.traces.formats import TraceFormatError, read_bytes
+from runners import gateplans
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 from runners.evaluation import extension_history
 from runners.models import Artifact, Job, Node
@@ -235,27 +240,113 @@ def session_lengths_of_job(job) -> SessionLengths:
     if artifact is None:
         return SessionLengths([], "")
     try:
-        tokens = trace_csv_session_lengths(read_artifact(artifact))
-    except (ArtifactMismatch, OSError):
+        data = read_artifact(artifact)
+        tokens = trace_csv_session_lengths(data)
+        if not tokens:       # a public format (docs/traces.md): sessions given, inferred or one per request
+            tokens = session_final_lengths(analyse(read_bytes(data, artifact.name)))
+    except (ArtifactMismatch, OSError, TraceFormatError):
         return SessionLengths([], "")
     source = "sample-trace" if artifact.name.startswith("sample") else "customer-trace"
     return SessionLengths(tokens, source, f"{artifact.name} sha256 {artifact.sha256}")
 
 
-def trace_of_job(job) -> dict[str, Any] | None:
-    """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths"}."""
+def trace_of_job(job, with_reuse: bool = False) -> dict[str, Any] | None:
+    """What a G4 run replayed, for pages and reports: {"customer", "name", "sha256", "size", "sessions", "lengths",
+    "replay" (what the replay step sampled: share, rates, prompts cut — docs/traces.md), "reuse" (the trace's
+    reuse analysis, or known: false with the reason)}."""
     artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
     if artifact is None:
         return None
     lengths = session_lengths_of_job(job)
     return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
-            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens)}
+            "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens),
+            "replay": replay_sample_of_job(job),
+            # the reuse analysis reads the whole trace: reports ask for it, pages (web requests) do not
+            "reuse": trace_reuse_of_job(job) if with_reuse else None,
+            "fidelity": replay_fidelity(job) if with_reuse else None}
+
+
+FIDELITY_SHARE = 0.8
+"""The share of the reuse its trace allows a replay should reach, unless the plan's `workloads.replay.fidelity_share`
+says otherwise (stated in the G4 report; not judged yet). `workloads.replay.ttft_objective_s`, when set, adds the
+goodput of each stratum and arm: the share of its requests whose first token came within the objective."""
+
+
+def _replay_records(job) -> list[dict]:
+    out = []
+    for artifact in Artifact.objects.filter(job=job, kind="records").order_by("name"):
+        try:
+            data = read_artifact(artifact)
+        except (ArtifactMismatch, OSError):
+            continue
+        for line in data.splitlines():
+            if b'"replay"' in line:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("phase") == "replay":
+                    out.append(record)
+    return out
+
+
+def replay_fidelity(job) -> dict[str, Any] | None:
+    """Did the replay get the reuse its trace allows, and what did each stratum gain (gates.traces.fidelity)?
+    From the run's replay records and the oracle the replay step kept; None when either is missing."""
+    sample = replay_sample_of_job(job) if job is not None else None
+    found = (sample or {}).get("oracle")
+    if not found:
+        return None
+    records = _replay_records(job)
+    if not records:
+        return None
+    arms = {r.get("arm") for r in records}
+    try:
+        replay = gateplans.workloads(job).get("replay") or {}
+    except (AttributeError, ValueError):   # no signed plan to read (a plan that no longer verifies says so elsewhere)
+        replay = {}
+    share = float(replay.get("fidelity_share") or FIDELITY_SHARE)
+    objective = replay.get("ttft_objective_s")
+    objective = float(objective) if isinstance(objective, (int, float)) and objective > 0 else None
+    checks = [fidelity(records, int(found["ideal_hit_tokens"]), share, arm=arm)
+              for arm in ("fx", "local_nvme") if arm in arms]
+    return {"checks": [dict(c, arm=arm) for c, arm in zip(checks, [a for a in ("fx", "local_nvme") if a in arms],
+                                                          strict=True)],
+            "strata": replay_strata(records, objective, ideal_hit_fraction=found.get("ideal_hit_fraction")),
+            "oracle": found}
+
+
+def replay_sample_of_job(job) -> dict[str, Any] | None:
+    """The first replay step's sampling figures (runners.tracereplay), as the run kept them."""
+    artifact = Artifact.objects.filter(job=job, kind="replay-sample").order_by("created", "pk").first()
+    if artifact is None:
+        return None
+    try:
+        return json.loads(read_artifact(artifact))
+    except (ArtifactMismatch, OSError, ValueError):
+        return None
+
+
+def trace_reuse_of_job(job) -> dict[str, Any] | None:
+    """The reuse analysis (gates.traces) of the trace a G4 run replayed: what a cache could get from it."""
+    artifact = Artifact.objects.filter(job=job, kind="trace").order_by("name").first() if job is not None else None
+    if artifact is None:
+        return None
+    try:
+        analysis = analyse(read_bytes(read_artifact(artifact), artifact.name))
+    except (ArtifactMismatch, OSError, TraceFormatError):
+        return None
+    trace = analysis.trace
+    duration = float(trace.timestamps.max() - trace.timestamps.min()) if trace.requests else 0.0
+    # the traffic the reuse was counted on: a capacity read from its curve is what traffic of that volume needs
+    return dict(reuse_report(analysis), scale={"requests": trace.requests, "sessions": analysis.sessions,
+                                               "duration_s": duration})
 
 
 def _trace(gate: Gate, evaluation: Evaluation | None) -> dict[str, Any] | None:
     if gate.number != TRACE_GATE or evaluation is None:
         return None
-    return trace_of_job(evaluation.job) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
+    return trace_of_job(evaluation.job, with_reuse=True) or {"customer": False, "name": "", "sha256": "", "sessions": 0, "lengths": {}}
 
 
 # --- the procurement report ------------------------------------------------------------------------
@@ -331,13 +422,15 @@ def sizing(pilot: Pilot, g4: Evaluation | None) -> dict[str, Any]:
     lengths = session_lengths_of_job(g4.job if g4 is not None else None)
     if not lengths.tokens and deployment.get("session_tokens"):
         lengths = SessionLengths([int(deployment["session_tokens"])], "setting", "deployment setting session_tokens")
+    # the customer's own reuse sizes the tier (docs/traces.md); a generated sample trace's does not
+    reuse = trace_reuse_of_job(g4.job) if g4 is not None and lengths.customer else None
     try:
         result = compute(model=deployment.get("model") or pilot.llm_model, settings=pilot.sizing,
                          vllm_flags=deployment.get("extra_vllm_flags") or [], lengths=lengths,
-                         sessions_kept=pilot.sessions_kept).as_dict()
+                         sessions_kept=pilot.sessions_kept, reuse=reuse).as_dict()
     except SizingSettingsError as error:
         result = compute(model=deployment.get("model") or pilot.llm_model, settings={}, lengths=lengths,
-                         sessions_kept=pilot.sessions_kept).as_dict()
+                         sessions_kept=pilot.sessions_kept, reuse=reuse).as_dict()
         result["settings_error"] = str(error)
     return result
 
@@ -421,7 +514,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     return {
         "kind": "procurement", "simulated": simulated, "pilot": pilot_context(pilot), "gate": None, "gates": gates,
         "decision": decision(gates, pilot), "recompute": recompute_speedup(evaluations, pilot.customer_concurrency),
-        "trace": (trace_of_job(g4.job) if g4 is not None else None),
+        "trace": (trace_of_job(g4.job, with_reuse=True) if g4 is not None else None),
         "plan_signoffs": plan_signoffs, "inventory": inventory,
         "projections": projections(evaluations, pilot.customer_concurrency,
                                    customer_trace=bool(g4 is not None and (trace_of_job(g4.job) or {}).get("customer"))),

@@ -27,7 +27,7 @@ from weasyprint import HTML, Attachment
 from weasyprint.urls import URLFetcher, URLFetcherResponse
 
 from gates.models import Gate, Party, Pilot, Role, SignOff
-from reports.charts import font_stack, gate_charts
+from reports.charts import font_stack, gate_charts, reuse_chart
 from reports.context import read_attachment
 from reports.units import figure, interval
 from reports.verify import MANIFEST_NAME, MANIFEST_SCHEMA
@@ -272,6 +272,7 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
                      verdict_label=VERDICT_LABELS.get((item["evaluation"] or {}).get("verdict"), ""),
                      charts=gate_charts(item["verdict"]) if item["gate"]["number"] in (3, 4) else [])
                 for item in context["gates"]]
+            extra["reuse_chart"] = reuse_chart(context["sizing"].get("reuse"))
             extra["sizing_display"] = {
                 "per_token": fmt_bytes(context["sizing"].get("kv_bytes_per_token")),
                 "kv": fmt_bytes(context["sizing"].get("kv_bytes")),

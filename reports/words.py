@@ -170,6 +170,20 @@ def sizing_sentences(s: dict[str, Any], fx: str) -> list[str]:
             "mean": number(sessions.get("mean"), 0), "chunk": s["chunk_tokens"]})
         if not s.get("customer_sessions"):
             lines.append(_("This sizing is not based on the customer's sessions."))
+    reuse = s.get("reuse") if s.get("capacity_basis") == "reuse-curve" else None
+    if reuse:
+        lines.append(_("Sized from your trace's own reuse: an LRU cache of %(tokens)s tokens captures %(share)s of "
+                       "the reuse the trace allows (at most %(ideal)s of its prompt tokens can come from a cache); "
+                       "the session-length formula would have said %(formula)s.") % {
+            "tokens": f"{reuse['capacity_tokens']:,}", "share": percent(reuse["share"]),
+            "ideal": percent(reuse["ideal_hit_fraction"]),
+            "formula": tera(s["session_formula_bytes"]) if s.get("session_formula_bytes") else "—"})
+        scale = reuse.get("scale") or {}
+        if scale.get("sessions"):
+            lines.append(_("The trace holds %(sessions)s sessions (%(requests)s requests over %(seconds)s s): this is "
+                           "the capacity traffic of that volume needs; more sessions alive at once need more.") % {
+                "sessions": f"{scale['sessions']:,}", "requests": f"{scale['requests']:,}",
+                "seconds": f"{scale['duration_s']:,.0f}"})
     if s.get("capacity_bytes"):
         lines.append(_("KV cache to keep: %(kv)s; with %(fs)s file-system overhead, redundancy ×%(red)s and %(head)s "
                        "headroom: %(total)s to buy.") % {

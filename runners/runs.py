@@ -138,7 +138,8 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
                 trace, uploaded = traces.trace_for_run(gate)
             except traces.TraceRefused as exc:
                 raise RunRefused(str(exc)) from None
-        kept = attach_trace(job, trace)
+        # an uploaded trace was read and checked by its analysis (runners.traces.analyse_row): not again here
+        kept = attach_trace(job, trace, checked=uploaded is not None)
         if uploaded is not None:
             system_line(job, f"G4 replays the customer's trace {uploaded.name} uploaded by "
                              f"{uploaded.uploaded_by or 'the command line'} (sha256 {uploaded.sha256}, "
@@ -210,10 +211,12 @@ def check_trace(data: bytes) -> None:
         raise RunRefused(_("the customer trace: %(error)s") % {"error": exc}) from None
 
 
-def attach_trace(job: Job, data: bytes | None) -> Artifact:
-    """Keep the customer's trace CSV with the run; without one, a generated sample trace that says so."""
+def attach_trace(job: Job, data: bytes | None, checked: bool = False) -> Artifact:
+    """Keep the customer's trace with the run; without one, a generated sample trace that says so. A trace not
+    yet `checked` (given to run_gate --trace) is read here, so a bad one is refused before the run exists."""
     if data:
-        check_trace(data)
+        if not checked:
+            check_trace(data)
         return store_bytes(job, TRACE_NAME, data, kind="trace")
     return store_bytes(job, SAMPLE_TRACE_NAME, sample_trace(), kind="trace")
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from gates import consequences, judge, lifecycle
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate
-from runners import detached, gateplans, ssh
+from runners import detached, gateplans, ssh, tracereplay
 from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
 from runners.collect import collect_deployment
 from runners.config import DEPLOY_TIME_LIMIT_S
@@ -151,11 +151,21 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--first-repetition", str(params["first_repetition"])]
     if command == "replay":
         trace = f"{run_dir}/trace.csv"
-        conn.upload(_trace_bytes(ctx), trace)
+        # the customer's trace in its own format, sampled by whole sessions with content-addressed blocks
+        try:
+            replay_bytes, chosen = tracereplay.prepare(_trace_bytes(ctx), dict(loads.get("replay") or {}))
+        except ValueError as exc:
+            raise StepError(f"the trace cannot be replayed: {exc}") from None
+        ctx.say(f"{ctx.node.name}: {tracereplay.describe(chosen)}")
+        # what was replayed (sampled share, replayed rate, prompts cut) is evidence the reports state
+        store_bytes(job, f"{deployment.name_prefix}/replay-sample.json",
+                    json.dumps(chosen, sort_keys=True).encode(), kind="replay-sample", step=ctx.step,
+                    node=ctx.node, simulated=deployment.simulated)
+        conn.upload(replay_bytes, trace)
         # An in-flight cap as large as the sessions replayed never holds a request back; records then carry
         # that cap as their concurrency (the judge needs one ≥ 1).
-        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", str(params["max_sessions"]),
-                 "--max-in-flight", str(params["max_sessions"])]
+        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", "0",
+                 "--block-tokens", str(chosen["block_tokens"] or 512), "--max-in-flight", str(params["max_sessions"])]
     elif command == "share":
         reader = _deployment(ctx, params["reader"])
         args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from runners import engine
+from runners import engine, traces
 from runners.models import Status, Step
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,12 @@ def cancel_step(step_id: int) -> str:
 @shared_task(name="runners.tasks.reconcile", soft_time_limit=120, time_limit=180)
 def reconcile() -> dict:
     return engine.reconcile()
+
+
+@shared_task(name="runners.tasks.analyse_trace", soft_time_limit=1800, time_limit=1900)
+def analyse_trace(trace_id: int) -> str:
+    """Read and analyse an uploaded trace (runners.traces.analyse_row): never inside a web request."""
+    return traces.analyse_row(trace_id)
 
 
 @shared_task(name="runners.tasks.contact_node", soft_time_limit=90, time_limit=120)

@@ -11,88 +11,140 @@ read. The run keeps its own copy as an artifact, which the worker that replays i
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from gates.lifecycle import audit, set_sample_trace
 from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
 from gates.plan import TRACE_GATE
 from gates.sizing import length_summary, trace_session_lengths
+from gates.traces.analysis import analyse, report, session_final_lengths
+from gates.traces.formats import (
+    FORMATS,
+    TraceFormatError,
+    bounded_heap,
+    detect_format,
+    read_bytes,
+    read_trace,
+    release_memory,
+)
 from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
 
 
 class TraceRefused(ValueError):
-    """A trace that cannot be used, with the line and column at fault."""
+    """A trace that cannot be used, with the line and column at fault.
+
+    `words()`, when given, says the same in the active language (a refusal kept on the trace's row is stored in
+    every language the portal speaks)."""
+
+    def __init__(self, message: str, words=None):
+        super().__init__(message)
+        self.words = words or (lambda: message)
 
 
 def parse(data: bytes, name: str = "customer-trace.csv") -> list:
-    """The trace's turns, read exactly as the workload client will; errors name `name`, the line and the column."""
+    """The trace's turns; errors name `name`, the line and the column (or field).
+
+    fxpilot's session CSV is read exactly as the workload client will; the public formats (Mooncake/FAST'25
+    JSONL, Azure LLM inference CSV, BurstGPT CSV: docs/traces.md) are recognised and read as they are — G4's
+    replay step samples them by whole sessions into the client's CSV (runners.tracereplay).
+    """
     if not data:
         raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
+    first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
+    fmt = detect_format(first) or _format_hint(first)
+    if fmt in ("mooncake", "azure", "burstgpt"):
+        return public_turns(data, name, fmt)
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()
         try:
             return load_trace(handle.name)
         except TraceError as error:
-            raise TraceRefused(translate_trace_error(str(error).replace(handle.name, name))) from None
+            raise _refused(lambda e=error: translate_trace_error(e, name)) from None
 
 
-# The workload client (standard library only, it runs on the node) says what is wrong with a trace in English;
-# the portal says it in the reader's language. Each message: a pattern of the client's words → its gettext.
-_WHERE = re.compile(r"^(?P<name>.*?)(?:, line (?P<line>\d+))?(?:, column (?P<column>[a-z_]+))?: (?P<rest>.*)$", re.S)
-_TRACE_MESSAGES = [
-    (re.compile(r"cannot read the trace: (?P<error>.*)", re.S), lambda: _("cannot read the trace: %(error)s")),
-    (re.compile(r"the file is empty; expected the header (?P<header>.*)"),
-     lambda: _("the file is empty; expected the header %(header)s")),
-    (re.compile(r"missing column\(s\) (?P<missing>.*); expected the header (?P<header>.*)"),
-     lambda: _("missing column(s) %(missing)s; expected the header %(header)s")),
-    (re.compile(r"(?P<fields>\d+) fields where the header has (?P<header>\d+)"),
-     lambda: _("%(fields)s fields where the header has %(header)s")),
-    (re.compile(r"empty"), lambda: _("empty")),
-    (re.compile(r"(?P<value>.*) is not a number"), lambda: _("%(value)s is not a number")),
-    (re.compile(r"(?P<value>.*) must be a finite number ≥ 0"), lambda: _("%(value)s must be a finite number ≥ 0")),
-    (re.compile(r"session (?P<session>.*) turn (?P<turn>\d+) already on line (?P<first>\d+)"),
-     lambda: _("session %(session)s turn %(turn)s already on line %(first)s")),
-    (re.compile(r"the trace has a header but no rows"), lambda: _("the trace has a header but no rows")),
-    (re.compile(r"(?P<value>.*) is not a whole number"), lambda: _("%(value)s is not a whole number")),
-    (re.compile(r"(?P<value>-?\d+) is less than (?P<low>\d+)"), lambda: _("%(value)s is less than %(low)s")),
-]
+def _refused(words) -> TraceRefused:
+    return TraceRefused(words(), words)
 
 
-def translate_trace_error(message: str) -> str:
-    """The workload client's words about a bad trace, in the active language (unchanged if not recognised)."""
-    where = _WHERE.match(message)
-    if where is None:
-        return message
-    rest = where["rest"]
-    for pattern, words in _TRACE_MESSAGES:
-        found = pattern.fullmatch(rest)
-        if found:
-            rest = words() % found.groupdict()
-            break
-    else:
-        return message
-    if where["column"]:
-        place = _("%(name)s, line %(line)s, column %(column)s") % where.groupdict()
-    elif where["line"]:
-        place = _("%(name)s, line %(line)s") % where.groupdict()
-    else:
-        place = where["name"]
-    return _("%(name)s: %(error)s") % {"name": place, "error": rest}
+@dataclass
+class _Turn:
+    session_id: str
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
 
 
-def summarise(data: bytes, name: str) -> dict[str, Any]:
-    turns = parse(data, name)
-    tokens = trace_session_lengths(turns)
-    return {"sessions": len(tokens), "turns": len(turns), "lengths": length_summary(tokens)}
+def _format_hint(first_line: str) -> str | None:
+    """The public format a first line is meant to be, when a column is missing (so the message names it)."""
+    if first_line.lstrip().startswith("{"):
+        return "mooncake"
+    names = {n.strip() for n in first_line.split(",")}
+    if "TIMESTAMP" in names or "ContextTokens" in names:
+        return "azure"
+    if "Request tokens" in names or "Response tokens" in names:
+        return "burstgpt"
+    return None
+
+
+def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
+    """A public-format trace as session turns (sessions given, inferred or one per request: docs/traces.md)."""
+    try:
+        analysis = analyse(read_bytes(data, name, fmt))
+    except TraceFormatError as error:
+        raise _refused(lambda e=error: translate_format_error(e)) from None
+    trace = analysis.trace
+    order = trace.arrival_order()
+    turns, counter = [], {}
+    for i in order.tolist():
+        session = int(analysis.session[i])
+        counter[session] = counter.get(session, 0) + 1
+        turns.append(_Turn(f"s{session}", counter[session], int(trace.input_tokens[i]), int(trace.output_tokens[i])))
+    return turns
+
+
+def _reason(template: str, values: dict) -> str:
+    """A message template made where the error was found, in the active language, with its values."""
+    return _(template) % values if values else _(template)
+
+
+def _place(name: str, fmt: str, line, field: str | None, word: str = "field") -> str:
+    where = {"name": name, "format": fmt, "line": line, "field": field}
+    if line is not None and field:
+        if word == "column":
+            return _("%(name)s, line %(line)s, column %(column)s") % {**where, "column": field}
+        return (_("%(name)s (%(format)s), line %(line)s, field %(field)s") if fmt
+                else _("%(name)s, line %(line)s, field %(field)s")) % where
+    if line is not None:
+        return (_("%(name)s (%(format)s), line %(line)s") if fmt else _("%(name)s, line %(line)s")) % where
+    return (_("%(name)s (%(format)s)") % where) if fmt else name
+
+
+def translate_format_error(error: TraceFormatError) -> str:
+    """A gates.traces complaint in the active language: the place (file, format, line, field) and the reason,
+    from the template and values the reader gave it (no English is read back)."""
+    place = _place(error.name, FORMATS.get(error.format or "", ""), error.line, error.field)
+    return _("%(name)s: %(error)s") % {"name": place, "error": _reason(error.template, error.values)}
+
+
+def translate_trace_error(error: TraceError, name: str | None = None) -> str:
+    """The workload client's complaint about a trace, in the active language; `name` stands for the file's path
+    (a temporary copy's) when given."""
+    place = _place(name or error.path, "", error.line, error.column, word="column")
+    return _("%(name)s: %(error)s") % {"name": place, "error": _reason(error.template, error.values)}
 
 
 def storage_name(pilot_code: str, sha256: str) -> str:
@@ -101,7 +153,8 @@ def storage_name(pilot_code: str, sha256: str) -> str:
 
 
 def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
-    """Validate, hash and keep the customer's trace for `gate` (G4); a bad file is refused and nothing is stored."""
+    """Validate, analyse, hash and keep the customer's trace for `gate` (G4) within the call (commands and tests; the
+    portal uses `receive`); a bad file is refused and nothing is stored."""
     if gate.number != TRACE_GATE:
         raise TraceRefused(_("a trace is replayed by G%(number)s only, not by %(gate)s")
                            % {"number": TRACE_GATE, "gate": gate.label})
@@ -110,7 +163,7 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
         validate_trace_size(len(data))
     except ValidationError as error:
         raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
-    summary = summarise(data, name)
+    summary = analyse_bytes(data, name)
     sha256 = hashlib.sha256(data).hexdigest()
     stored = storage_name(str(gate.pilot.code), sha256)
     try:
@@ -121,6 +174,7 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
     trace = CustomerTrace.objects.create(
         pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
         size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
+        format=summary["format"], analysis=summary["analysis"], analysed=timezone.now(),
         uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
     )
     audit(gate.pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, sessions=trace.sessions, turns=trace.turns)
@@ -128,8 +182,128 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
 
 
 def current(gate: Gate) -> CustomerTrace | None:
-    """The trace the next G4 run replays: the latest uploaded."""
-    return gate.traces.order_by("-created", "-id").first() if gate.number == TRACE_GATE else None
+    """The trace the next G4 run replays: the latest uploaded whose analysis found it good (one still being read
+    or refused replaces nothing)."""
+    if gate.number != TRACE_GATE:
+        return None
+    return gate.traces.filter(state=CustomerTrace.State.READY).order_by("-created", "-id").first()
+
+
+# ── Upload at any stage, analysis in the background (issue 24, item 7) ──────────────────────────────────
+
+ANALYSE_TRACE = "runners.tasks.analyse_trace"
+LANGUAGES = ("en", "zh-hans")
+# Share of the progress bar each stage of the analysis takes (reading the file, then counting reuse).
+READ_SHARE, REUSE_SHARE = 0.6, 0.35
+
+
+def receive(pilot, data: bytes, name: str, user, party: str) -> CustomerTrace:
+    """Keep an uploaded trace at once (size checked, hashed, in the evidence store) and queue its analysis.
+
+    What a web request does: nothing here reads the trace's rows, so a 16 MB upload answers in about the time
+    it takes to hash and store it. The row is `queued`; `runners.tasks.analyse_trace` reads, checks and
+    analyses it (`analyse_row`). It belongs to the pilot's G4, whatever stage the pilot is at."""
+    gate = pilot.gate(TRACE_GATE)
+    name = Path(name or "customer-trace.csv").name[:200]
+    try:
+        validate_trace_size(len(data))
+    except ValidationError as error:
+        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    if not data:
+        raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
+    sha256 = hashlib.sha256(data).hexdigest()
+    stored = storage_name(str(pilot.code), sha256)
+    try:
+        put_bytes(stored, data, sha256)
+    except (ArtifactMismatch, OSError) as error:
+        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
+                           % {"name": name, "error": error}) from None
+    trace = CustomerTrace.objects.create(
+        pilot=pilot, gate=gate, name=name, path=stored, sha256=sha256, size=len(data),
+        state=CustomerTrace.State.QUEUED, progress=0.0, stage="queued",
+        uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
+    )
+    audit(pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, size=len(data))
+    transaction.on_commit(lambda: current_app.signature(ANALYSE_TRACE, args=(trace.pk,)).apply_async(
+        queue=settings.CELERY_TASK_DEFAULT_QUEUE))
+    return trace
+
+
+class _Progress:
+    """Writes the row's progress at most twice a second (one UPDATE, never the whole row)."""
+
+    def __init__(self, pk: int):
+        self.pk, self.last = pk, 0.0
+
+    def __call__(self, value: float, stage: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= 0.5:
+            self.last = now
+            CustomerTrace.objects.filter(pk=self.pk).update(progress=round(min(1.0, max(0.0, value)), 4), stage=stage)
+
+
+def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
+    """Read, check and analyse a trace: {format, sessions, turns, lengths, analysis}; TraceRefused naming the
+    file, line and field at fault. fxpilot's CSV is also read exactly as the workload client will replay it."""
+    def say(value: float, stage: str) -> None:
+        if progress is not None:
+            progress(value, stage)
+    if not data:
+        raise _refused(lambda: _("%(name)s: the file is empty") % {"name": name})
+    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".trace") as handle:
+        handle.write(data)
+        handle.flush()
+        first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
+        fmt = detect_format(first) or _format_hint(first)
+        lengths = None
+        if fmt not in ("mooncake", "azure", "burstgpt"):
+            try:
+                turns = load_trace(handle.name)
+            except TraceError as error:
+                raise _refused(lambda e=error: translate_trace_error(e, name)) from None
+            lengths = trace_session_lengths(turns)
+        try:
+            trace = read_trace(handle.name, name=name, progress=lambda share: say(READ_SHARE * share, "reading"))
+            say(READ_SHARE, "reuse")
+            analysis = analyse(trace)
+            say(READ_SHARE + REUSE_SHARE, "summary")
+            result = report(analysis)
+        except TraceFormatError as error:
+            raise _refused(lambda e=error: translate_format_error(e)) from None
+        finally:
+            release_memory()
+    if lengths is None:
+        lengths = session_final_lengths(analysis)
+    return {"format": result["format"], "sessions": len(lengths), "turns": int(result["requests"]),
+            "lengths": length_summary(lengths), "analysis": result}
+
+
+def analyse_row(pk: int) -> str:
+    """The background job: read the kept trace, analyse it, and end the row `ready` or `refused` (saying why, in
+    each language). Safe to run twice (a redelivered task finds the row done and leaves it)."""
+    taken = CustomerTrace.objects.filter(
+        pk=pk, state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).update(
+        state=CustomerTrace.State.ANALYSING, stage="reading", progress=0.0)
+    if not taken:
+        return "not queued"
+    row = CustomerTrace.objects.get(pk=pk)
+    bounded_heap()
+    try:
+        data = read(row)
+        found = analyse_bytes(data, row.name, _Progress(pk))
+    except TraceRefused as refused:
+        refusal = {}
+        for language in LANGUAGES:
+            with translation.override(language):
+                refusal[language] = refused.words()
+        CustomerTrace.objects.filter(pk=pk).update(state=CustomerTrace.State.REFUSED, refusal=refusal,
+                                                   stage="refused", progress=1.0, analysed=timezone.now())
+        return "refused"
+    CustomerTrace.objects.filter(pk=pk).update(
+        state=CustomerTrace.State.READY, stage="ready", progress=1.0, analysed=timezone.now(),
+        format=found["format"], sessions=found["sessions"], turns=found["turns"], lengths=found["lengths"],
+        analysis=found["analysis"])
+    return "ready"
 
 
 def read(trace: CustomerTrace) -> bytes:
@@ -165,6 +339,11 @@ def trace_for_run(gate: Gate) -> tuple[bytes | None, CustomerTrace | None]:
     trace = current(gate)
     if trace is not None:
         return read(trace), trace
+    pending = gate.traces.filter(state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).first()
+    if pending is not None:
+        raise TraceRefused(_("the trace %(name)s is still being read and analysed (%(percent)d %%); start %(gate)s "
+                             "when its analysis is done") % {"name": pending.name, "percent": round(100 * pending.progress),
+                                                              "gate": gate.label})
     try:
         allowed = sample_allowed(gate)
     except PlanTamperedError as exc:

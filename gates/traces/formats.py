@@ -20,12 +20,15 @@ prefix without extending each other's whole prompt stay apart.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 import re
 import warnings
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,10 +48,22 @@ FXPILOT_COLUMNS = ("session_id", "turn", "prompt_tokens", "output_tokens", "arri
 CHUNK_BYTES = 8 << 20
 
 
-class TraceFormatError(ValueError):
-    """A trace that cannot be read: the file, the format, the line and the field at fault."""
+def gettext_noop(text: str) -> str:
+    """Marks a message template for the translators (makemessages finds it by this name); returns it as it is.
+    This module stays below Django: the portal translates a TraceFormatError from its `template` and `values`."""
+    return text
 
-    def __init__(self, name: str, fmt: str | None, message: str, line: int | None = None, field: str | None = None):
+
+class TraceFormatError(ValueError):
+    """A trace that cannot be read: the file, the format, the line and the field at fault, and why.
+
+    Why is a message `template` (English, marked for translation) and its `values`; `reason` is the two put
+    together in English. runners.traces says it in the reader's language from the same template and values."""
+
+    def __init__(self, name: str, fmt: str | None, template: str, line: int | None = None, field: str | None = None,
+                 **values):
+        self.template, self.values = template, {k: str(v) for k, v in values.items()}
+        message = template % self.values if values else template
         self.name, self.format, self.line, self.field, self.reason = name, fmt, line, field, message
         where = name
         if fmt:
@@ -130,33 +145,57 @@ def _first_line(path: Path, name: str) -> str:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
     except OSError as error:
-        raise TraceFormatError(name, None, f"cannot read the trace: {error.strerror or error}") from None
+        raise TraceFormatError(name, None, gettext_noop("cannot read the trace: %(error)s"),
+                               error=error.strerror or error) from None
     for raw in head.splitlines():
         if raw.strip():
             return raw.decode("utf-8-sig", errors="replace")
-    raise TraceFormatError(name, None, "the file is empty")
+    raise TraceFormatError(name, None, gettext_noop("the file is empty"))
 
 
+WHOLE = gettext_noop("%(value)s is not a whole number")
+NUMBER = gettext_noop("%(value)s is not a number")
 EXPECTED = ("Mooncake/FAST'25 JSONL ({\"timestamp\", \"input_length\", \"output_length\", \"hash_ids\"}), "
             "Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens), BurstGPT CSV (Timestamp,…,"
             "Request tokens,Response tokens,…) or fxpilot session CSV (session_id,turn,prompt_tokens,output_tokens,"
             "arrival_offset_s[,block_ids])")
 
 
+_PROGRESS: ContextVar[Callable[[float], None] | None] = ContextVar("trace_progress", default=None)
+
+
+def _report(done: int, total: int) -> None:
+    """Tell the reader's caller how far it is (bytes read ÷ the file's size), when it asked (read_trace)."""
+    hook = _PROGRESS.get()
+    if hook is not None and total > 0:
+        hook(min(1.0, done / total))
+
+
 def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int | None = None,
-               name: str | None = None) -> Trace:
-    """Read a trace file, detecting its format unless `fmt` is given; raises TraceFormatError."""
-    path = Path(path)
+               name: str | None = None, progress: Callable[[float], None] | None = None) -> Trace:
+    """Read a trace file, detecting its format unless `fmt` is given; raises TraceFormatError.
+
+    `progress`, when given, is called now and then with the share of the file read (0–1)."""
+    token = _PROGRESS.set(progress)
+    try:
+        return _read_trace(Path(path), fmt, block_tokens=block_tokens, name=name)
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _read_trace(path: Path, fmt: str | None, *, block_tokens: int | None, name: str | None) -> Trace:
     name = name or path.name
     if fmt is not None and fmt not in FORMATS:
-        raise TraceFormatError(name, None, f"unknown format {fmt!r}; the formats are {', '.join(FORMATS)}")
+        raise TraceFormatError(name, None, gettext_noop("unknown format %(format)s; the formats are %(formats)s"),
+                               format=repr(fmt), formats=", ".join(FORMATS))
     if block_tokens is not None and block_tokens < 1:
-        raise TraceFormatError(name, fmt, f"block tokens {block_tokens} must be ≥ 1")
+        raise TraceFormatError(name, fmt, gettext_noop("block tokens %(value)s must be ≥ 1"), value=block_tokens)
     first = _first_line(path, name)
     detected = detect_format(first)
     if fmt is None:
         if detected is None:
-            raise TraceFormatError(name, None, f"not a trace format fxpilot reads; expected {EXPECTED}", line=1)
+            raise TraceFormatError(name, None, gettext_noop("not a trace format fxpilot reads; expected %(expected)s"),
+                                   line=1, expected=EXPECTED)
         fmt = detected
     reader = {"mooncake": _read_mooncake, "azure": _read_azure, "burstgpt": _read_burstgpt,
               "fxpilot": _read_fxpilot}[fmt]
@@ -165,7 +204,7 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int | 
     finally:
         release_memory()
     if trace.requests == 0:
-        raise TraceFormatError(name, fmt, "the trace has no requests")
+        raise TraceFormatError(name, fmt, gettext_noop("the trace has no requests"))
     return trace
 
 
@@ -194,7 +233,7 @@ def release_memory() -> None:
 
 def _whole(value, name, fmt, line, fld, low=0) -> int:
     if isinstance(value, bool):
-        raise TraceFormatError(name, fmt, f"{value!r} is not a whole number", line, fld)
+        raise TraceFormatError(name, fmt, WHOLE, line, fld, value=repr(value))
     if isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():
@@ -208,24 +247,26 @@ def _whole(value, name, fmt, line, fld, low=0) -> int:
             except ValueError:
                 as_float = math.nan
             if not (math.isfinite(as_float) and as_float.is_integer()):
-                raise TraceFormatError(name, fmt, f"{value!r} is not a whole number", line, fld) from None
+                raise TraceFormatError(name, fmt, WHOLE, line, fld, value=repr(value)) from None
             number = int(as_float)
     else:
-        raise TraceFormatError(name, fmt, f"{value!r} is not a whole number", line, fld)
+        raise TraceFormatError(name, fmt, WHOLE, line, fld, value=repr(value))
     if number < low:
-        raise TraceFormatError(name, fmt, f"{number} is less than {low}", line, fld)
+        raise TraceFormatError(name, fmt, gettext_noop("%(value)s is less than %(low)s"), line, fld, value=number,
+                               low=low)
     return number
 
 
 def _seconds(value, name, fmt, line, fld) -> float:
     if isinstance(value, bool):
-        raise TraceFormatError(name, fmt, f"{value!r} is not a number", line, fld)
+        raise TraceFormatError(name, fmt, NUMBER, line, fld, value=repr(value))
     try:
         number = float(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):
-        raise TraceFormatError(name, fmt, f"{value!r} is not a number", line, fld) from None
+        raise TraceFormatError(name, fmt, NUMBER, line, fld, value=repr(value)) from None
     if not math.isfinite(number) or number < 0:
-        raise TraceFormatError(name, fmt, f"{value!r} must be a finite number ≥ 0", line, fld)
+        raise TraceFormatError(name, fmt, gettext_noop("%(value)s must be a finite number ≥ 0"), line, fld,
+                               value=repr(value))
     return number
 
 
@@ -248,9 +289,10 @@ class _Columns:
 
 def _open_text(path: Path, name: str, fmt: str):
     try:
-        return open(path, newline="", encoding="utf-8-sig")
+        return io.TextIOWrapper(open(path, "rb"), newline="", encoding="utf-8-sig")
     except OSError as error:
-        raise TraceFormatError(name, fmt, f"cannot read the trace: {error.strerror or error}") from None
+        raise TraceFormatError(name, fmt, gettext_noop("cannot read the trace: %(error)s"),
+                               error=error.strerror or error) from None
 
 
 def _csv_rows(path: Path, name: str, fmt: str, required: tuple[str, ...]) -> Iterator[tuple[int, list[str], dict]]:
@@ -261,26 +303,33 @@ def _csv_rows(path: Path, name: str, fmt: str, required: tuple[str, ...]) -> Ite
             try:
                 header = [h.strip() for h in next(reader)]
             except StopIteration:
-                raise TraceFormatError(name, fmt, "the file is empty") from None
+                raise TraceFormatError(name, fmt, gettext_noop("the file is empty")) from None
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceFormatError(name, fmt, f"missing column(s) {', '.join(missing)}; the header must name "
-                                       f"{','.join(required)}", line=1)
+                raise TraceFormatError(name, fmt, gettext_noop("missing column(s) %(missing)s; the header must name "
+                                                    "%(header)s"), line=1, missing=", ".join(missing),
+                                       header=",".join(required))
             where = {h: i for i, h in enumerate(header)}
             width = len(header)
             previous = reader.line_num
+            size = os.fstat(f.buffer.fileno()).st_size
             for row in reader:
                 line = previous + 1      # the row's first physical line
                 previous = reader.line_num
+                if not line & 0x3FFF:
+                    _report(f.buffer.tell(), size)
                 if not row or all(not cell.strip() for cell in row):
                     continue
                 if len(row) != width:
-                    raise TraceFormatError(name, fmt, f"{len(row)} fields where the header has {width}", line)
+                    raise TraceFormatError(name, fmt, gettext_noop("%(fields)s fields where the header has %(header)s"),
+                                           line, fields=len(row), header=width)
                 yield line, row, where
         except UnicodeDecodeError as error:
-            raise TraceFormatError(name, fmt, f"not UTF-8 text ({error.reason} at byte {error.start})") from None
+            raise TraceFormatError(name, fmt, gettext_noop("not UTF-8 text (%(error)s at byte %(byte)s)"),
+                                   error=error.reason, byte=error.start) from None
         except csv.Error as error:
-            raise TraceFormatError(name, fmt, f"not a well-formed CSV row: {error}", reader.line_num) from None
+            raise TraceFormatError(name, fmt, gettext_noop("not a well-formed CSV row: %(error)s"), reader.line_num,
+                                   error=error) from None
 
 
 # ── Mooncake / FAST'25 JSONL ─────────────────────────────────────────────────────────────────────
@@ -300,10 +349,13 @@ def _read_mooncake(path: Path, name: str, block_tokens: int) -> Trace:
     try:
         f = open(path, "rb")
     except OSError as error:
-        raise TraceFormatError(name, fmt, f"cannot read the trace: {error.strerror or error}") from None
+        raise TraceFormatError(name, fmt, gettext_noop("cannot read the trace: %(error)s"),
+                               error=error.strerror or error) from None
     with f:
         carry = b""
+        size = os.fstat(f.fileno()).st_size
         while True:
+            _report(f.tell(), size)
             chunk = f.read(CHUNK_BYTES)
             if not chunk and not carry:
                 break
@@ -374,29 +426,33 @@ def _mooncake_slow(data: bytes, base: int, cols: _Columns, counts: array, id_chu
         try:
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise TraceFormatError(name, fmt, f"not a JSON object: {getattr(error, 'msg', error)}", line) from None
+            raise TraceFormatError(name, fmt, gettext_noop("not a JSON object: %(error)s"), line,
+                                   error=getattr(error, "msg", error)) from None
         if not isinstance(obj, dict):
-            raise TraceFormatError(name, fmt, "not a JSON object", line)
+            raise TraceFormatError(name, fmt, gettext_noop("not a JSON object"), line)
         for key in ("timestamp", "input_length", "output_length", "hash_ids"):
             if key not in obj:
-                raise TraceFormatError(name, fmt, "missing", line, key)
+                raise TraceFormatError(name, fmt, gettext_noop("missing"), line, key)
         ts = _seconds(obj["timestamp"], name, fmt, line, "timestamp")
         inp = _whole(obj["input_length"], name, fmt, line, "input_length")
         out = _whole(obj["output_length"], name, fmt, line, "output_length")
         hashes = obj["hash_ids"]
         if not isinstance(hashes, list):
-            raise TraceFormatError(name, fmt, f"{hashes!r} is not a list of block ids", line, "hash_ids")
+            raise TraceFormatError(name, fmt, gettext_noop("%(value)s is not a list of block ids"), line, "hash_ids",
+                                   value=repr(hashes))
         for h in hashes:
             if isinstance(h, bool) or not isinstance(h, int):
-                raise TraceFormatError(name, fmt, f"{h!r} is not a whole-number block id", line, "hash_ids")
+                raise TraceFormatError(name, fmt, gettext_noop("%(value)s is not a whole-number block id"), line,
+                                       "hash_ids", value=repr(h))
             if not -(1 << 63) <= h < (1 << 63):
-                raise TraceFormatError(name, fmt, f"{h} is out of range", line, "hash_ids")
+                raise TraceFormatError(name, fmt, gettext_noop("%(value)s is out of range"), line, "hash_ids", value=h)
         if sessions is None and cols.line.buffer_info()[1] == 0 and "session_id" in obj:
             sessions = []
         if sessions is not None:
             sid = obj.get("session_id")
             if sid is None or isinstance(sid, (dict, list)) or str(sid).strip() == "":
-                raise TraceFormatError(name, fmt, "missing (the first request names its session)", line, "session_id")
+                raise TraceFormatError(name, fmt, gettext_noop("missing (the first request names its session)"), line,
+                                       "session_id")
             sessions.append(str(sid))
         cols.add(ts, inp, out, line)
         counts.append(len(hashes))
@@ -434,16 +490,16 @@ class _AzureClock:
     def ns(self, text: str, name: str, line: int) -> int:
         m = _AZURE_TIME.fullmatch(text.strip())
         if m is None:
-            raise TraceFormatError(name, "azure", f"{text!r} is not a time like 2023-11-16 18:15:46.6805900", line,
-                                   "TIMESTAMP")
+            raise TraceFormatError(name, "azure", gettext_noop("%(value)s is not a time like 2023-11-16 18:15:46.6805900"),
+                                   line, "TIMESTAMP", value=repr(text))
         key = text[:m.end(6)] + (m[8] or "") + (m[9] or "") + (m[10] or "") + (m[11] or "")
         whole = self.seconds.get(key)
         if whole is None:
             try:
                 moment = datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]), tzinfo=UTC)
             except ValueError as error:
-                raise TraceFormatError(name, "azure", f"{text!r} is not a valid time: {error}", line,
-                                       "TIMESTAMP") from None
+                raise TraceFormatError(name, "azure", gettext_noop("%(value)s is not a valid time: %(error)s"), line,
+                                       "TIMESTAMP", value=repr(text), error=error) from None
             if m[9]:
                 offset = timedelta(hours=int(m[10]), minutes=int(m[11]))
                 moment = moment - offset if m[9] == "+" else moment + offset
@@ -489,7 +545,7 @@ def _read_burstgpt(path: Path, name: str, block_tokens: int) -> Trace:
         if sessions is not None:
             sid = row[where["Session ID"]].strip()
             if not sid:
-                raise TraceFormatError(name, fmt, "empty", line, "Session ID")
+                raise TraceFormatError(name, fmt, gettext_noop("empty"), line, "Session ID")
             sessions.append(sid)
     ts, inp, out, lines = cols.arrays()
     trace = Trace(fmt, name, ts, inp, out, lines,
@@ -518,21 +574,22 @@ def _read_fxpilot(path: Path, name: str, block_tokens: int) -> Trace:
             has_blocks = "block_ids" in where
         session = row[where["session_id"]].strip()
         if not session:
-            raise TraceFormatError(name, fmt, "empty", line, "session_id")
+            raise TraceFormatError(name, fmt, gettext_noop("empty"), line, "session_id")
         turn = _whole(row[where["turn"]], name, fmt, line, "turn", 1)
         prompt = _whole(row[where["prompt_tokens"]], name, fmt, line, "prompt_tokens", 1)
         output = _whole(row[where["output_tokens"]], name, fmt, line, "output_tokens", 1)
         offset = _seconds(row[where["arrival_offset_s"]], name, fmt, line, "arrival_offset_s")
         if (session, turn) in seen:
-            raise TraceFormatError(name, fmt, f"session {session!r} turn {turn} already on line "
-                                   f"{seen[(session, turn)]}", line, "turn")
+            raise TraceFormatError(name, fmt, gettext_noop("session %(session)s turn %(turn)s already on line %(first)s"),
+                                   line, "turn", session=repr(session), turn=turn, first=seen[(session, turn)])
         seen[(session, turn)] = line
         if has_blocks:
             tokens = row[where["block_ids"]].split()
             if len(tokens) > -(-prompt // block_tokens):
-                raise TraceFormatError(name, fmt, f"{len(tokens)} block ids for {prompt} prompt tokens: at most "
-                                       f"{-(-prompt // block_tokens)} blocks of {block_tokens} tokens", line,
-                                       "block_ids")
+                raise TraceFormatError(name, fmt, gettext_noop("%(ids)s block ids for %(prompt)s prompt tokens: at most "
+                                                    "%(most)s blocks of %(block)s tokens"), line, "block_ids",
+                                       ids=len(tokens), prompt=prompt, most=-(-prompt // block_tokens),
+                                       block=block_tokens)
             counts.append(len(tokens))
             ids.extend(block_index.setdefault(t, len(block_index)) for t in tokens)
         cols.add(offset, prompt, output, line)

@@ -586,15 +586,16 @@ def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     else:
         upload = form.cleaned_data["trace"]
         party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
-        try:
-            trace = orchestration.upload_trace(gate, upload.read(), upload.name, request.user, party)
+        try:  # kept at once, read and analysed by a worker (runners.traces.receive; the trace page follows it)
+            trace = orchestration.receive_trace(gate.pilot, upload.read(), upload.name, request.user, party)
         except lifecycle.TransitionRefused as refused:
             messages.error(request, refused.message)
         except orchestration.TraceRefused as refused:
             messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
         else:
-            messages.success(request, _("The trace %(name)s is kept: %(n)s sessions, SHA-256 %(sha)s.")
-                             % {"name": trace.name, "n": trace.sessions, "sha": trace.sha256})
+            messages.success(request, _("The trace %(name)s is kept (SHA-256 %(sha)s); it is being read and analysed "
+                                        "in the background.") % {"name": trace.name, "sha": trace.sha256})
+            return redirect("pilot_trace", gate.pilot.code, trace.pk)
     return redirect("gate", gate.pilot.code, gate.number)
 
 

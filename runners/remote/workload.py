@@ -19,8 +19,10 @@ Commands (each takes the common options: --model, --run-id, --instance, --simula
                  `PROGRESS done/total` lines for a poller
   probe          G2 output equivalence: the same prompts at temperature 0 (warm pass, evict, probe pass)
                  --prompts --prompt-tokens --output-tokens --no-warm
-  replay         G4 customer trace CSV (session_id,turn,prompt_tokens,output_tokens,arrival_offset_s),
-                 open loop at the trace's arrival offsets   --trace --max-sessions --repetitions --time-scale
+  replay         G4 customer trace CSV (session_id,turn,prompt_tokens,output_tokens,arrival_offset_s
+                 [,block_ids,stratum]), open loop at the trace's arrival offsets; with block_ids, prompts are
+                 built from content-addressed blocks   --trace --max-sessions --repetitions --time-scale
+                 --block-tokens
   share          write sessions through --url, read them through --url-b (records of phase `share` carry
                  instance B)                                    --url-b --instance-b
   soak           closed loop for --duration-s split into --windows (repetition = window number)
@@ -144,6 +146,7 @@ class PlannedRequest:
     turn: int | None = None
     url: str | None = None
     instance: str | None = None
+    stratum: str | None = None      # replay of a sampled trace: first | shared_prefix | returning
 
 
 def session_request(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
@@ -1179,6 +1182,8 @@ class Finalizer:
             "status": result["status"], "error": result["error"], "output_sha256": result["output_sha256"],
             "request_id": result["request_id"], "simulated": ctx.simulated,
         }
+        if req.stratum:
+            record["stratum"] = req.stratum
         if ctx.simulated and result.get("simulated_timing") is not None:
             simulated_clock(record, result["simulated_timing"])
         ctx.recorder.write(record)
@@ -1600,11 +1605,38 @@ async def _shell(command: str) -> tuple[int, str]:
 # ── Trace replay (G4) ──────────────────────────────────────────────────────────────────────────────
 
 TRACE_COLUMNS = ("session_id", "turn", "prompt_tokens", "output_tokens", "arrival_offset_s")
+TRACE_OPTIONAL = ("block_ids", "stratum")
+
+
+def block_prompt(seed: int, blocks: tuple[str, ...], block_tokens: int, prompt_tokens: int, fill_key: str) -> list[int]:
+    """A prompt built from content-addressed blocks: block id b is the same `block_tokens` tokens wherever it
+    appears (any session, any repetition), so shared and partial reuse are sent as the trace holds them; the
+    prompt is its first `prompt_tokens` tokens, and tokens beyond the listed blocks come from `fill_key` alone."""
+    ids: list[int] = []
+    for block in blocks:
+        if len(ids) >= prompt_tokens:
+            break
+        ids.extend(token_ids(f"{seed}:block:{block}", block_tokens))
+    if len(ids) < prompt_tokens:
+        ids.extend(token_ids(fill_key, prompt_tokens - len(ids)))
+    return ids[:prompt_tokens]
+
+
+def gettext_noop(text: str) -> str:
+    """Marks a message template for the translators (this file runs on the nodes: the standard library only)."""
+    return text
 
 
 class TraceError(WorkloadError):
-    def __init__(self, message: str):
-        super().__init__(message, 2)
+    """A trace the client cannot replay: the file, the line and the column at fault, and why — a message
+    `template` (English, marked for translation) with its `values`, so the portal says it in the reader's
+    language without reading the English back (runners.traces.translate_trace_error)."""
+
+    def __init__(self, path: str, template: str, line: int | None = None, column: str | None = None, **values):
+        self.path, self.line, self.column, self.template = path, line, column, template
+        self.values = {k: str(v) for k, v in values.items()}
+        where = path + (f", line {line}" if line is not None else "") + (f", column {column}" if column else "")
+        super().__init__(f"{where}: {template % self.values if values else template}", 2)
 
 
 @dataclass
@@ -1615,6 +1647,8 @@ class TraceTurn:
     output_tokens: int
     arrival_offset_s: float
     line: int
+    blocks: tuple[str, ...] | None = None   # content-addressed block ids (optional column block_ids)
+    stratum: str = ""                       # first | shared_prefix | returning (optional column stratum)
 
 
 def load_trace(path: str) -> list[TraceTurn]:
@@ -1623,43 +1657,48 @@ def load_trace(path: str) -> list[TraceTurn]:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise TraceError(f"{path}: cannot read the trace: {error}") from None
+        raise TraceError(path, gettext_noop("cannot read the trace: %(error)s"), error=error) from None
     reader = csv.reader(text.splitlines())
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
-        raise TraceError(f"{path}: the file is empty; expected the header {','.join(TRACE_COLUMNS)}") from None
+        raise TraceError(path, gettext_noop("the file is empty; expected the header %(header)s"),
+                         header=",".join(TRACE_COLUMNS)) from None
     missing = [c for c in TRACE_COLUMNS if c not in header]
     if missing:
-        raise TraceError(f"{path}, line 1: missing column(s) {', '.join(missing)}; expected the header "
-                         f"{','.join(TRACE_COLUMNS)}")
-    where = {c: header.index(c) for c in TRACE_COLUMNS}
+        raise TraceError(path, gettext_noop("missing column(s) %(missing)s; expected the header %(header)s"), 1,
+                         missing=", ".join(missing), header=",".join(TRACE_COLUMNS))
+    where = {c: header.index(c) for c in TRACE_COLUMNS + TRACE_OPTIONAL if c in header}
     turns: list[TraceTurn] = []
     seen: dict[tuple[str, int], int] = {}
     for line, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
         if len(row) != len(header):
-            raise TraceError(f"{path}, line {line}: {len(row)} fields where the header has {len(header)}")
-        cells = {c: row[where[c]].strip() for c in TRACE_COLUMNS}
+            raise TraceError(path, gettext_noop("%(fields)s fields where the header has %(header)s"), line,
+                             fields=len(row), header=len(header))
+        cells = {c: row[i].strip() for c, i in where.items()}
         if not cells["session_id"]:
-            raise TraceError(f"{path}, line {line}, column session_id: empty")
+            raise TraceError(path, gettext_noop("empty"), line, "session_id")
         turn, prompt, output = (_trace_int(path, line, cells, c, 1) for c in ("turn", "prompt_tokens", "output_tokens"))
         raw = cells["arrival_offset_s"]
         try:
             offset = float(raw)
         except ValueError:
-            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} is not a number") from None
+            raise TraceError(path, gettext_noop("%(value)s is not a number"), line, "arrival_offset_s",
+                             value=repr(raw)) from None
         if not math.isfinite(offset) or offset < 0:
-            raise TraceError(f"{path}, line {line}, column arrival_offset_s: {raw!r} must be a finite number ≥ 0")
+            raise TraceError(path, gettext_noop("%(value)s must be a finite number ≥ 0"), line, "arrival_offset_s",
+                             value=repr(raw))
         session = cells["session_id"]
         if (session, turn) in seen:
-            raise TraceError(f"{path}, line {line}, column turn: session {session!r} turn {turn} already on line "
-                             f"{seen[(session, turn)]}")
+            raise TraceError(path, gettext_noop("session %(session)s turn %(turn)s already on line %(first)s"), line,
+                             "turn", session=repr(session), turn=turn, first=seen[(session, turn)])
         seen[(session, turn)] = line
-        turns.append(TraceTurn(session, turn, prompt, output, offset, line))
+        blocks = tuple(cells["block_ids"].split()) if "block_ids" in cells else None
+        turns.append(TraceTurn(session, turn, prompt, output, offset, line, blocks, cells.get("stratum", "")))
     if not turns:
-        raise TraceError(f"{path}: the trace has a header but no rows")
+        raise TraceError(path, gettext_noop("the trace has a header but no rows"))
     return turns
 
 
@@ -1668,9 +1707,9 @@ def _trace_int(path: str, line: int, cells: dict, column: str, low: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise TraceError(f"{path}, line {line}, column {column}: {value!r} is not a whole number") from None
+        raise TraceError(path, gettext_noop("%(value)s is not a whole number"), line, column, value=repr(value)) from None
     if number < low:
-        raise TraceError(f"{path}, line {line}, column {column}: {number} is less than {low}")
+        raise TraceError(path, gettext_noop("%(value)s is less than %(low)s"), line, column, value=number, low=low)
     return number
 
 
@@ -1713,8 +1752,12 @@ async def _replay_session(ctx: RunContext, a: argparse.Namespace, sid: str, turn
     key = f"{a.seed}:{a.session_prefix or 'trace'}:{sid}:{rep}"
     for t in sorted(turns, key=lambda t: t.turn):
         await asyncio.sleep(max(0.0, start + t.arrival_offset_s * a.time_scale - time.monotonic()))
-        req = PlannedRequest(sid, _ids_json(token_ids(key, t.prompt_tokens)), t.prompt_tokens, t.output_tokens,
-                  phase="replay", repetition=rep, concurrency=a.max_in_flight, turn=t.turn)
+        if t.blocks is not None:   # content-addressed: the same block, the same tokens, in every repetition
+            prompt = block_prompt(a.seed, t.blocks, a.block_tokens, t.prompt_tokens, f"{key}:{t.turn}:fill")
+        else:
+            prompt = token_ids(key, t.prompt_tokens)
+        req = PlannedRequest(sid, _ids_json(prompt), t.prompt_tokens, t.output_tokens,
+                  phase="replay", repetition=rep, concurrency=a.max_in_flight, turn=t.turn, stratum=t.stratum or None)
         if gate is None:
             await send_one(ctx, client_for(ctx, clients, req), req, "replay", stats_for(stats, "replay", req))
         else:
@@ -1812,6 +1855,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-sessions", type=_positive(int), default=0)
     g.add_argument("--max-in-flight", type=_positive(int), default=0, help="cap on requests in flight (0: none)")
     g.add_argument("--time-scale", type=_positive(float), default=1.0, help="multiplies arrival offsets")
+    g.add_argument("--block-tokens", type=_positive(int), default=512,
+                   help="tokens per block id of the trace's block_ids column (default 512)")
     g = p.add_argument_group("share")
     g.add_argument("--url-b", help="instance B (reads what instance A wrote)")
     g.add_argument("--instance-b")

@@ -57,3 +57,11 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     recovery = next(c for c in verdict["criteria"] if c["key"] == "g4-fault-recovery")
     assert recovery["metric"] == "external_hit_ratio" and recovery["cells"][0]["windows"] == 1, recovery
     assert recovery["cells"][0]["verdict"] == "pass", recovery  # the tier serves again once the path is back
+    # what the G4 report states of the replay: the reuse reached against the replayed requests' own oracle, by stratum
+    from reports.context import replay_fidelity
+
+    fidelity = replay_fidelity(job)
+    assert fidelity and fidelity["oracle"]["ideal_hit_tokens"] > 0, fidelity
+    fx = next(c for c in fidelity["checks"] if c["arm"] == "fx")
+    assert fx["reached"] and fx["reached"] > 0.5, fx
+    assert set(fidelity["strata"]["strata"]) >= {"first", "returning"}, fidelity["strata"]

@@ -7,6 +7,7 @@ from django.urls import reverse
 from runners.models import Job, Node, Site
 from tests.orchestration.conftest import open_gate
 from tests.reports.test_service import CUSTOMER_TRACE
+from tests.traces.helpers import run_trace_jobs
 
 
 def test_the_portal_refuses_g4_without_the_trace_and_starts_it_once_uploaded(signed_pilot, client):
@@ -19,6 +20,9 @@ def test_the_portal_refuses_g4_without_the_trace_and_starts_it_once_uploaded(sig
     assert "G4 needs the customer&#x27;s session trace: upload it on the G4 page" in page
     assert not Job.objects.exists()
     client.post(reverse("gate_trace", args=[pilot.code, 4]), {"trace": SimpleUploadedFile("ours.csv", CUSTOMER_TRACE)})
+    page = client.post(reverse("run_start", args=[pilot.code, 4]), follow=True).content.decode()
+    assert "still being read and analysed" in page and not Job.objects.exists()   # not before the worker read it
+    assert run_trace_jobs() == ["ready"]
     response = client.post(reverse("run_start", args=[pilot.code, 4]))
     job = Job.objects.get()
     assert response.status_code == 302 and response.url == reverse("run", args=[job.code])

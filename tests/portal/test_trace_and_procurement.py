@@ -8,18 +8,26 @@ from gates import lifecycle
 from gates.models import CustomerTrace, Report
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
+from tests.traces.helpers import run_trace_jobs
 
 
 def _upload(client, pilot, data: bytes, name: str = "ours.csv"):
-    return client.post(reverse("gate_trace", args=[pilot.code, 4]), {"trace": SimpleUploadedFile(name, data)},
-                       follow=True)
+    """Upload on the G4 page, let the worker read it, and show the trace page (the G4 page when it is good)."""
+    answer = client.post(reverse("gate_trace", args=[pilot.code, 4]), {"trace": SimpleUploadedFile(name, data)})
+    if answer.status_code != 302:
+        return answer
+    if run_trace_jobs() == ["ready"]:
+        return client.get(reverse("gate", args=[pilot.code, 4]))
+    return client.get(reverse("pilot_traces", args=[pilot.code]))
 
 
 def test_either_party_uploads_the_trace_and_a_bad_one_names_its_line(signed_pilot, client):
     pilot = signed_pilot.pilot
     client.force_login(signed_pilot.carol)  # the customer's engineer
     page = _upload(client, pilot, b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,x,1,0\n")
-    assert "line 2, column prompt_tokens" in page.content.decode() and not CustomerTrace.objects.exists()
+    assert "line 2, column prompt_tokens" in page.content.decode()
+    assert CustomerTrace.objects.get().state == "refused" and not CustomerTrace.objects.filter(state="ready").exists()
+    CustomerTrace.objects.all().delete()
     page = _upload(client, pilot, CUSTOMER_TRACE).content.decode()
     trace = CustomerTrace.objects.get()
     assert trace.sessions == 10 and trace.sha256 in page and "90th percentile" in page

@@ -27,6 +27,7 @@ from runners.models import Status, Step
 from tests.portal.conftest import add_lab
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
+from tests.traces.helpers import run_trace_jobs
 
 # Two English words of letters in a row (a hyphen or apostrophe joins a word, it does not end it).
 SENTENCE = re.compile(r"(?<![\w.-])[A-Za-z][A-Za-z’'-]*[a-z][A-Za-z’'-]*(?:[ ,;:]{1,3}[A-Za-z][A-Za-z’'-]*[a-z]\b)+")
@@ -196,8 +197,11 @@ def test_every_portal_page_in_chinese_leaves_no_english_sentence(signed_pilot, c
     upload = SimpleUploadedFile("ours.csv", CUSTOMER_TRACE)
     read("G4 trace uploaded", reverse("gate_trace", args=[code, 4]), method="post", trace=upload)
     bad = SimpleUploadedFile("ours.csv", b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,x,1,0\n")
-    refused_page = read("G4 trace refused", reverse("gate_trace", args=[code, 4]), method="post", trace=bad)
+    read("G4 trace refused", reverse("gate_trace", args=[code, 4]), method="post", trace=bad)
+    assert run_trace_jobs() == ["ready", "refused"]     # what the worker does after each upload
+    refused_page = read("trace page", reverse("pilot_traces", args=[code]))
     assert "第 2 行，prompt_tokens 列：&#x27;x&#x27; 不是整数" in refused_page  # the client's error, in Chinese
+    read("overview with the trace", reverse("pilot", args=[code]))
 
     g4 = _evaluate(pilot, 4)
     job = g4.job

@@ -111,8 +111,12 @@ def test_the_procurement_report_projects_the_gain_at_the_customers_concurrency(s
     assert sizing["kv_bytes_per_token"] == 2 * 62 * 8 * 128 * 2 and sizing["kv_dtype_source"] == "vllm-default"
     # The trace's sessions end at 20,700 … 29,700 tokens; p90 is the 9th of 10: 28,700 → 28,928 in 256-token chunks.
     assert sizing["customer_sessions"] and sizing["session_tokens"] == 28700 and sizing["stored_tokens"] == 28928
-    assert sizing["kv_bytes"] == sizing["kv_bytes_per_token"] * 28928 * 10000
+    # The customer's trace holds its reuse (turn 2 extends turn 1): the capacity is read from its reuse curve
+    # (docs/traces.md), with the session-length formula's figure kept beside it and the trace's scale stated.
+    assert sizing["capacity_basis"] == "reuse-curve" and sizing["reuse"]["scale"]["sessions"] == 10
+    assert sizing["kv_bytes"] == sizing["kv_bytes_per_token"] * sizing["reuse"]["capacity_tokens"]
     assert sizing["capacity_bytes"] == pytest.approx(sizing["kv_bytes"] * 1.10 * 1.0 * 1.25)
+    assert sizing["session_formula_bytes"] == pytest.approx(sizing["kv_bytes_per_token"] * 28928 * 10000 * 1.1 * 1.25)
     report = service.create_procurement_report(pilot, language="zh-hans")
     result = service.verify_report_bytes(service.report_path(report).read_bytes())
     assert result.ok, result.reasons

@@ -18,6 +18,7 @@ from runners.models import Job, Node, Site
 from runners.runs import RunRefused, validate_params
 from tests.orchestration.conftest import open_gate
 from tests.reports.test_traces import GOOD
+from tests.traces.helpers import run_trace_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -92,9 +93,10 @@ def test_a_refused_run_reads_in_chinese_in_the_portal(signed_pilot, client):
     page = client.post(reverse("run_start", args=[pilot.code, 4]), follow=True).content.decode()
     assert "G4 需要客户的会话轨迹：请在 G4 页面上传" in page and "needs the customer" not in page
     assert not Job.objects.exists()
-    page = client.post(reverse("gate_trace", args=[pilot.code, 4]), {"trace": SimpleUploadedFile(
-        "bad.csv", b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,ten,1,0\n")},
-        follow=True).content.decode()
+    client.post(reverse("gate_trace", args=[pilot.code, 4]), {"trace": SimpleUploadedFile(
+        "bad.csv", b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,ten,1,0\n")})
+    assert run_trace_jobs() == ["refused"]     # the worker reads it; its page says why, in the reader's language
+    page = client.get(reverse("pilot_traces", args=[pilot.code])).content.decode()
     assert "bad.csv，第 2 行，prompt_tokens 列：&#x27;ten&#x27; 不是整数" in page
     with translation.override("zh-hans"), pytest.raises(RunRefused, match="params.repetitions：0 不是≥ 1 的整数"):
         validate_params({"repetitions": 0})

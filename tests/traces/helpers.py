@@ -36,3 +36,13 @@ def random_requests(seed: int, block_tokens: int) -> list[dict]:
         out.append({"timestamp": rng.choice([0, 0, 1, 2, 3, 5, 8, 13]) * 1000 + rng.choice([0, 0, 250]),
                     "input_length": length, "output_length": rng.randint(0, 50), "hash_ids": ids})
     return out
+
+
+def run_trace_jobs() -> list[str]:
+    """What the worker does after an upload (runners.tasks.analyse_trace), for every trace still queued: the tests'
+    database transaction never commits, so the task queued on commit is never sent."""
+    from gates.models import CustomerTrace
+    from runners import traces
+
+    return [traces.analyse_row(pk) for pk in
+            CustomerTrace.objects.filter(state=CustomerTrace.State.QUEUED).order_by("id").values_list("pk", flat=True)]

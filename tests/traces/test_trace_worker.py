@@ -1,0 +1,29 @@
+"""The upload's analysis really runs in a worker: a web request keeps the file and queues the task on commit; a
+real Celery worker (tests.orchestration's cluster) reads and analyses it while the page polls its progress."""
+from __future__ import annotations
+
+import time
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from gates.models import CustomerTrace
+from tests.orchestration.conftest import cluster, fast_settings  # noqa: F401  (fixtures)
+from tests.traces.test_trace_page import conversation_trace
+
+
+def test_a_worker_analyses_the_upload_the_web_request_only_kept(cluster, signed_pilot, client):  # noqa: F811
+    cluster.worker("control", [cluster.control])
+    client.force_login(signed_pilot.bob)
+    response = client.post(reverse("pilot_trace_upload", args=[signed_pilot.pilot.code]),
+                           {"trace": SimpleUploadedFile("conv.jsonl", conversation_trace(30, 3))})
+    assert response.status_code == 302
+    row = CustomerTrace.objects.get()
+    deadline = time.monotonic() + 90
+    while row.state not in ("ready", "refused") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        row.refresh_from_db()
+    assert row.state == "ready", cluster.logs()
+    assert row.turns == 90 and row.analysis["reuse"]["known"] and row.progress == 1.0
+    page = client.get(reverse("pilot_traces", args=[signed_pilot.pilot.code])).content.decode()
+    assert "Reuse share:" in page and "Reuse captured against cache capacity" in page

@@ -34,8 +34,11 @@ from pathlib import Path
 
 STEADY_SECONDS = 8.0
 """Wall seconds of steady soak (every session seen once) over which the rate is measured."""
-SOAK_MARGIN = 1.5
-"""How many times the planner's request count the soak is sized for."""
+SOAK_MARGIN = 2.0
+"""How many times the planner's request count the soak is sized for. In G4 the soak runs while the other node's
+recompute arm replays the trace, so it gets less CPU than the calibration did: at ×0.01 and load 6.6 the
+calibration measured 47.8 requests/s and G4's soak sent about 27 a second (0.56 of it; 1.5× fell short and G4 ran
+again, 3:23 lost); at ×0.03 the soak is bound more by modelled time and kept ≥ 0.67 of it."""
 CALIBRATION_TIMEOUT = 240.0
 """A calibration that has not measured its steady seconds by then gives up (the demo then says so)."""
 FALLBACK_RATE = 4.0

@@ -177,6 +177,18 @@ FAST_RUN = {"time_scale": 0.002, "repetitions": 2, "fio_runtime": 1, "fio_size":
                           "probe_prompts": {"prompts": 4, "prompt_tokens": 1024}}}
 
 
+def cold_recovery_records(params: dict, concurrency: int | None = None) -> dict[str, int]:
+    """The records a whole cold-recovery arm at one level writes, by phase, for a run with these job parameters
+    (G1 by default). Judge version 3 sends fresh sessions every repetition (docs/judge.md, "Planned looks"): the
+    populate step writes the first repetition's sessions, the measure step each later repetition's (phase
+    populate) before measuring it, so every repetition populates and measures its own sessions."""
+    from runners.gateplans import G1_CONCURRENCY
+
+    sessions = (concurrency or G1_CONCURRENCY) * int(params["workloads"]["cold_recovery"]["requests_per_client"])
+    repetitions = int(params["repetitions"])
+    return {"populate": sessions * repetitions, "measure": sessions * repetitions}
+
+
 def open_gate(pilot, number: int, people) -> None:
     """Walk the lifecycle up to gate `number` open: each earlier gate passes and both parties sign it off."""
     from gates import lifecycle

@@ -2,12 +2,10 @@
 
 The judge writes each check's detail in English (gates/judge/validity.py) and, beside it, the catalogue
 sentences and values it was made of (`detail_said`): those are said here through gettext. A check without
-them (a verdict stored before judge version 3's messages, or the server-counter cross-check, whose parts are
-still matched below) is shown as the judge wrote it, a problem under a translated lead.
+them (a verdict stored before them) is shown as the judge wrote it, a problem under a translated lead.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -49,19 +47,7 @@ def detail(name: str, ok: bool, text: str, parts: list[dict] | None = None) -> s
         return said if ok else _("The judge reports: %(problems)s") % {"problems": said}
     if not ok:
         return _("The judge reports: %(problems)s") % {"problems": text}
-    if name == "hit-counters-agree":
-        return "; ".join(_counters(part) for part in text.split("; "))
     return text
-
-
-def _counters(part: str) -> str:
-    if match := re.fullmatch(r"records and /metrics agree on cached tokens in (\d+) window\(s\)", part):
-        return _("records and /metrics agree on cached tokens in %(n)s window(s)") % {"n": match.group(1)}
-    if match := re.fullmatch(r"(\d+) successful request\(s\) without cached_tokens counted as misses \(0\)", part):
-        return _("%(n)s successful request(s) without cached_tokens counted as misses (0)") % {"n": match.group(1)}
-    if part.startswith("not cross-checked: "):
-        return _("not cross-checked: %(why)s") % {"why": part[len("not cross-checked: "):]}
-    return part
 
 
 def localised(validity: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -303,10 +303,12 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows
                     seen.add(key)
                     n_ok = int(sub["ok"].sum())
                     if n_ok < min_requests:
-                        thin.append(f"{arm}/{phase}@{conc} rep {rep}: {n_ok} successful requests < {min_requests}")
+                        thin.append(said(gettext_noop("%(cell)s rep %(rep)s: %(n)s successful requests < %(min)s"),
+                                         cell=f"{arm}/{phase}@{conc}", rep=rep, n=n_ok, min=min_requests))
                     span = float(sub["t_end"].max() - sub["t_send"].min())
                     if span < min_seconds:
-                        short.append(f"{arm}/{phase}@{conc} rep {rep}: {span:.1f} s < {min_seconds:g} s")
+                        short.append(said(gettext_noop("%(cell)s rep %(rep)s: %(s)s s < %(min)s s"),
+                                          cell=f"{arm}/{phase}@{conc}", rep=rep, s=f"{span:.1f}", min=f"{min_seconds:g}"))
     return [
         _check("arms-and-levels-present", missing,
                said(gettext_noop("every arm, phase and concurrency level the criteria compare is present"))),

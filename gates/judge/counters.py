@@ -28,6 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from django.utils.translation import gettext_noop
 
 from gates.judge.records import Inputs
 
@@ -171,8 +172,7 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
                 cached[rows] = 0.0
                 filled += len(rows)
             else:
-                unverifiable.append(f"{where}: no record reports cached_tokens; /metrics counted "
-                                    f"{from_metrics:.0f} cached tokens")
+                unverifiable.append({"where": where, "n": f"{from_metrics:.0f}"})
             continue
         from_records = float(np.nansum(values))
         if abs(from_records - from_metrics) > TOLERANCE * max(tokens, 1.0):
@@ -183,17 +183,32 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
             agreed.append(where)
     if filled:
         requests = requests.assign(cached_tokens=cached)
+    # the detail as catalogue sentences and values (gates.judge.validity's detail_said), English joined by "; "
     detail_parts = []
     if agreed:
-        detail_parts.append(f"records and /metrics agree on cached tokens in {len(agreed)} window(s)")
+        detail_parts.append(_said(gettext_noop("records and /metrics agree on cached tokens in %(n)s window(s)"),
+                                  n=len(agreed)))
     if filled:
-        detail_parts.append(f"{filled} successful request(s) without cached_tokens counted as misses (0)")
-    if unverifiable:
-        detail_parts.append("not cross-checked: " + "; ".join(unverifiable))
+        detail_parts.append(_said(gettext_noop("%(n)s successful request(s) without cached_tokens counted as misses "
+                                               "(0)"), n=filled))
+    for i, unverified in enumerate(unverifiable):
+        detail_parts.append(_said(gettext_noop("not cross-checked: %(where)s: no record reports cached_tokens; "
+                                               "/metrics counted %(n)s cached tokens") if i == 0 else
+                                  gettext_noop("%(where)s: no record reports cached_tokens; /metrics counted %(n)s "
+                                               "cached tokens"), **unverified))
     if unmatched:
         problems.append(f"{len(unmatched)} phase summar{'y' if len(unmatched) == 1 else 'ies'} with /metrics match no "
                         f"request record by run id, instance and cell: {', '.join(unmatched[:5])}"
                         + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""))
-    detail = "; ".join(problems) if problems else ("; ".join(detail_parts) or "no phase summary with /metrics deltas")
+    if not problems:
+        detail_parts = detail_parts or [_said(gettext_noop("no phase summary with /metrics deltas"))]
+    detail = "; ".join(problems) if problems else "; ".join(p["template"] % p["values"] for p in detail_parts)
     check = {"name": CHECK_NAME, "ok": not problems, "detail": detail}
+    if not problems:
+        check["detail_said"] = detail_parts
     return replace(inputs, requests=requests), check
+
+
+def _said(template: str, **values) -> dict:
+    """A part of the check's detail as it is made (the shape of gates.judge.validity.said, which imports this)."""
+    return {"template": template, "values": {k: str(v) for k, v in values.items()}}

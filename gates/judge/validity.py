@@ -1,13 +1,18 @@
 """Validity before performance (the MLPerf rule): a run that is not valid cannot pass.
 
 Each check returns {"name", "ok", "detail"}; `detail` says what was seen, in English, so a person can
-fix the run. Missing kinds of input altogether (an arm with no records, no inventory for G1) are not
+fix the run. A check whose detail is made of catalogue sentences also records them as `detail_said`: a list of
+{"template": a sentence marked with gettext_noop, with %(name)s fields, "values": {name: text}}, one per part of
+`detail` (which is those parts in English, joined by "; "), so a page or a report says it in the reader's
+language without parsing the English back (reports.checks). Verdicts stored before it have `detail` only.
+Missing kinds of input altogether (an arm with no records, no inventory for G1) are not
 checks but RecordErrors: there is nothing to judge.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from django.utils.translation import gettext_noop
 
 from gates.judge import counters, intervals
 from gates.judge.metrics import (
@@ -88,8 +93,25 @@ def require_inputs(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> None:
             raise RecordError("the files given", f"{spec.key} needs node inventories (fxpilot.inventory/1); none were given")
 
 
-def _check(name: str, problems: list[str], ok_detail: str) -> dict:
-    return {"name": name, "ok": not problems, "detail": "; ".join(problems) if problems else ok_detail}
+Said = dict  # {"template": a catalogue sentence, "values": {name: text}}
+
+
+def said(template: str, **values) -> Said:
+    """A part of a check's detail as it is made: its sentence (marked with gettext_noop where it is written) and values."""
+    return {"template": template, "values": {k: str(v) for k, v in values.items()}}
+
+
+def english(part: str | Said) -> str:
+    return part if isinstance(part, str) else part["template"] % part["values"]
+
+
+def _check(name: str, problems: list[str | Said], ok_detail: str | Said | list[Said]) -> dict:
+    """The check; parts given as `said` sentences are kept as `detail_said` when every part of the detail is one."""
+    parts = problems if problems else (ok_detail if isinstance(ok_detail, list) else [ok_detail])
+    out = {"name": name, "ok": not problems, "detail": "; ".join(english(p) for p in parts)}
+    if parts and all(isinstance(p, dict) for p in parts):
+        out["detail_said"] = list(parts)
+    return out
 
 
 def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *, warmup_windows: int = 1,
@@ -141,8 +163,8 @@ def _simulated(inputs: Inputs) -> dict:
                         f"{SIMULATOR_GAUGE} (e.g. {first['arm']}/{first['phase']}@{first['concurrency']} rep "
                         f"{first['repetition']} in {first.get('_source', 'a phase summary')}): the answers came from "
                         "the simulator")
-    kind = "simulated" if flags == {True} else "real"
-    return _check("no-simulated-mixed-with-real", problems, f"all inputs are {kind}")
+    return _check("no-simulated-mixed-with-real", problems,
+                  said(gettext_noop("all inputs are simulated")) if flags == {True} else said(gettext_noop("all inputs are real")))
 
 
 # A request is known by what it was and when it happened, not by the file or run_id it arrived under:
@@ -153,7 +175,7 @@ DUPLICATE_KEYS = ["arm", "phase", "session", "prompt_tokens", "output_tokens", "
 
 def _duplicates(requests: pd.DataFrame) -> dict:
     if len(requests) < 2:
-        return _check("no-duplicate-requests", [], "no request appears twice")
+        return _check("no-duplicate-requests", [], said(gettext_noop("no request appears twice")))
     keys = requests[DUPLICATE_KEYS].copy()
     keys["t_first_token"] = keys["t_first_token"].fillna(-1.0)
     copies = requests[keys.duplicated(keep="first").to_numpy()]
@@ -165,7 +187,7 @@ def _duplicates(requests: pd.DataFrame) -> dict:
                         f"timestamps), e.g. session {plain(first['session'])!r} at {first['_source']} line "
                         f"{plain(first['_line'])}, the same as {original['_source']} line {plain(original['_line'])}: "
                         "give each measurement once")
-    return _check("no-duplicate-requests", problems, "no request appears twice (compared by content)")
+    return _check("no-duplicate-requests", problems, said(gettext_noop("no request appears twice (compared by content)")))
 
 
 def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
@@ -184,8 +206,8 @@ def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
                 problems.append(f"{spec.key}: too few requests to show ≤ {plain(spec.threshold * 100)} % at {at}; "
                                 f"needs ≥ {needed:,} error-free requests (has {n:,})")
             else:
-                seen.append(f"{spec.key} {at}: {n:,} requests")
-    return _check("enough-requests-for-rates", problems, "; ".join(seen) or "no rate bar to show")
+                seen.append(said(gettext_noop("%(criterion)s %(cell)s: %(n)s requests"), criterion=spec.key, cell=at, n=f"{n:,}"))
+    return _check("enough-requests-for-rates", problems, seen or said(gettext_noop("no rate bar to show")))
 
 
 def _inventory_complete(gate: GatePlan, inputs: Inputs) -> dict:
@@ -210,7 +232,8 @@ def _inventory_complete(gate: GatePlan, inputs: Inputs) -> dict:
                 if nic.get("rdma_device") and not nic.get("rdma_state"):
                     problems.append(f"node {node}: field 'nics.{nic.get('name')}.rdma_state' is missing or unknown; "
                                     "the RDMA port state (ACTIVE, DOWN, …) must be recorded")
-    return _check("inventory-complete", problems, "every node records its GPUs one by one and its RDMA port states")
+    return _check("inventory-complete", problems,
+                  said(gettext_noop("every node records its GPUs one by one and its RDMA port states")))
 
 
 def _versions(inputs: Inputs) -> dict:
@@ -220,13 +243,14 @@ def _versions(inputs: Inputs) -> dict:
         lmcache = inventory.get("lmcache")
         lmcache = (lmcache.get("version") or lmcache.get("commit")) if isinstance(lmcache, dict) else lmcache
         if inventory.get("vllm") and lmcache:
-            found.append(f"vLLM {inventory['vllm']}, LMCache {lmcache} (node {inventory['node']})")
+            found.append(said(gettext_noop("vLLM %(v)s, LMCache %(l)s (node %(node)s)"), v=inventory["vllm"], l=lmcache,
+                              node=inventory["node"]))
     reported = set()
     for summary in inputs.summaries:
         versions = summary.get("versions") or {}
         lmcache = versions.get("lmcache") or versions.get("lmcache_commit")
         if versions.get("vllm") and lmcache:
-            found.append(f"vLLM {versions['vllm']}, LMCache {lmcache} (phase summary)")
+            found.append(said(gettext_noop("vLLM %(v)s, LMCache %(l)s (phase summary)"), v=versions["vllm"], l=lmcache))
             reported.add(f"vLLM {versions['vllm']} / LMCache {lmcache}")
     problems = [] if found else ["no inventory or phase summary records the vLLM and LMCache versions"]
     if len(reported) > 1:
@@ -279,16 +303,19 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows
                     seen.add(key)
                     n_ok = int(sub["ok"].sum())
                     if n_ok < min_requests:
-                        thin.append(f"{arm}/{phase}@{conc} rep {rep}: {n_ok} successful requests < {min_requests}")
+                        thin.append(said(gettext_noop("%(cell)s rep %(rep)s: %(n)s successful requests < %(min)s"),
+                                         cell=f"{arm}/{phase}@{conc}", rep=rep, n=n_ok, min=min_requests))
                     span = float(sub["t_end"].max() - sub["t_send"].min())
                     if span < min_seconds:
-                        short.append(f"{arm}/{phase}@{conc} rep {rep}: {span:.1f} s < {min_seconds:g} s")
+                        short.append(said(gettext_noop("%(cell)s rep %(rep)s: %(s)s s < %(min)s s"),
+                                          cell=f"{arm}/{phase}@{conc}", rep=rep, s=f"{span:.1f}", min=f"{min_seconds:g}"))
     return [
-        _check("arms-and-levels-present", missing, "every arm, phase and concurrency level the criteria compare is present"),
-        _check("min-requests-per-cell", thin, f"every cell has at least {min_requests} successful requests"),
-        _check("min-cell-seconds", short, f"every cell lasted at least {min_seconds:g} s"),
-        _check("repetitions", few_reps, "at least 2 repetitions for every TTFT, throughput and CV criterion; "
-               "enough soak windows for drift"),
+        _check("arms-and-levels-present", missing,
+               said(gettext_noop("every arm, phase and concurrency level the criteria compare is present"))),
+        _check("min-requests-per-cell", thin, said(gettext_noop("every cell has at least %(n)s successful requests"), n=min_requests)),
+        _check("min-cell-seconds", short, said(gettext_noop("every cell lasted at least %(s)s s"), s=f"{min_seconds:g}")),
+        _check("repetitions", few_reps, said(gettext_noop("at least 2 repetitions for every TTFT, throughput and CV criterion; "
+                                                "enough soak windows for drift"))),
     ]
 
 
@@ -320,7 +347,8 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
             if len(reported):
                 evidence = True
                 ratio = float(reported["cached_tokens"].sum()) / max(float(reported["prompt_tokens"].sum()), 1.0)
-                seen.append(f"{arm}/{phase} {ratio:.1%} of prompt tokens cached")
+                seen.append(said(gettext_noop("%(where)s %(ratio)s of prompt tokens cached"), where=f"{arm}/{phase}",
+                                 ratio=f"{ratio:.1%}"))
                 problems += _hit_problem(arm, phase, ratio, judged, "the records' cached_tokens")
             external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
             gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
@@ -331,7 +359,8 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 evidence = True
                 total = max(sum(prompt), 1.0)
                 ratio = (sum(external) + (sum(gpu) if arm == RECOMPUTE_ARM else 0.0)) / total
-                seen.append(f"{arm}/{phase} /metrics: {ratio:.1%} external hits")
+                seen.append(said(gettext_noop("%(where)s /metrics: %(ratio)s external hits"),
+                                 where=f"{arm}/{phase}", ratio=f"{ratio:.1%}"))
                 problems += _hit_problem(arm, phase, ratio, judged, "the /metrics deltas")
                 if gpu and sum(gpu) / total > GPU_COLD_MAX_HIT:
                     problems.append(f"{arm}/{phase}: the GPU prefix cache served {sum(gpu) / total:.1%} of the prompt "
@@ -342,7 +371,7 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
     if RECOMPUTE_ARM in arms and len(inputs.retrieves) and (inputs.retrieves["arm"] == RECOMPUTE_ARM).any():
         # whatever phases the gate measures recompute in (G2: probes only)
         problems.append(f"{RECOMPUTE_ARM}: LMCache logged retrievals for the recompute arm; it must have no KV connector")
-    return _check("hit-behaviour-matches-arm", problems, "; ".join(seen) or "no measure phase to check")
+    return _check("hit-behaviour-matches-arm", problems, seen or said(gettext_noop("no measure phase to check")))
 
 
 PILOT_CONNECTOR = "LMCacheConnectorV1"
@@ -373,7 +402,7 @@ def _connector(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                             f"{PILOT_CONNECTOR}: its hits are not LMCache's tiers")
         else:
             seen.append(f"{arm}: {PILOT_CONNECTOR}")
-    return _check("kv-connector-is-lmcache", problems, "; ".join(seen) or "no real cache arm to check")
+    return _check("kv-connector-is-lmcache", problems, "; ".join(seen) or said(gettext_noop("no real cache arm to check")))
 
 
 PAGE_CACHE_DROPPED = "page cache dropped"  # what the workload client's eviction says when it did drop it
@@ -386,7 +415,7 @@ def _page_cache(gate: GatePlan, inputs: Inputs) -> dict:
     arms = {a for s in gate.criteria if uses_requests(s) for a in (s.candidate, s.baseline) if a and a != RECOMPUTE_ARM}
     phases = {s.phase for s in gate.criteria if uses_requests(s)}
     if not phases & (set(HIT_PHASES) | {"any"}):
-        return _check("page-cache-bypassed", [], "no measure phase after an eviction to check")
+        return _check("page-cache-bypassed", [], said(gettext_noop("no measure phase after an eviction to check")))
     problems, seen = [], []
     for arm in sorted(arms):
         rows = [s for s in inputs.summaries if s["arm"] == arm and s["phase"] in HIT_PHASES and not summary_simulated(s)]
@@ -398,15 +427,16 @@ def _page_cache(gate: GatePlan, inputs: Inputs) -> dict:
             eviction = summary.get("eviction") or {}
             if page_cache.get("use_odirect") is True or eviction.get("drop-caches") == PAGE_CACHE_DROPPED:
                 continue
-            said = eviction.get("drop-caches") or "no page-cache drop in the eviction"
-            bad.append(f"{summary['phase']}@{summary['concurrency']} rep {summary['repetition']} ({said})")
+            how = eviction.get("drop-caches") or "no page-cache drop in the eviction"
+            bad.append(f"{summary['phase']}@{summary['concurrency']} rep {summary['repetition']} ({how})")
         if bad:
             problems.append(f"{arm}: neither O_DIRECT (deploy manifest page_cache.use_odirect) nor a dropped page cache "
                             f"before the cold read, so a disk hit may have been a DRAM hit: {'; '.join(bad[:3])}"
                             + (f"; {len(bad) - 3} more" if len(bad) > 3 else ""))
         else:
-            seen.append(f"{arm}: {len(rows)} measured cell(s) read with O_DIRECT or after a page-cache drop")
-    return _check("page-cache-bypassed", problems, "; ".join(seen) or "no real cache arm to check")
+            seen.append(said(gettext_noop("%(arm)s: %(n)s measured cell(s) read with O_DIRECT or after a page-cache drop"),
+                             arm=arm, n=len(rows)))
+    return _check("page-cache-bypassed", problems, seen or said(gettext_noop("no real cache arm to check")))
 
 
 def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[str]:
@@ -436,8 +466,8 @@ def _client(inputs: Inputs) -> dict:
         if cpu is not None and duration and cpu / duration >= CLIENT_CPU_MAX:
             problems.append(f"{where}: the client used {cpu / duration:.0%} of a core for {duration:.1f} s; "
                             "it was the bottleneck")
-    detail = (f"the client kept the planned concurrency in flight ({checked} phase summaries)" if checked
-              else "not checked: no phase summary reports max_in_flight")
+    detail = (said(gettext_noop("the client kept the planned concurrency in flight (%(n)s phase summaries)"), n=checked)
+              if checked else said(gettext_noop("not checked: no phase summary reports max_in_flight")))
     return _check("client-not-bottleneck", problems, detail)
 
 
@@ -451,7 +481,7 @@ def _hashes(gate: GatePlan, requests: pd.DataFrame, frame: pd.DataFrame) -> dict
             rows = rows[rows["ok"]]
             if len(rows) and requests.loc[rows.index, "output_sha256"].isna().all():
                 problems.append(f"{spec.key}: arm {arm!r} records carry no output_sha256 in phase {spec.phase!r}")
-    return _check("output-hashes-present", problems, "probe outputs carry output_sha256")
+    return _check("output-hashes-present", problems, said(gettext_noop("probe outputs carry output_sha256")))
 
 
 
@@ -460,14 +490,15 @@ def _other_instance(requests: pd.DataFrame) -> dict:
     share = requests[requests["phase"] == "share"]
     written = requests[requests["phase"] == "populate"]
     if len(written) == 0 or len(share) == 0:
-        return _check("share-read-on-another-instance", [], "not checked: no populate records to say which "
-                      "instance wrote the shared sessions")
+        return _check("share-read-on-another-instance", [], said(gettext_noop("not checked: no populate records to say which "
+                                                                    "instance wrote the shared sessions")))
     writers = written.groupby("session", observed=True)["instance"].agg(lambda s: set(s.astype(str)))
     same = [session for session, instance in zip(share["session"], share["instance"].astype(str), strict=True)
             if session in writers.index and instance in writers[session]]
     problems = [f"{len(same)} share-phase request(s) were answered by the instance that wrote the session "
                 f"(e.g. {same[0]})"] if same else []
-    return _check("share-read-on-another-instance", problems, "every shared session was read on another instance")
+    return _check("share-read-on-another-instance", problems,
+                  said(gettext_noop("every shared session was read on another instance")))
 
 
 SHARE_WRITE_PHASES = ("populate", "share")  # instance A writes the shared sessions, instance B reads them
@@ -482,7 +513,7 @@ def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
     rows = [s for s in inputs.summaries if s["phase"] in SHARE_WRITE_PHASES and (not arms or s["arm"] in arms)
             and not summary_simulated(s)]
     if not rows:
-        return _check("chunk-hash-shared", [], "no real populate or share phase to check")
+        return _check("chunk-hash-shared", [], said(gettext_noop("no real populate or share phase to check")))
     problems, found = [], {}
     for summary in rows:
         where = f"{summary['arm']} {summary['phase']} on {summary.get('instance') or 'an unnamed instance'}"
@@ -500,7 +531,8 @@ def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
     if len(found) > 1:
         problems.append("the instances hash differently: " + "; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
                                                                       for value, wheres in sorted(found.items())))
-    detail = f"every instance ran {next(iter(found))}" if len(found) == 1 else "no chunk hash to compare"
+    detail = (said(gettext_noop("every instance ran %(hash)s"), hash=next(iter(found))) if len(found) == 1
+              else said(gettext_noop("no chunk hash to compare")))
     return _check("chunk-hash-shared", problems, detail)
 
 
@@ -524,11 +556,11 @@ def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
         before = len(problems)
         for step, what in (("cut", "cut"), ("restore", "restored")):
             code = fault.get(f"{step}_exit")
-            said = fault.get(f"{step}_error")
+            error = fault.get(f"{step}_error")
             if code is None:
                 problems.append(f"{where}: no {step} command ran (no {step}_exit): the FX path was not {what}")
             elif code != 0:
-                problems.append(f"{where}: the {step} command exited {code}" + (f" ({said})" if said else "")
+                problems.append(f"{where}: the {step} command exited {code}" + (f" ({error})" if error else "")
                                 + f": the FX path was not {what}")
         eviction = fault.get("eviction")
         if not isinstance(eviction, dict) or not eviction:
@@ -537,8 +569,9 @@ def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
             problems.append(f"{where}: the eviction after the restore failed ({eviction['error']}), so hits after it "
                             "may be HBM's")
         if len(problems) == before:
-            seen.append(f"{where}: cut and restore exited 0, evicted after the restore")
-    return _check("fault-path-cut-confirmed", problems, "; ".join(seen))
+            seen.append(said(gettext_noop("%(arm)s on %(where)s: cut and restore exited 0, evicted after the restore"),
+                             arm=summary["arm"], where=summary.get("instance") or summary.get("_source")))
+    return _check("fault-path-cut-confirmed", problems, seen)
 
 
 def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
@@ -555,8 +588,8 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
                             "summary with its own vllm:external_prefix_cache_hits_total and "
                             "vllm:external_prefix_cache_queries_total deltas)")
         else:
-            seen.append(f"{spec.key}: {len(measured)} /metrics window(s)")
-    return _check("external-hits-measured", problems, "; ".join(seen))
+            seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key, n=len(measured)))
+    return _check("external-hits-measured", problems, seen)
 
 
 def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[str]:
@@ -618,7 +651,7 @@ def completeness(gate: GatePlan, frame: pd.DataFrame, summaries: list[dict], loo
     reach no look are invalid, naming what is missing."""
     cells = main_cells(gate, frame, phase)
     if not cells:
-        return _check("repetitions-complete", [], "no repeated cell to check")
+        return _check("repetitions-complete", [], said(gettext_noop("no repeated cell to check")))
     most = max((max(r) for r in cells.values() if r), default=0)
     reached = [r for r in looks if all(len(reps) >= r for reps in cells.values())]
     judged = reached[-1] if reached else looks[0]
@@ -627,10 +660,11 @@ def completeness(gate: GatePlan, frame: pd.DataFrame, summaries: list[dict], loo
         wanted = list(range(1, max(judged, most if not reached else judged) + 1))
         missing = [r for r in wanted if r not in reps]
         if missing and (not reached or any(r <= judged for r in missing)):
-            problems.append(f"{arm}@{level} lacks repetition(s) {_ranges(missing)} of {phase}")
+            problems.append(said(gettext_noop("%(cell)s lacks repetition(s) %(reps)s of %(phase)s"), cell=f"{arm}@{level}",
+                                 reps=_ranges(missing), phase=phase))
     if not reached:
-        problems.insert(0, f"look 1 of the design needs {looks[0]} repetitions of every cell "
-                        f"(looks: {', '.join(map(str, looks))}); the records reach none")
+        problems.insert(0, said(gettext_noop("look 1 of the design needs %(n)s repetitions of every cell (looks: %(looks)s); "
+                                   "the records reach none"), n=looks[0], looks=", ".join(map(str, looks))))
     have = {(str(a), int(c), int(r)) for a, c, r in frame.loc[frame["phase"] == phase,
                                                                ["arm", "concurrency", "repetition"]].itertuples(index=False)}
     orphans = sorted({(s["arm"], int(s["concurrency"]), int(s["repetition"])) for s in summaries
@@ -638,14 +672,18 @@ def completeness(gate: GatePlan, frame: pd.DataFrame, summaries: list[dict], loo
                       and (s["arm"], int(s["concurrency"]), int(s["repetition"])) not in have})
     if orphans:
         listed = "; ".join(f"{a}@{c} rep {r}" for a, c, r in orphans[:5])
-        problems.append(f"{len(orphans)} measured repetition(s) have a phase summary but no records: {listed}"
-                        + (f"; {len(orphans) - 5} more" if len(orphans) > 5 else ""))
+        problems.append(said(gettext_noop("%(n)s measured repetition(s) have a phase summary but no records: %(listed)s"),
+                             n=len(orphans), listed=listed))
+        if len(orphans) > 5:
+            problems.append(said(gettext_noop("%(n)s more"), n=len(orphans) - 5))
     later = [f"{a}@{c}: {len(r)}" for (a, c), r in sorted(cells.items()) if len(r) > judged]
-    detail = (f"every cell holds repetitions 1–{judged} (look {reached.index(judged) + 1 if reached else 0} of "
-              f"{len(looks)})" + (f"; repetitions beyond {judged} wait for the next look ({', '.join(later[:3])})"
-                                  if later else ""))
+    detail = [said(gettext_noop("every cell holds repetitions 1–%(r)s (look %(look)s of %(looks)s)"), r=judged,
+                   look=reached.index(judged) + 1 if reached else 0, looks=len(looks))]
+    if later:
+        detail.append(said(gettext_noop("repetitions beyond %(r)s wait for the next look (%(cells)s)"), r=judged,
+                           cells=", ".join(later[:3])))
     if planned and reached and judged < planned:
-        detail += f"; the run planned {planned}: this is an interim look"
+        detail.append(said(gettext_noop("the run planned %(n)s: this is an interim look"), n=planned))
     return _check("repetitions-complete", problems, detail)
 
 
@@ -678,11 +716,15 @@ def near_copies(gate: GatePlan, frame: pd.DataFrame, requests: pd.DataFrame, tol
                 for b in same[i + 1:]:
                     (ta, da), (tb, db) = prints[a], prints[b]
                     if np.max(np.abs(ta - tb)) <= tolerance and np.max(np.abs(da - db)) <= tolerance:
-                        problems.append(f"{arm}/{phase}@{level}: repetition {b} repeats repetition {a}'s timings "
-                                        f"within {tolerance:g} s (all {size} requests)")
-    skipped = f"; not compared on the simulator's deterministic model clock: {', '.join(modelled)}" if modelled else ""
-    return _check("no-copied-repetitions", problems[:10] + ([f"{len(problems) - 10} more"] if len(problems) > 10 else []),
-                  f"no repetition repeats another's timings within {tolerance:g} s{skipped}")
+                        problems.append(said(gettext_noop("%(cell)s: repetition %(b)s repeats repetition %(a)s's timings "
+                                                "within %(s)s s (all %(n)s requests)"), cell=f"{arm}/{phase}@{level}",
+                                             a=a, b=b, s=f"{tolerance:g}", n=size))
+    detail = [said(gettext_noop("no repetition repeats another's timings within %(s)s s"), s=f"{tolerance:g}")]
+    if modelled:
+        detail.append(said(gettext_noop("not compared on the simulator's deterministic model clock: %(arms)s"),
+                           arms=", ".join(modelled)))
+    return _check("no-copied-repetitions",
+                  problems[:10] + ([said(gettext_noop("%(n)s more"), n=len(problems) - 10)] if len(problems) > 10 else []), detail)
 
 
 def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> dict:
@@ -697,8 +739,9 @@ def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> d
         if isinstance(offset, (int, float)) and not isinstance(offset, bool):
             checked += 1
             if abs(offset) > tolerance:
-                problems.append(f"instance {summary.get('instance') or summary.get('_source')}: its clock is "
-                                f"{offset:+.3g} s from the collector's (tolerance {tolerance:g} s)")
+                problems.append(said(gettext_noop("instance %(instance)s: its clock is %(offset)s s from the collector's "
+                                        "(tolerance %(s)s s)"), instance=summary.get("instance") or summary.get("_source"),
+                                     offset=f"{offset:+.3g}", s=f"{tolerance:g}"))
     rows = requests[(requests["wall_anchor"] > 0) & (requests["phase"] != "replay")]
     if len(rows) and rows["instance"].nunique() > 1:
         wall = rows["wall_anchor"] + rows["t_send"]
@@ -714,9 +757,12 @@ def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> d
             centre = float(np.median(starts.to_numpy()))
             for instance, start in starts.items():
                 if abs(float(start) - centre) > tolerance:
-                    problems.append(f"instance {instance}: {arm}/{phase}@{level} rep {rep} started "
-                                    f"{float(start) - centre:+.3g} s from the cell's other instances on the wall clock "
-                                    f"(tolerance {tolerance:g} s): its clock disagrees")
-    unique = list(dict.fromkeys(problems))
-    return _check("clocks-agree", unique[:10], f"clocks agree within {tolerance:g} s ({checked} comparison(s))"
-                  if checked else "not checked: no clock offsets recorded and no cell measured on several instances")
+                    problems.append(said(gettext_noop("instance %(instance)s: %(cell)s rep %(rep)s started %(offset)s s from "
+                                            "the cell's other instances on the wall clock (tolerance %(s)s s): its "
+                                            "clock disagrees"), instance=instance, cell=f"{arm}/{phase}@{level}",
+                                         rep=rep, offset=f"{float(start) - centre:+.3g}", s=f"{tolerance:g}"))
+    unique = [p for i, p in enumerate(problems) if p not in problems[:i]]
+    return _check("clocks-agree", unique[:10],
+                  said(gettext_noop("clocks agree within %(s)s s (%(n)s comparison(s))"), s=f"{tolerance:g}", n=checked)
+                  if checked else said(gettext_noop("not checked: no clock offsets recorded and no cell measured on several "
+                                          "instances")))

@@ -169,6 +169,8 @@ def test_the_plan_page_shows_the_planners_figures_and_flags_a_plan_that_cannot_d
     document = dict(version.document)
     document["workloads"] = {**document["workloads"], "cold_recovery": {
         **document["workloads"]["cold_recovery"], "repetitions": 1}}
+    # The looks end at the cold-recovery repetitions (gates.plan refuses a plan whose last look differs).
+    document["judging"] = {**document.get("judging", {}), "looks": [1]}
     version.document = document
     version.save(update_fields=["document"])
     page = client.get(reverse("plan", args=[demo.pilot.code])).content.decode()

@@ -152,25 +152,37 @@ def storage_name(pilot_code: str, sha256: str) -> str:
     return f"traces/{pilot_code}/{sha256}.csv"
 
 
+def _checked_name(name: str, data: bytes) -> str:
+    """The upload's file name as kept (no folders, at most 200 characters), once its size is within bounds."""
+    name = Path(name or "customer-trace.csv").name[:200]
+    try:
+        validate_trace_size(len(data))
+    except ValidationError as error:
+        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    return name
+
+
+def _keep(pilot, data: bytes, name: str) -> tuple[str, str]:
+    """(SHA-256, evidence-store name) of the trace's bytes, stored under their content address."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    stored = storage_name(str(pilot.code), sha256)
+    try:
+        put_bytes(stored, data, sha256)
+    except (ArtifactMismatch, OSError) as error:
+        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
+                           % {"name": name, "error": error}) from None
+    return sha256, stored
+
+
 def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrace:
     """Validate, analyse, hash and keep the customer's trace for `gate` (G4) within the call (commands and tests; the
     portal uses `receive`); a bad file is refused and nothing is stored."""
     if gate.number != TRACE_GATE:
         raise TraceRefused(_("a trace is replayed by G%(number)s only, not by %(gate)s")
                            % {"number": TRACE_GATE, "gate": gate.label})
-    name = Path(name or "customer-trace.csv").name[:200]
-    try:
-        validate_trace_size(len(data))
-    except ValidationError as error:
-        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    name = _checked_name(name, data)
     summary = analyse_bytes(data, name)
-    sha256 = hashlib.sha256(data).hexdigest()
-    stored = storage_name(str(gate.pilot.code), sha256)
-    try:
-        put_bytes(stored, data, sha256)
-    except (ArtifactMismatch, OSError) as error:
-        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
-                           % {"name": name, "error": error}) from None
+    sha256, stored = _keep(gate.pilot, data, name)
     trace = CustomerTrace.objects.create(
         pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
         size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
@@ -204,20 +216,10 @@ def receive(pilot, data: bytes, name: str, user, party: str) -> CustomerTrace:
     it takes to hash and store it. The row is `queued`; `runners.tasks.analyse_trace` reads, checks and
     analyses it (`analyse_row`). It belongs to the pilot's G4, whatever stage the pilot is at."""
     gate = pilot.gate(TRACE_GATE)
-    name = Path(name or "customer-trace.csv").name[:200]
-    try:
-        validate_trace_size(len(data))
-    except ValidationError as error:
-        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    name = _checked_name(name, data)
     if not data:
         raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
-    sha256 = hashlib.sha256(data).hexdigest()
-    stored = storage_name(str(pilot.code), sha256)
-    try:
-        put_bytes(stored, data, sha256)
-    except (ArtifactMismatch, OSError) as error:
-        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
-                           % {"name": name, "error": error}) from None
+    sha256, stored = _keep(pilot, data, name)
     trace = CustomerTrace.objects.create(
         pilot=pilot, gate=gate, name=name, path=stored, sha256=sha256, size=len(data),
         state=CustomerTrace.State.QUEUED, progress=0.0, stage="queued",

@@ -63,6 +63,7 @@ from portal.forms import (
 )
 from portal.tasks import NOT_CARRIED_OUT, queue_upload_verification
 from portal.templatetags.portal import simulated_pilot_ids
+from portal.views.traces import receive_upload
 from reports import charts
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import (
@@ -576,26 +577,9 @@ def gate_trace(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
     """The customer's session trace for G4, uploaded by either party before the run."""
     gate = get_gate_for_user(request, code, number)
     roles = access.require_act(gate.pilot, request.user, Act.UPLOAD_TRACE)
-    form = TraceUploadForm(request.POST, request.FILES)
-    refused = policy.refusal(Act.UPLOAD_TRACE, gate, roles)
-    if refused is not None:
-        messages.error(request, refused.message)
-    elif not form.is_valid():
-        for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
-    else:
-        upload = form.cleaned_data["trace"]
-        party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
-        try:  # kept at once, read and analysed by a worker (runners.traces.receive; the trace page follows it)
-            trace = orchestration.receive_trace(gate.pilot, upload.read(), upload.name, request.user, party)
-        except lifecycle.TransitionRefused as refused:
-            messages.error(request, refused.message)
-        except orchestration.TraceRefused as refused:
-            messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
-        else:
-            messages.success(request, _("The trace %(name)s is kept (SHA-256 %(sha)s); it is being read and analysed "
-                                        "in the background.") % {"name": trace.name, "sha": trace.sha256})
-            return redirect("pilot_trace", gate.pilot.code, trace.pk)
+    trace = receive_upload(request, gate.pilot, gate, roles)
+    if trace is not None:
+        return redirect("pilot_trace", gate.pilot.code, trace.pk)
     return redirect("gate", gate.pilot.code, gate.number)
 
 

@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from gates import policy
-from gates.lifecycle import FINAL
+from gates.lifecycle import FINAL, TransitionRefused
 from gates.models import CustomerTrace, Party, Pilot, Role
 from gates.plan import TRACE_GATE
 from gates.policy import Act
@@ -28,6 +28,7 @@ from gates.traces.predict import predicted_gain
 from portal import access
 from portal.forms import TraceUploadForm
 from reports import charts
+from runners import orchestration
 from runners import traces as runner_traces
 
 UPLOAD = access.RAW_DATA
@@ -89,6 +90,34 @@ def _may_upload(pilot: Pilot, roles) -> bool:
     return policy.may(Act.UPLOAD_TRACE, pilot.gate(TRACE_GATE), roles)
 
 
+def receive_upload(request: HttpRequest, pilot: Pilot, gate, roles) -> CustomerTrace | None:
+    """The upload form's trace kept at once and queued for a worker (orchestration.receive_trace), as the trace
+    page and the G4 page take it; None, with the reason said to the person, when it was not kept."""
+    form = TraceUploadForm(request.POST, request.FILES)
+    refused = policy.refusal(Act.UPLOAD_TRACE, gate, roles)
+    if refused is not None:
+        messages.error(request, _("This pilot is closed: it takes no more traces.") if pilot.state in FINAL
+                       else refused.message)
+        return None
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return None
+    upload = form.cleaned_data["trace"]
+    party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
+    try:
+        row = orchestration.receive_trace(pilot, upload.read(), upload.name, request.user, party)
+    except TransitionRefused as refusal:
+        messages.error(request, refusal.message)
+        return None
+    except orchestration.TraceRefused as refusal:
+        messages.error(request, _("The trace was refused: %(error)s") % {"error": refusal})
+        return None
+    messages.success(request, _("The trace %(name)s is kept (SHA-256 %(sha)s); it is being read and analysed in the "
+                                "background.") % {"name": row.name, "sha": row.sha256})
+    return row
+
+
 @login_required
 def pilot_traces(request: HttpRequest, code: UUID, trace: int | None = None) -> HttpResponse:
     """The pilot's traces: the upload form, every upload with its state, and one analysis with its charts."""
@@ -119,25 +148,9 @@ def trace_upload(request: HttpRequest, code: UUID) -> HttpResponse:
     """Keep the file and queue its analysis; the answer comes before a row of it is read."""
     pilot = access.get_pilot_for_user(request, code)
     roles = access.require_act(pilot, request.user, Act.UPLOAD_TRACE)
-    form = TraceUploadForm(request.POST, request.FILES)
-    refused = policy.refusal(Act.UPLOAD_TRACE, pilot.gate(TRACE_GATE), roles)
-    if refused is not None:
-        messages.error(request, _("This pilot is closed: it takes no more traces.") if pilot.state in FINAL
-                       else refused.message)
-    elif not form.is_valid():
-        for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
-    else:
-        upload = form.cleaned_data["trace"]
-        party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
-        try:
-            row = runner_traces.receive(pilot, upload.read(), upload.name, request.user, party)
-        except runner_traces.TraceRefused as refused:
-            messages.error(request, _("The trace was refused: %(error)s") % {"error": refused})
-        else:
-            messages.success(request, _("The trace %(name)s is kept (SHA-256 %(sha)s); it is being read and analysed "
-                                        "in the background.") % {"name": row.name, "sha": row.sha256})
-            return redirect("pilot_trace", pilot.code, row.pk)
+    row = receive_upload(request, pilot, pilot.gate(TRACE_GATE), roles)
+    if row is not None:
+        return redirect("pilot_trace", pilot.code, row.pk)
     return redirect("pilot_traces", pilot.code)
 
 

@@ -63,7 +63,7 @@ from portal.forms import (
 )
 from portal.tasks import NOT_CARRIED_OUT, queue_upload_verification
 from portal.templatetags.portal import simulated_pilot_ids
-from portal.views.traces import receive_upload
+from portal.uploads import receive_upload
 from reports import charts
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import (

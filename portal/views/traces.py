@@ -10,25 +10,22 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import translation
-from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from gates import policy
-from gates.lifecycle import FINAL, TransitionRefused
-from gates.models import CustomerTrace, Party, Pilot, Role
+from gates.models import CustomerTrace, Pilot
 from gates.plan import TRACE_GATE
 from gates.policy import Act
 from gates.sizing import SessionLengths, SizingSettingsError, compute
 from gates.traces.predict import predicted_gain
 from portal import access
 from portal.forms import TraceUploadForm
+from portal.uploads import receive_upload
 from reports import charts
-from runners import orchestration
 from runners import traces as runner_traces
 
 UPLOAD = access.RAW_DATA
@@ -89,33 +86,6 @@ def latest(pilot: Pilot) -> CustomerTrace | None:
 def _may_upload(pilot: Pilot, roles) -> bool:
     return policy.may(Act.UPLOAD_TRACE, pilot.gate(TRACE_GATE), roles)
 
-
-def receive_upload(request: HttpRequest, pilot: Pilot, gate, roles) -> CustomerTrace | None:
-    """The upload form's trace kept at once and queued for a worker (orchestration.receive_trace), as the trace
-    page and the G4 page take it; None, with the reason said to the person, when it was not kept."""
-    form = TraceUploadForm(request.POST, request.FILES)
-    refused = policy.refusal(Act.UPLOAD_TRACE, gate, roles)
-    if refused is not None:
-        messages.error(request, _("This pilot is closed: it takes no more traces.") if pilot.state in FINAL
-                       else refused.message)
-        return None
-    if not form.is_valid():
-        for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
-        return None
-    upload = form.cleaned_data["trace"]
-    party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
-    try:
-        row = orchestration.receive_trace(pilot, upload.read(), upload.name, request.user, party)
-    except TransitionRefused as refusal:
-        messages.error(request, refusal.message)
-        return None
-    except orchestration.TraceRefused as refusal:
-        messages.error(request, _("The trace was refused: %(error)s") % {"error": refusal})
-        return None
-    messages.success(request, _("The trace %(name)s is kept (SHA-256 %(sha)s); it is being read and analysed in the "
-                                "background.") % {"name": row.name, "sha": row.sha256})
-    return row
 
 
 @login_required

@@ -17,7 +17,7 @@ from gates.models import Criterion, Organisation, Pilot, SignOff
 from gates.plan import PLANS_DIR
 from runners.credentials import MAX_KEY_BYTES
 from runners.models import Credential, Node, Site
-from runners.validators import validate_host, validate_port, validate_username
+from runners.validators import validate_host, validate_port, validate_site_queue, validate_username
 
 OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
 
@@ -171,7 +171,7 @@ class SiteForm(forms.Form):
     )
 
     def clean_queue(self) -> str:
-        queue = self.cleaned_data["queue"]
+        queue = validate_site_queue(self.cleaned_data["queue"])
         if Site.objects.filter(queue=queue).exists():
             raise ValidationError(_("The queue “%(queue)s” is already used by another site."), params={"queue": queue})
         return queue

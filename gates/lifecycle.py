@@ -38,7 +38,16 @@ from gates.models import (
     SignOff,
 )
 from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
-from gates.policy import FINAL, SIGNING_ROLE, Act, TransitionRefused, actor_roles, require, signing_party
+from gates.policy import (
+    FINAL,
+    SIGNING_ROLE,
+    Act,
+    TransitionRefused,
+    actor_roles,
+    other_party_refusal,
+    require,
+    signing_party,
+)
 
 
 @dataclass(frozen=True)
@@ -192,7 +201,8 @@ def amend_plan(pilot: Pilot, who) -> PlanVersion:
 
 
 def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str]:
-    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role."""
+    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role; refused
+    when the person has already signed this subject for the other party (gates.policy.other_party_refusal)."""
     roles = actor_roles(subject.pilot, user)
     if party is None:
         party = signing_party(act, subject, roles)
@@ -200,6 +210,9 @@ def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str
         raise TransitionRefused(
             "signing-role", f"{user.get_username()} holds none of the {party} party's signing roles (vendor lead for "
             "the vendor, customer approver for the customer)")
+    refused = other_party_refusal(act, subject, user, party)  # one person never signs for both parties
+    if refused is not None:
+        raise refused
     return party, SIGNING_ROLE[party]
 
 

@@ -18,12 +18,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from gates.models import (
+    CUSTOMER_ROLES,
+    VENDOR_ROLES,
     AuditAction,
     AuditEvent,
     Criterion,
@@ -38,7 +41,16 @@ from gates.models import (
     SignOff,
 )
 from gates.plan import TRACE_GATE, Plan, document_without_criteria, load_plan
-from gates.policy import FINAL, SIGNING_ROLE, Act, TransitionRefused, actor_roles, require, signing_party
+from gates.policy import (
+    FINAL,
+    SIGNING_ROLE,
+    Act,
+    TransitionRefused,
+    actor_roles,
+    other_party_refusal,
+    require,
+    signing_party,
+)
 
 
 @dataclass(frozen=True)
@@ -192,7 +204,8 @@ def amend_plan(pilot: Pilot, who) -> PlanVersion:
 
 
 def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str]:
-    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role."""
+    """The party `user` signs for (the one asked, or the first their roles may still sign for) and its role; refused
+    when the person has already signed this subject for the other party (gates.policy.other_party_refusal)."""
     roles = actor_roles(subject.pilot, user)
     if party is None:
         party = signing_party(act, subject, roles)
@@ -200,6 +213,9 @@ def _signing_party(act: Act, subject, user, party: str | None) -> tuple[str, str
         raise TransitionRefused(
             "signing-role", f"{user.get_username()} holds none of the {party} party's signing roles (vendor lead for "
             "the vendor, customer approver for the customer)")
+    refused = other_party_refusal(act, subject, user, party)  # one person never signs for both parties
+    if refused is not None:
+        raise refused
     return party, SIGNING_ROLE[party]
 
 
@@ -449,3 +465,30 @@ def add_member(user, organisation: Organisation, role: str) -> Membership:
     membership, _ = Membership.objects.get_or_create(user=user, organisation=organisation, role=role)
     membership.full_clean()
     return membership
+
+
+def role_organisation(pilot: Pilot, role: str) -> Organisation:
+    """The organisation a role of this pilot belongs to: the vendor's for a vendor role, the customer's for a
+    customer role (a viewer's is not for a pilot to say)."""
+    if role in VENDOR_ROLES:
+        return pilot.vendor
+    if role in CUSTOMER_ROLES:
+        return pilot.customer
+    raise TransitionRefused("member-role", f"{role!r} is not a role a pilot gives (a vendor or a customer role)")
+
+
+def people_of(organisation: Organisation):
+    """The active people of an organisation (any role in it): the only ones who may be given one of its roles."""
+    return get_user_model().objects.filter(is_active=True, memberships__organisation=organisation).distinct()
+
+
+@transaction.atomic
+def add_pilot_member(pilot: Pilot, user, role: str) -> Membership:
+    """Give a person a role of this pilot, in the organisation the role belongs to (`role_organisation`); refused
+    for anyone not already of that organisation, so a person of an unrelated organisation never becomes a member."""
+    organisation = role_organisation(pilot, role)
+    if not people_of(organisation).filter(pk=user.pk).exists():
+        name = user.get_full_name() or user.get_username()
+        raise TransitionRefused("member-organisation", f"{name} ({user.get_username()}) is not a person of "
+                                f"{organisation.name}: only its own people may hold its roles")
+    return add_member(user, organisation, role)

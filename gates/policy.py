@@ -278,3 +278,48 @@ def signing_party(act: Act, subject, roles: frozenset[str]) -> str | None:
     decided = _plan_parties_decided(subject) if act is Act.SIGN_PLAN else _gate_parties_decided(subject)
     parties = parties_left_to_sign(roles, decided)
     return parties[0] if parties else None
+
+
+# ── Two different people: one person never signs for both parties ─────────────────────────────
+
+
+def parties_signed_by(act: Act, subject, user) -> set[str]:
+    """The parties this person has already decided for (approved or rejected) on this subject: a plan version, or
+    a gate's current evidence (its latest evaluation, the one both sign-offs must be on)."""
+    if act is Act.SIGN_PLAN:
+        signoffs = subject.signoffs.all()
+    else:
+        evaluation = subject.latest_evaluation
+        if evaluation is None:
+            return set()
+        signoffs = subject.signoffs.filter(evaluation=evaluation)
+    return set(signoffs.filter(person=user).values_list("party", flat=True))
+
+
+def _subject_words(act: Act, subject) -> str:
+    return f"plan v{subject.number}" if act is Act.SIGN_PLAN else f"this {subject.label} evidence"
+
+
+def other_party_refusal(act: Act, subject, user, party: str | None) -> TransitionRefused | None:
+    """Why this person may not sign `subject` for `party`: they have already signed it for the other party.
+
+    Each party's signature is one person's word; the same person on both sides would make the two-party rule one
+    person's decision. Asked by the lifecycle where the signature is recorded (inside its locked transaction) and by
+    the pages (`may_sign`), so a person holding both signing roles is offered, and accepted, for one party only."""
+    if party is None or getattr(user, "pk", None) is None:
+        return None
+    others = parties_signed_by(act, subject, user) - {party}
+    if not others:
+        return None
+    other = sorted(others)[0]
+    name = user.get_full_name() or user.get_username()
+    return TransitionRefused(
+        "two-signers", f"{name} has already signed {_subject_words(act, subject)} for the {other} party; the {party} "
+        "party must sign through another person")
+
+
+def may_sign(act: Act, subject, user, roles: frozenset[str] | None) -> bool:
+    """Whether a page offers this person to sign (a plan or a gate): the rule of `act`, and never for a second party."""
+    if not may(act, subject, roles):
+        return False
+    return other_party_refusal(act, subject, user, signing_party(act, subject, roles or frozenset())) is None

@@ -52,6 +52,8 @@ __all__ = ["roles_of"]
 
 def offers(pilot: Pilot, user, act: Act, subject) -> bool:
     """Whether a page offers `act` on `subject` to this person (gates.policy, the rule the action refuses by)."""
+    if act in (Act.SIGN_PLAN, Act.SIGN_OFF_GATE):  # and never for a second party (policy.other_party_refusal)
+        return policy.may_sign(act, subject, user, roles_of(pilot, user))
     return policy.may(act, subject, roles_of(pilot, user))
 
 

@@ -9,15 +9,16 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Q
+from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from gates.models import Criterion, Organisation, Pilot, SignOff
+from gates.lifecycle import people_of
+from gates.models import Criterion, Membership, Organisation, Pilot, Role, SignOff
 from gates.plan import PLANS_DIR
 from runners.credentials import MAX_KEY_BYTES
 from runners.models import Credential, Node, Site
-from runners.validators import validate_host, validate_port, validate_username
+from runners.validators import validate_host, validate_port, validate_site_queue, validate_username
 
 OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
 
@@ -128,21 +129,41 @@ def plan_templates() -> list[tuple[str, str]]:
     return [(path.stem, path.stem) for path in sorted(PLANS_DIR.glob("*.yaml"))]
 
 
+class PeopleField(forms.ModelMultipleChoiceField):
+    """People offered by name and organisation — "Bob Wang (bob) — Example Cloud" — never by a bare user name.
+
+    The queryset carries each person's memberships of the organisations offered as `offered_memberships`."""
+
+    def label_from_instance(self, person) -> str:
+        name = person.get_full_name()
+        who = f"{name} ({person.get_username()})" if name else person.get_username()
+        organisations = sorted({m.organisation.name for m in getattr(person, "offered_memberships", [])})
+        return f"{who} — {', '.join(organisations)}" if organisations else who
+
+
+def people_field(label) -> PeopleField:
+    return PeopleField(label=label, required=False, queryset=get_user_model().objects.none(), error_messages={
+        "invalid_choice": _("“%(value)s” is not one of the people offered here: only people of the chosen customer "
+                            "may hold its roles.")})
+
+
 class NewPilotForm(forms.Form):
     """A vendor lead's new pilot: its customer, plan template, start date and the customer's people.
 
-    Only customer organisations that have no pilot with another vendor are offered, and only people who
-    belong to no organisation yet or to one of those customers, so the form shows nothing of other vendors.
+    Only customer organisations that have no pilot with another vendor are offered, and only people of those
+    customers, by name and organisation, so the form shows nothing of other vendors. A customer role goes to
+    a person of the chosen customer only (gates.lifecycle.role_organisation): anyone else is refused, naming
+    the field (`PERSON_FIELDS`: every field of the portal's forms that names a person, with its role).
     """
+
+    PERSON_FIELDS = {"customer_engineers": Role.CUSTOMER_ENGINEER, "customer_approvers": Role.CUSTOMER_APPROVER}
 
     name = forms.CharField(label=_("Pilot name"), max_length=200)
     customer = forms.ModelChoiceField(label=_("Customer organisation"), queryset=Organisation.objects.none())
     plan = forms.ChoiceField(label=_("Plan template"), choices=())
     start_date = forms.DateField(label=_("Start date"), widget=forms.DateInput(attrs={"type": "date"}))
-    customer_engineers = forms.ModelMultipleChoiceField(label=_("Customer engineers"), required=False,
-                                                        queryset=get_user_model().objects.none())
-    customer_approvers = forms.ModelMultipleChoiceField(label=_("Customer approvers"), required=False,
-                                                        queryset=get_user_model().objects.none())
+    customer_engineers = people_field(_("Customer engineers"))
+    customer_approvers = people_field(_("Customer approvers"))
 
     def __init__(self, vendor: Organisation, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -150,13 +171,41 @@ class NewPilotForm(forms.Form):
                      .exclude(customer_pilots__in=Pilot.objects.exclude(vendor=vendor))
                      .order_by("name"))
         self.fields["customer"].queryset = customers
-        people = (get_user_model().objects.filter(is_active=True)
-                  .filter(Q(memberships__isnull=True) | Q(memberships__organisation__in=customers))
-                  .distinct().order_by("username"))
-        self.fields["customer_engineers"].queryset = people
-        self.fields["customer_approvers"].queryset = people
+        memberships = Membership.objects.filter(organisation__in=customers).select_related("organisation")
+        people = (get_user_model().objects.filter(is_active=True, memberships__organisation__in=customers)
+                  .distinct().order_by("first_name", "last_name", "username")
+                  .prefetch_related(Prefetch("memberships", queryset=memberships, to_attr="offered_memberships")))
+        grouped = None
+        for field_name in self.PERSON_FIELDS:
+            self.fields[field_name].queryset = people
+            grouped = grouped or self._by_organisation(self.fields[field_name])
+            self.fields[field_name].widget.choices = grouped
         self.fields["plan"].choices = plan_templates()
         self.fields["start_date"].initial = timezone.localdate()
+
+    @staticmethod
+    def _by_organisation(field: PeopleField) -> list:
+        """The people offered, grouped by their organisation (a group per customer), each by name and organisation."""
+        groups: dict[str, list] = {}
+        for person in field.queryset:
+            for organisation in sorted({m.organisation.name for m in person.offered_memberships}):
+                groups.setdefault(organisation, []).append((person.pk, field.label_from_instance(person)))
+        return sorted(groups.items())
+
+    def clean(self) -> dict:
+        data = super().clean()
+        customer = data.get("customer")
+        if customer is None:
+            return data
+        own = set(people_of(customer).values_list("pk", flat=True))
+        for field_name in self.PERSON_FIELDS:
+            strangers = [person for person in data.get(field_name) or [] if person.pk not in own]
+            if strangers:
+                self.add_error(field_name, ValidationError(
+                    _("Not a person of %(customer)s: %(people)s. Only the customer's own people may hold its roles."),
+                    code="organisation", params={"customer": customer.name, "people": ", ".join(
+                        f"{p.get_full_name() or p.get_username()} ({p.get_username()})" for p in strangers)}))
+        return data
 
 
 # ── Sites, nodes and SSH credentials ───────────────────────────────────────────────────────────
@@ -171,7 +220,7 @@ class SiteForm(forms.Form):
     )
 
     def clean_queue(self) -> str:
-        queue = self.cleaned_data["queue"]
+        queue = validate_site_queue(self.cleaned_data["queue"])
         if Site.objects.filter(queue=queue).exists():
             raise ValidationError(_("The queue “%(queue)s” is already used by another site."), params={"queue": queue})
         return queue

@@ -5,11 +5,13 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from gates.models import Gate, Pilot
+from runners.validators import validate_site_queue
 
 
 class Site(models.Model):
@@ -26,6 +28,13 @@ class Site(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.queue})"
+
+    def clean(self) -> None:
+        """A site's queue is never one of the control tier's (runners.validators.validate_site_queue)."""
+        try:
+            validate_site_queue(self.queue)
+        except ValidationError as error:
+            raise ValidationError({"queue": error.error_list}) from None
 
 
 class Credential(models.Model):

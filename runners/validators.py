@@ -122,3 +122,29 @@ def validate_trace_size(size: int) -> int:
             _("The trace is %(size)s bytes; the largest accepted is %(limit)s bytes (%(mb)s MB). Replay a sample of "
               "the sessions."), code="trace-size", params={"size": size, "limit": limit, "mb": limit // 2**20})
     return size
+
+
+# Celery's own default queue name (what a worker started without -Q consumes) and the Redis transport's own keys
+# (kombu keeps its unacknowledged messages under these names, beside the queues' lists).
+_CONTROL_TIER_NAMES = ("celery", "unacked", "unacked_index", "unacked_mutex")
+
+
+def control_tier_queues() -> frozenset[str]:
+    """The queues of the control tier — the web tier's own worker: the control queue (CELERY_TASK_DEFAULT_QUEUE,
+    `fxpilot`), Celery's default queue name and the broker's own keys. A site's queue is none of them: a site's work
+    (contacting a node, a step on it) must run on the worker that reaches that site, never on the web tier's worker,
+    which would otherwise open connections to any host and port a vendor engineer registers.
+    A new queue served by the control worker belongs here too."""
+    from django.conf import settings
+
+    return frozenset({settings.CELERY_TASK_DEFAULT_QUEUE, *_CONTROL_TIER_NAMES})
+
+
+def validate_site_queue(value: str) -> str:
+    """A site's Celery queue: not a queue of the control tier (compared without regard to case)."""
+    reserved = {name.lower() for name in control_tier_queues()}
+    if (value or "").strip().lower() in reserved:
+        raise ValidationError(
+            _("“%(value)s” is a queue of the portal's own worker (the control tier); a site's queue must be its own, "
+              "served by the worker that reaches the site."), code="queue", params={"value": value})
+    return value

@@ -183,16 +183,24 @@ def pilot_new(request: HttpRequest) -> HttpResponse:
         except PlanError as error:
             form.add_error("plan", str(error))
         else:
-            with transaction.atomic():
-                pilot = lifecycle.create_pilot(name=data["name"], customer=data["customer"], vendor=vendor,
-                                               who=request.user, plan=plan, start_date=data["start_date"])
-                for field_name, role in (("customer_engineers", Role.CUSTOMER_ENGINEER),
-                                         ("customer_approvers", Role.CUSTOMER_APPROVER)):
-                    for person in data[field_name]:
-                        lifecycle.add_member(person, data["customer"], role)
-            messages.success(request, _("Pilot %(name)s created with plan %(plan)s and its four gates.")
-                             % {"name": pilot.name, "plan": data["plan"]})
-            return redirect("pilot", pilot.code)
+            try:
+                with transaction.atomic():
+                    pilot = lifecycle.create_pilot(name=data["name"], customer=data["customer"], vendor=vendor,
+                                                   who=request.user, plan=plan, start_date=data["start_date"])
+                    for field_name, role in NewPilotForm.PERSON_FIELDS.items():
+                        for person in data[field_name]:
+                            try:  # the lifecycle refuses a person of another organisation too
+                                lifecycle.add_pilot_member(pilot, person, role)
+                            except lifecycle.TransitionRefused as refused:
+                                form.add_error(field_name, refused.message)
+                                raise
+            except lifecycle.TransitionRefused as refused:  # nothing was created: the form says why
+                if form.is_valid():
+                    form.add_error(None, refused.message)
+            else:
+                messages.success(request, _("Pilot %(name)s created with plan %(plan)s and its four gates.")
+                                 % {"name": pilot.name, "plan": data["plan"]})
+                return redirect("pilot", pilot.code)
     return render(request, "gates/pilot_new.html", {"form": form, "vendor": vendor})
 
 

@@ -234,7 +234,14 @@ def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
     access.require_act(pilot, request.user, Act.OPERATE_NODES)
     form = SiteForm(request.POST)
     if form.is_valid():
-        site = Site.objects.create(pilot=pilot, **form.cleaned_data)
+        site = Site(pilot=pilot, **form.cleaned_data)
+        try:
+            site.full_clean()  # the model's own rules too (a site's queue is never the control tier's)
+        except ValidationError as error:
+            for field, errors in error.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+    if form.is_valid():
+        site.save()
         lifecycle.audit(pilot, request.user, AuditAction.SITE_CREATED, site, name=site.name, queue=site.queue)
         messages.success(request, _("Site %(name)s created.") % {"name": site.name})
     else:

@@ -163,3 +163,38 @@ def test_an_unreachable_node_is_reported_by_name(client, world):
     assert contact_node(node.pk) == "error"
     page = client.get(reverse("node", args=[node.code])).content.decode()
     assert "gone" in page and "msg error" in page
+
+
+# ── A site's queue is never the control tier's (issue 27, item 5) ───────────────────────────
+
+
+def test_the_control_queue_is_refused_for_a_site_naming_the_field(client, world, settings):
+    from django.conf import settings as django_settings
+
+    assert django_settings.CELERY_TASK_DEFAULT_QUEUE == "fxpilot"
+    client.force_login(world.alice)
+    for queue in ("fxpilot", "FXPILOT", "celery", "unacked"):
+        page = client.post(reverse("site_create", args=[world.pilot.code]), {"name": f"Web tier {queue}", "queue": queue},
+                           follow=True).content.decode()
+        assert "Celery queue:" in page and "a queue of the portal" in page, queue
+    assert not Site.objects.filter(name__startswith="Web tier").exists()
+    assert not AuditEvent.objects.filter(action="site.created", detail__queue="fxpilot").exists()
+
+
+def test_the_site_form_and_the_model_refuse_the_control_queue(world, settings):
+    import pytest
+    from django.core.exceptions import ValidationError
+
+    from portal.forms import SiteForm
+
+    form = SiteForm({"name": "Control", "queue": "fxpilot"})
+    assert not form.is_valid() and list(form.errors) == ["queue"]
+    site = Site(pilot=world.pilot, name="Control", queue="fxpilot")
+    with pytest.raises(ValidationError) as refused:
+        site.full_clean()
+    assert list(refused.value.message_dict) == ["queue"]
+    # the control queue is whatever the settings name, not a literal
+    settings.CELERY_TASK_DEFAULT_QUEUE = "control-7"
+    assert not SiteForm({"name": "Control", "queue": "control-7"}).is_valid()
+    assert SiteForm({"name": "Lab", "queue": "fxpilot-lab"}).is_valid()
+    Site(pilot=world.pilot, name="Lab", queue="lab-7").full_clean()

@@ -28,9 +28,9 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from django.utils.translation import gettext_noop
 
 from gates.judge.records import Inputs
+from gates.judge.words import gettext_noop
 
 GPU_HITS = "vllm:prefix_cache_hits_total"
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"

@@ -206,6 +206,20 @@ def test_an_instance_whose_clock_disagrees_makes_the_run_invalid_naming_it():
     assert "instance node3:8000" in failed(evaluate(PLAN, 3, g3_files(frame)))["clocks-agree"]
 
 
+def test_two_steps_warming_one_cell_minutes_apart_are_not_a_clock_disagreement():
+    # G4: the share test populates fx@8 through A, the fault step on B warms its own sessions at fx@8 later
+    frame = g3_frame(8)
+    cell = (frame["arm"] == "local_nvme") & (frame["concurrency"] == 16) & (frame["repetition"] == 4)
+    half = cell & frame["session"].str.endswith(("0", "2", "4", "6", "8"))
+    frame.loc[cell, "phase"] = "populate"
+    frame.loc[half, "instance"] = "node3:8000"
+    frame.loc[half, "wall_anchor"] = frame.loc[half, "wall_anchor"] + 129.0
+    clocks = next(c for c in evaluate(PLAN, 3, g3_files(frame))["validity"]["checks"] if c["name"] == "clocks-agree")
+    assert clocks["ok"], clocks
+    frame.loc[cell, "phase"] = "measure"  # the same start 129 s apart in a measured cell is a clock disagreement
+    assert "instance node3:8000" in failed(evaluate(PLAN, 3, g3_files(frame)))["clocks-agree"]
+
+
 def test_one_client_turning_to_a_second_instance_later_is_not_a_clock_disagreement():
     # G4's sharing test: one client writes through instance A, then reads through B minutes later; one wall anchor
     frame = g3_frame(8)

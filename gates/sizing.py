@@ -291,7 +291,9 @@ def length_summary(tokens: list[int]) -> dict[str, Any]:
 
 
 @dataclass
-class _Turn:
+class Turn:
+    """One turn of a session as a trace gives it (fxpilot's CSV, or a public format's request)."""
+
     session_id: str
     turn: int
     prompt_tokens: int
@@ -303,7 +305,7 @@ def trace_csv_session_lengths(data: bytes) -> list[int]:
     turns = []
     for row in csv.DictReader(io.StringIO(data.decode("utf-8-sig", errors="replace"))):
         try:
-            turns.append(_Turn(row["session_id"].strip(), int(row["turn"]), int(row["prompt_tokens"]),
+            turns.append(Turn(row["session_id"].strip(), int(row["turn"]), int(row["prompt_tokens"]),
                                int(row["output_tokens"])))
         except (KeyError, ValueError, AttributeError):
             continue

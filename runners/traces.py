@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from django.utils.translation import gettext as _
 from gates.lifecycle import audit, set_sample_trace
 from gates.models import CustomerTrace, Gate, Party, PlanTamperedError, PlanVersion
 from gates.plan import TRACE_GATE
-from gates.sizing import length_summary, trace_session_lengths
+from gates.sizing import Turn, length_summary, trace_session_lengths
 from gates.traces.analysis import analyse, report, session_final_lengths
 from gates.traces.formats import (
     FORMATS,
@@ -80,14 +79,6 @@ def _refused(words) -> TraceRefused:
     return TraceRefused(words(), words)
 
 
-@dataclass
-class _Turn:
-    session_id: str
-    turn: int
-    prompt_tokens: int
-    output_tokens: int
-
-
 def _format_hint(first_line: str) -> str | None:
     """The public format a first line is meant to be, when a column is missing (so the message names it)."""
     if first_line.lstrip().startswith("{"):
@@ -100,7 +91,7 @@ def _format_hint(first_line: str) -> str | None:
     return None
 
 
-def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
+def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[Turn]:
     """A public-format trace as session turns (sessions given, inferred or one per request: docs/traces.md)."""
     try:
         analysis = analyse(read_bytes(data, name, fmt))
@@ -112,7 +103,7 @@ def public_turns(data: bytes, name: str, fmt: str | None = None) -> list[_Turn]:
     for i in order.tolist():
         session = int(analysis.session[i])
         counter[session] = counter.get(session, 0) + 1
-        turns.append(_Turn(f"s{session}", counter[session], int(trace.input_tokens[i]), int(trace.output_tokens[i])))
+        turns.append(Turn(f"s{session}", counter[session], int(trace.input_tokens[i]), int(trace.output_tokens[i])))
     return turns
 
 

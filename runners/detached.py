@@ -81,6 +81,12 @@ class PollResult:
     def running(self) -> bool:
         return self.state == "running"
 
+    @property
+    def finished(self) -> bool:
+        """Ended, and every byte it logged read: a process that ended with more unread than one poll carries is
+        not finished for whoever closes its step on it (the rest would be lost)."""
+        return not self.running and not self.more
+
 
 @dataclass
 class CancelResult:

@@ -284,7 +284,8 @@ def poll_workload(ctx: StepContext) -> Poll:
                         f"(exit code {server.exit_code}); its log is kept with the run")
     if found.state in ("vanished", "canceled"):
         raise StepError(f"the workload process on {ctx.node.name} {found.state} without an exit code")
-    return Poll(running=found.running, exit_code=found.exit_code, requests_done=done, requests_total=total,
+    # an ended client whose log is not yet all read is looked at again: its last lines (the final progress) count
+    return Poll(running=not found.finished, exit_code=found.exit_code, requests_done=done, requests_total=total,
                 output=found.stdout, stderr=found.stderr)
 
 

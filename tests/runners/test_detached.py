@@ -77,3 +77,19 @@ def test_a_stored_record_that_is_not_a_process_is_refused(simnodes, make_node):
         detached.cancel(node, {"dir": "~/x", "pid": 1, "pgid": 1})
     with pytest.raises(ValueError, match="not a detached process record"):
         detached.poll(node, {"dir": "~/x"})
+
+
+def test_an_ended_process_is_finished_only_once_every_byte_it_logged_was_read(simnodes, make_node):
+    node = make_node(simnodes(1)[0])
+    # 3,000 lines of 13 bytes, then the end: five polls of 8 KiB carry them
+    proc = detached.start(node, "~/runs/chatty", "for i in $(seq 1000 3999); do echo PROGRESS$i; done; exit 3")
+    _wait(node, proc.to_dict(), "exited")
+    seen, looks = "", 0
+    while True:
+        status = detached.poll(node, proc, max_bytes=8192)
+        seen, looks = seen + status.stdout, looks + 1
+        assert status.state == "exited" and status.exit_code == 3
+        if status.finished:
+            break
+        assert status.more and not status.running
+    assert looks == -(-3000 * 13 // 8192) and seen.splitlines() == [f"PROGRESS{i}" for i in range(1000, 4000)]

@@ -35,11 +35,12 @@ EXTERNAL_HIT = 1024
 # the set-up and tear-down of the fixtures it uses, and the first test sets the servers up: each test of the tier
 # gets the sum of the waits one test can meet plus a margin, so pytest never stops the tier inside a wait of its
 # own (pytest.ini's 600 s for every other test is shorter than the wait for /health alone).
+ENGINE_BUILD_S = 1800   # CI only: waiting for (or doing) the engine environment's build (once per machine)
 MODEL_BUILD_S = 600     # building the tiny model (once per machine)
 HEALTH_WAIT_S = 900     # each server's wait for /health (deployment.health_timeout_s); both servers start at once
 WORKLOAD_S = 900        # one workload run on the node (flow.cold_recovery)
 MARGIN_S = 600          # the rest: preflight, SSH round trips, collecting, tearing down
-TEST_TIMEOUT_S = MODEL_BUILD_S + HEALTH_WAIT_S + WORKLOAD_S + MARGIN_S
+TEST_TIMEOUT_S = ENGINE_BUILD_S + MODEL_BUILD_S + HEALTH_WAIT_S + WORKLOAD_S + MARGIN_S
 
 
 def engine_dir() -> Path:
@@ -50,6 +51,14 @@ def engine_dir() -> Path:
 def engine() -> SimpleNamespace:
     """The engine environment, or a skip that says how to build it."""
     folder = engine_dir()
+    if os.environ.get("FXPILOT_CI") and subprocess.run([str(SCRIPT), "--check"]).returncode != 0:
+        # CI builds the environment in the background while the rest of the suite runs (.ci/run): wait for that
+        # build (the script waits on its lock, or builds if none ran), and fail with its log rather than skip.
+        built = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=ENGINE_BUILD_S)
+        if built.returncode != 0:
+            log = Path(os.environ.get("FXPILOT_ENGINE_LOG", "/nonexistent"))
+            earlier = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+            pytest.fail(f"the real-engine environment could not be built at {folder}:\n{earlier}\n{built.stderr[-3000:]}")
     if subprocess.run([str(SCRIPT), "--check"]).returncode != 0:
         pytest.skip(f"the real-engine environment is not built at {folder}: run scripts/real-engine "
                     "(about 4 minutes and 6 GB, once per machine), or make test-real")

@@ -30,14 +30,15 @@ demo: system-demo venv
 # The suite runs in TEST_WORKERS parallel sessions (pytest-xdist; a test file goes to one session whole, and so do
 # tests/demo and tests/real, whose costly set-up their files share: the scheduler in tests/conftest.py; each session has its own
 # database, data folder and broker): most slow tests wait on simulated nodes and servers, not on the CPU.
-# TEST_WORKERS=0 runs it in this one process. The 30 slowest tests are listed at the end of every run.
+# TEST_WORKERS=0 runs it in this one process. The 30 slowest tests are listed at the end of every run, and every
+# test's outcome and time is written to var/test-report.xml (var/test-report-real.xml for the tier; JUnit XML).
 # tests/real then runs alone in a session of its own: its session-wide pilot, site and credential are committed
 # rows that no other test may meet.
 TEST_WORKERS ?= 2
 test: system-test venv
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 --ignore=tests/real
-	$(PY) -m pytest tests/real --durations=10
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 --junitxml=var/test-report.xml --ignore=tests/real
+	$(PY) -m pytest tests/real --durations=10 --junitxml=var/test-report-real.xml
 else
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
 endif

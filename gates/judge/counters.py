@@ -148,7 +148,7 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
     requests, filled = fill_reported_misses(inputs.requests)
     cached = requests["cached_tokens"].to_numpy(dtype=np.float64).copy() if len(requests) else np.array([])
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64) if len(requests) else np.array([])
-    problems: list[str] = []
+    problems: list[dict] = []
     agreed: list[str] = []
     unverifiable: list[str] = []
     unmatched: list[str] = []
@@ -176,9 +176,11 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
             continue
         from_records = float(np.nansum(values))
         if abs(from_records - from_metrics) > TOLERANCE * max(tokens, 1.0):
-            problems.append(f"{where}: the records say {from_records:.0f} of {tokens:.0f} prompt tokens were cached "
-                            f"({from_records / max(tokens, 1.0):.1%}), the server's /metrics {from_metrics:.0f} "
-                            f"({from_metrics / max(tokens, 1.0):.1%})")
+            problems.append(_said(gettext_noop("%(where)s: the records say %(records)s of %(tokens)s prompt tokens were "
+                                               "cached (%(records_share)s), the server's /metrics %(metrics)s "
+                                               "(%(metrics_share)s)"), where=where, records=f"{from_records:.0f}",
+                                  tokens=f"{tokens:.0f}", records_share=f"{from_records / max(tokens, 1.0):.1%}",
+                                  metrics=f"{from_metrics:.0f}", metrics_share=f"{from_metrics / max(tokens, 1.0):.1%}"))
         else:
             agreed.append(where)
     if filled:
@@ -197,15 +199,16 @@ def reconcile(inputs: Inputs) -> tuple[Inputs, dict]:
                                   gettext_noop("%(where)s: no record reports cached_tokens; /metrics counted %(n)s "
                                                "cached tokens"), **unverified))
     if unmatched:
-        problems.append(f"{len(unmatched)} phase summar{'y' if len(unmatched) == 1 else 'ies'} with /metrics match no "
-                        f"request record by run id, instance and cell: {', '.join(unmatched[:5])}"
-                        + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""))
+        listed = ", ".join(unmatched[:5]) + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else "")
+        problems.append(_said(gettext_noop("1 phase summary with /metrics matches no request record by run id, "
+                                           "instance and cell: %(listed)s") if len(unmatched) == 1 else
+                              gettext_noop("%(n)s phase summaries with /metrics match no request record by run id, "
+                                           "instance and cell: %(listed)s"), n=len(unmatched), listed=listed))
     if not problems:
         detail_parts = detail_parts or [_said(gettext_noop("no phase summary with /metrics deltas"))]
-    detail = "; ".join(problems) if problems else "; ".join(p["template"] % p["values"] for p in detail_parts)
-    check = {"name": CHECK_NAME, "ok": not problems, "detail": detail}
-    if not problems:
-        check["detail_said"] = detail_parts
+    parts = problems or detail_parts
+    check = {"name": CHECK_NAME, "ok": not problems, "detail": "; ".join(p["template"] % p["values"] for p in parts),
+             "detail_said": parts}
     return replace(inputs, requests=requests), check
 
 

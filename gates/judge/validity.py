@@ -155,14 +155,16 @@ def _simulated(inputs: Inputs) -> dict:
     if len(inputs.retrieves):
         flags |= set(inputs.retrieves["simulated"].astype(bool).unique().tolist())
     flags |= {summary_simulated(s) for s in inputs.summaries} | {bool(i["simulated"]) for i in inputs.inventories}
-    problems = ["simulated and real inputs are mixed: a verdict rests on one or the other"] if len(flags) > 1 else []
+    problems = [said(gettext_noop("simulated and real inputs are mixed: a verdict rests on one or the other"))] \
+        if len(flags) > 1 else []
     unmasked = [s for s in inputs.summaries if summary_simulated(s) and not s.get("simulated")]
     if unmasked:
         first = unmasked[0]
-        problems.append(f"{len(unmasked)} phase summary(ies) say simulated: false but the server's /metrics carry "
-                        f"{SIMULATOR_GAUGE} (e.g. {first['arm']}/{first['phase']}@{first['concurrency']} rep "
-                        f"{first['repetition']} in {first.get('_source', 'a phase summary')}): the answers came from "
-                        "the simulator")
+        problems.append(said(gettext_noop("%(n)s phase summary(ies) say simulated: false but the server's /metrics carry "
+                                          "%(gauge)s (e.g. %(cell)s rep %(rep)s in %(source)s): the answers came from "
+                                          "the simulator"), n=len(unmasked), gauge=SIMULATOR_GAUGE,
+                             cell=f"{first['arm']}/{first['phase']}@{first['concurrency']}", rep=first["repetition"],
+                             source=first.get("_source", "a phase summary")))
     return _check("no-simulated-mixed-with-real", problems,
                   said(gettext_noop("all inputs are simulated")) if flags == {True} else said(gettext_noop("all inputs are real")))
 
@@ -183,10 +185,12 @@ def _duplicates(requests: pd.DataFrame) -> dict:
     if len(copies):
         first = copies.iloc[0]
         original = requests[(keys == keys.loc[first.name]).all(axis=1).to_numpy()].iloc[0]
-        problems.append(f"{len(copies)} request record(s) repeat another record's content (session, tokens and "
-                        f"timestamps), e.g. session {plain(first['session'])!r} at {first['_source']} line "
-                        f"{plain(first['_line'])}, the same as {original['_source']} line {plain(original['_line'])}: "
-                        "give each measurement once")
+        problems.append(said(gettext_noop("%(n)s request record(s) repeat another record's content (session, tokens and "
+                                          "timestamps), e.g. session %(session)s at %(source)s line %(line)s, the same "
+                                          "as %(original)s line %(original_line)s: give each measurement once"),
+                             n=len(copies), session=repr(plain(first["session"])), source=first["_source"],
+                             line=plain(first["_line"]), original=original["_source"],
+                             original_line=plain(original["_line"])))
     return _check("no-duplicate-requests", problems, said(gettext_noop("no request appears twice (compared by content)")))
 
 
@@ -203,8 +207,10 @@ def _rate_requests(gate: GatePlan, frame: pd.DataFrame, confidence_of) -> dict:
             n = int(len(rows) if level is None else (rows["concurrency"] == level).sum())
             at = f"{spec.candidate}/{spec.phase}" + ("" if level is None else f"@{level}")
             if needed is not None and n < needed:
-                problems.append(f"{spec.key}: too few requests to show ≤ {plain(spec.threshold * 100)} % at {at}; "
-                                f"needs ≥ {needed:,} error-free requests (has {n:,})")
+                problems.append(said(gettext_noop("%(criterion)s: too few requests to show ≤ %(pct)s %% at %(cell)s; "
+                                                  "needs ≥ %(needed)s error-free requests (has %(n)s)"),
+                                     criterion=spec.key, pct=plain(spec.threshold * 100), cell=at, needed=f"{needed:,}",
+                                     n=f"{n:,}"))
             else:
                 seen.append(said(gettext_noop("%(criterion)s %(cell)s: %(n)s requests"), criterion=spec.key, cell=at, n=f"{n:,}"))
     return _check("enough-requests-for-rates", problems, seen or said(gettext_noop("no rate bar to show")))
@@ -220,18 +226,20 @@ def _inventory_complete(gate: GatePlan, inputs: Inputs) -> dict:
         if metrics & {"gpu_count", "gpu_model_match"}:
             devices = gpu_devices(inventory)
             if devices is None:
-                problems.append(f"node {node}: field 'gpus.devices' (the per-GPU list) is missing; the inventory "
-                                "must record every GPU's index and model")
+                problems.append(said(gettext_noop("node %(node)s: field 'gpus.devices' (the per-GPU list) is missing; "
+                                                  "the inventory must record every GPU's index and model"), node=node))
             else:
                 for position, device in enumerate(devices):
                     if not isinstance(device, dict) or device.get("index") is None or not device.get("model"):
-                        problems.append(f"node {node}: field 'gpus.devices[{position}]' lacks its index or model")
+                        problems.append(said(gettext_noop("node %(node)s: field 'gpus.devices[%(i)s]' lacks its index "
+                                                          "or model"), node=node, i=position))
                         break
         if "link_speed_gbps" in metrics:
             for nic in nic_list(inventory):
                 if nic.get("rdma_device") and not nic.get("rdma_state"):
-                    problems.append(f"node {node}: field 'nics.{nic.get('name')}.rdma_state' is missing or unknown; "
-                                    "the RDMA port state (ACTIVE, DOWN, …) must be recorded")
+                    problems.append(said(gettext_noop("node %(node)s: field 'nics.%(nic)s.rdma_state' is missing or "
+                                                      "unknown; the RDMA port state (ACTIVE, DOWN, …) must be recorded"),
+                                         node=node, nic=nic.get("name")))
     return _check("inventory-complete", problems,
                   said(gettext_noop("every node records its GPUs one by one and its RDMA port states")))
 
@@ -252,10 +260,11 @@ def _versions(inputs: Inputs) -> dict:
         if versions.get("vllm") and lmcache:
             found.append(said(gettext_noop("vLLM %(v)s, LMCache %(l)s (phase summary)"), v=versions["vllm"], l=lmcache))
             reported.add(f"vLLM {versions['vllm']} / LMCache {lmcache}")
-    problems = [] if found else ["no inventory or phase summary records the vLLM and LMCache versions"]
+    problems = [] if found else [said(gettext_noop("no inventory or phase summary records the vLLM and LMCache versions"))]
     if len(reported) > 1:
-        problems.append(f"the phase summaries report different versions ({'; '.join(sorted(reported))})")
-    return _check("versions-recorded", problems, found[0] if found else "")
+        problems.append(said(gettext_noop("the phase summaries report different versions (%(versions)s)"),
+                             versions="; ".join(sorted(reported))))
+    return _check("versions-recorded", problems, found[0] if found else [])
 
 
 def needs_repetitions(spec: CriterionSpec) -> bool:
@@ -275,25 +284,33 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows
         arms = [a for a in (spec.candidate, spec.baseline) if a]
         concurrency = levels(spec, frame)
         if not concurrency:
-            missing.append(f"{spec.key}: arm {spec.candidate!r} has no records in phase {spec.phase!r}")
+            missing.append(said(gettext_noop("%(criterion)s: arm %(arm)s has no records in phase %(phase)s"),
+                                criterion=spec.key, arm=repr(spec.candidate), phase=repr(spec.phase)))
         for arm in arms:
             rows = select(frame, arm, spec.phase)
             for level in concurrency if spec.metric != "output_match" else [None]:
                 cell = rows if level is None else rows[rows["concurrency"] == level]
                 at = f" at concurrency {level}" if level is not None else ""
                 if not cell["ok"].any():
-                    missing.append(f"{spec.key}: arm {arm!r} has no successful request in phase {spec.phase!r}{at}")
+                    missing.append(said(gettext_noop("%(criterion)s: arm %(arm)s has no successful request in phase "
+                                                     "%(phase)s at concurrency %(level)s") if level is not None else
+                                        gettext_noop("%(criterion)s: arm %(arm)s has no successful request in phase "
+                                                     "%(phase)s"), criterion=spec.key, arm=repr(arm),
+                                        phase=repr(spec.phase), level=level))
                     continue
                 reps = sorted(cell.loc[cell["ok"], "repetition"].unique())
                 if spec.comparison == "drift":
                     steady = len(reps) - warmup_windows
                     if steady < 4:
-                        few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} window(s), {max(steady, 0)} after "
-                                        f"{warmup_windows} warm-up; drift compares two early with two late steady "
-                                        f"windows, so it needs at least {warmup_windows + 4}")
+                        few_reps.append(said(gettext_noop("%(criterion)s: %(cell)s has %(n)s window(s), %(steady)s "
+                                                          "after %(warmup)s warm-up; drift compares two early with two "
+                                                          "late steady windows, so it needs at least %(needed)s"),
+                                             criterion=spec.key, cell=f"{arm}{at}", n=len(reps), steady=max(steady, 0),
+                                             warmup=warmup_windows, needed=warmup_windows + 4))
                 elif needs_repetitions(spec) and len(reps) < 2:
-                    few_reps.append(f"{spec.key}: {arm}{at} has {len(reps)} repetition; its interval comes from the "
-                                    "spread across repetitions, so it needs at least 2")
+                    few_reps.append(said(gettext_noop("%(criterion)s: %(cell)s has %(n)s repetition; its interval "
+                                                      "comes from the spread across repetitions, so it needs at least 2"),
+                                         criterion=spec.key, cell=f"{arm}{at}", n=len(reps)))
                 if spec.phase == "any" or spec.metric == "output_match":
                     continue
                 for (phase, conc, rep), sub in cell.groupby(["phase", "concurrency", "repetition"], sort=True, observed=True):
@@ -349,7 +366,7 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 ratio = float(reported["cached_tokens"].sum()) / max(float(reported["prompt_tokens"].sum()), 1.0)
                 seen.append(said(gettext_noop("%(where)s %(ratio)s of prompt tokens cached"), where=f"{arm}/{phase}",
                                  ratio=f"{ratio:.1%}"))
-                problems += _hit_problem(arm, phase, ratio, judged, "the records' cached_tokens")
+                problems += _hit_problem(arm, phase, ratio, judged, "records")
             external = [d for d in (_delta(s, "vllm:external_prefix_cache_hits_total") for s in summaries) if d is not None]
             gpu = [d for d in (_delta(s, "vllm:prefix_cache_hits_total") for s in summaries) if d is not None]
             prompt = [d for d in (_delta(s, "vllm:prompt_tokens_total") for s in summaries) if d is not None]
@@ -361,16 +378,19 @@ def _hit_behaviour(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
                 ratio = (sum(external) + (sum(gpu) if arm == RECOMPUTE_ARM else 0.0)) / total
                 seen.append(said(gettext_noop("%(where)s /metrics: %(ratio)s external hits"),
                                  where=f"{arm}/{phase}", ratio=f"{ratio:.1%}"))
-                problems += _hit_problem(arm, phase, ratio, judged, "the /metrics deltas")
+                problems += _hit_problem(arm, phase, ratio, judged, "metrics")
                 if gpu and sum(gpu) / total > GPU_COLD_MAX_HIT:
-                    problems.append(f"{arm}/{phase}: the GPU prefix cache served {sum(gpu) / total:.1%} of the prompt "
-                                    "tokens; the eviction did not make it cold")
+                    problems.append(said(gettext_noop("%(where)s: the GPU prefix cache served %(ratio)s of the prompt "
+                                                      "tokens; the eviction did not make it cold"),
+                                         where=f"{arm}/{phase}", ratio=f"{sum(gpu) / total:.1%}"))
             if not evidence:
-                problems.append(f"{arm}/{phase}: no cached_tokens in the records and no /metrics deltas in a phase "
-                                "summary, so the arm's cache behaviour cannot be verified")
+                problems.append(said(gettext_noop("%(where)s: no cached_tokens in the records and no /metrics deltas in "
+                                                  "a phase summary, so the arm's cache behaviour cannot be verified"),
+                                     where=f"{arm}/{phase}"))
     if RECOMPUTE_ARM in arms and len(inputs.retrieves) and (inputs.retrieves["arm"] == RECOMPUTE_ARM).any():
         # whatever phases the gate measures recompute in (G2: probes only)
-        problems.append(f"{RECOMPUTE_ARM}: LMCache logged retrievals for the recompute arm; it must have no KV connector")
+        problems.append(said(gettext_noop("%(arm)s: LMCache logged retrievals for the recompute arm; it must have no KV "
+                                          "connector"), arm=RECOMPUTE_ARM))
     return _check("hit-behaviour-matches-arm", problems, seen or said(gettext_noop("no measure phase to check")))
 
 
@@ -394,15 +414,17 @@ def _connector(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame) -> dict:
         named = sorted({str((s.get("versions") or {}).get("kv_connector")) for s in real_summaries
                         if (s.get("versions") or {}).get("kv_connector")})
         if not named:
-            problems.append(f"{arm}: cannot be verified: no phase summary names the KV connector the server ran "
-                            f"(versions.kv_connector from the deploy manifest); a real cache arm must run {PILOT_CONNECTOR}")
+            problems.append(said(gettext_noop("%(arm)s: cannot be verified: no phase summary names the KV connector the "
+                                              "server ran (versions.kv_connector from the deploy manifest); a real cache "
+                                              "arm must run %(connector)s"), arm=arm, connector=PILOT_CONNECTOR))
         elif named != [PILOT_CONNECTOR]:
             others = ", ".join(n for n in named if n != PILOT_CONNECTOR)
-            problems.append(f"{arm}: the server ran the KV connector {others} (per the deploy manifest), not "
-                            f"{PILOT_CONNECTOR}: its hits are not LMCache's tiers")
+            problems.append(said(gettext_noop("%(arm)s: the server ran the KV connector %(others)s (per the deploy "
+                                              "manifest), not %(connector)s: its hits are not LMCache's tiers"),
+                                 arm=arm, others=others, connector=PILOT_CONNECTOR))
         else:
-            seen.append(f"{arm}: {PILOT_CONNECTOR}")
-    return _check("kv-connector-is-lmcache", problems, "; ".join(seen) or said(gettext_noop("no real cache arm to check")))
+            seen.append(said(gettext_noop("%(arm)s: %(connector)s"), arm=arm, connector=PILOT_CONNECTOR))
+    return _check("kv-connector-is-lmcache", problems, seen or said(gettext_noop("no real cache arm to check")))
 
 
 PAGE_CACHE_DROPPED = "page cache dropped"  # what the workload client's eviction says when it did drop it
@@ -430,22 +452,36 @@ def _page_cache(gate: GatePlan, inputs: Inputs) -> dict:
             how = eviction.get("drop-caches") or "no page-cache drop in the eviction"
             bad.append(f"{summary['phase']}@{summary['concurrency']} rep {summary['repetition']} ({how})")
         if bad:
-            problems.append(f"{arm}: neither O_DIRECT (deploy manifest page_cache.use_odirect) nor a dropped page cache "
-                            f"before the cold read, so a disk hit may have been a DRAM hit: {'; '.join(bad[:3])}"
-                            + (f"; {len(bad) - 3} more" if len(bad) > 3 else ""))
+            problems.append(said(gettext_noop("%(arm)s: neither O_DIRECT (deploy manifest page_cache.use_odirect) nor a "
+                                              "dropped page cache before the cold read, so a disk hit may have been a "
+                                              "DRAM hit: %(cells)s"), arm=arm,
+                                 cells="; ".join(bad[:3]) + (f"; {len(bad) - 3} more" if len(bad) > 3 else "")))
         else:
             seen.append(said(gettext_noop("%(arm)s: %(n)s measured cell(s) read with O_DIRECT or after a page-cache drop"),
                              arm=arm, n=len(rows)))
     return _check("page-cache-bypassed", problems, seen or said(gettext_noop("no real cache arm to check")))
 
 
-def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[str]:
+# a hit ratio read from the records' own field or from the server's counters, said whole in the catalogue
+HIT_SENTENCES = {
+    ("recompute", "records"): gettext_noop("%(where)s: %(ratio)s of prompt tokens came from cache per the records' "
+                                           "cached_tokens; recompute must be ≤ %(bound)s"),
+    ("recompute", "metrics"): gettext_noop("%(where)s: %(ratio)s of prompt tokens came from cache per the /metrics "
+                                           "deltas; recompute must be ≤ %(bound)s"),
+    ("cache", "records"): gettext_noop("%(where)s: only %(ratio)s of prompt tokens came from cache per the records' "
+                                       "cached_tokens; a cache arm must recover ≥ %(bound)s after eviction"),
+    ("cache", "metrics"): gettext_noop("%(where)s: only %(ratio)s of prompt tokens came from cache per the /metrics "
+                                       "deltas; a cache arm must recover ≥ %(bound)s after eviction"),
+}
+
+
+def _hit_problem(arm: str, phase: str, ratio: float, judged: set, source: str) -> list[Said]:
     if arm == RECOMPUTE_ARM and ratio > RECOMPUTE_MAX_HIT:
-        return [f"{arm}/{phase}: {ratio:.1%} of prompt tokens came from cache per {source}; recompute must be "
-                f"≤ {RECOMPUTE_MAX_HIT:.0%}"]
+        return [said(HIT_SENTENCES["recompute", source], where=f"{arm}/{phase}", ratio=f"{ratio:.1%}",
+                     bound=f"{RECOMPUTE_MAX_HIT:.0%}")]
     if arm != RECOMPUTE_ARM and (arm, phase) not in judged and ratio < CACHE_MIN_HIT:
-        return [f"{arm}/{phase}: only {ratio:.1%} of prompt tokens came from cache per {source}; a cache arm "
-                f"must recover ≥ {CACHE_MIN_HIT:.0%} after eviction"]
+        return [said(HIT_SENTENCES["cache", source], where=f"{arm}/{phase}", ratio=f"{ratio:.1%}",
+                     bound=f"{CACHE_MIN_HIT:.0%}")]
     return []
 
 
@@ -461,11 +497,13 @@ def _client(inputs: Inputs) -> dict:
             wanted = min(wanted, summary["requests"])
         where = f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}"
         if in_flight < wanted:
-            problems.append(f"{where}: at most {in_flight} requests in flight, not {wanted}: the client was the bottleneck")
+            problems.append(said(gettext_noop("%(where)s: at most %(n)s requests in flight, not %(wanted)s: the client "
+                                              "was the bottleneck"), where=where, n=in_flight, wanted=wanted))
         cpu, duration = summary.get("client_cpu_s"), summary.get("duration_s")
         if cpu is not None and duration and cpu / duration >= CLIENT_CPU_MAX:
-            problems.append(f"{where}: the client used {cpu / duration:.0%} of a core for {duration:.1f} s; "
-                            "it was the bottleneck")
+            problems.append(said(gettext_noop("%(where)s: the client used %(share)s of a core for %(s)s s; it was the "
+                                              "bottleneck"), where=where, share=f"{cpu / duration:.0%}",
+                                 s=f"{duration:.1f}"))
     detail = (said(gettext_noop("the client kept the planned concurrency in flight (%(n)s phase summaries)"), n=checked)
               if checked else said(gettext_noop("not checked: no phase summary reports max_in_flight")))
     return _check("client-not-bottleneck", problems, detail)
@@ -480,7 +518,8 @@ def _hashes(gate: GatePlan, requests: pd.DataFrame, frame: pd.DataFrame) -> dict
             rows = select(frame, arm, spec.phase)
             rows = rows[rows["ok"]]
             if len(rows) and requests.loc[rows.index, "output_sha256"].isna().all():
-                problems.append(f"{spec.key}: arm {arm!r} records carry no output_sha256 in phase {spec.phase!r}")
+                problems.append(said(gettext_noop("%(criterion)s: arm %(arm)s records carry no output_sha256 in phase "
+                                                  "%(phase)s"), criterion=spec.key, arm=repr(arm), phase=repr(spec.phase)))
     return _check("output-hashes-present", problems, said(gettext_noop("probe outputs carry output_sha256")))
 
 
@@ -495,8 +534,8 @@ def _other_instance(requests: pd.DataFrame) -> dict:
     writers = written.groupby("session", observed=True)["instance"].agg(lambda s: set(s.astype(str)))
     same = [session for session, instance in zip(share["session"], share["instance"].astype(str), strict=True)
             if session in writers.index and instance in writers[session]]
-    problems = [f"{len(same)} share-phase request(s) were answered by the instance that wrote the session "
-                f"(e.g. {same[0]})"] if same else []
+    problems = [said(gettext_noop("%(n)s share-phase request(s) were answered by the instance that wrote the session "
+                                  "(e.g. %(session)s)"), n=len(same), session=same[0])] if same else []
     return _check("share-read-on-another-instance", problems,
                   said(gettext_noop("every shared session was read on another instance")))
 
@@ -519,21 +558,35 @@ def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
         where = f"{summary['arm']} {summary['phase']} on {summary.get('instance') or 'an unnamed instance'}"
         stated = (summary.get("versions") or {}).get("chunk_hash")
         if not isinstance(stated, dict) or not stated.get("algorithm"):
-            problems.append(f"{where}: no chunk hash recorded (versions.chunk_hash from the deploy manifest), so "
-                            f"whether the instances hash alike cannot be verified")
+            problems.append(said(gettext_noop("%(where)s: no chunk hash recorded (versions.chunk_hash from the deploy "
+                                              "manifest), so whether the instances hash alike cannot be verified"),
+                                 where=where))
             continue
         seed = stated.get("pythonhashseed")
         if seed in (None, "", "random"):
-            problems.append(f"{where}: {stated['algorithm']} without a fixed PYTHONHASHSEED hashes differently in "
-                            f"every process")
+            problems.append(said(gettext_noop("%(where)s: %(algorithm)s without a fixed PYTHONHASHSEED hashes differently "
+                                              "in every process"), where=where, algorithm=stated["algorithm"]))
             continue
         found.setdefault(f"{stated['algorithm']} with PYTHONHASHSEED={seed}", []).append(where)
     if len(found) > 1:
-        problems.append("the instances hash differently: " + "; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
-                                                                      for value, wheres in sorted(found.items())))
+        problems.append(said(gettext_noop("the instances hash differently: %(hashes)s"),
+                             hashes="; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
+                                              for value, wheres in sorted(found.items()))))
     detail = (said(gettext_noop("every instance ran %(hash)s"), hash=next(iter(found))) if len(found) == 1
               else said(gettext_noop("no chunk hash to compare")))
     return _check("chunk-hash-shared", problems, detail)
+
+
+FAULT_SENTENCES = {
+    ("cut", "none"): gettext_noop("%(where)s: no cut command ran (no cut_exit): the FX path was not cut"),
+    ("cut", "exit"): gettext_noop("%(where)s: the cut command exited %(code)s: the FX path was not cut"),
+    ("cut", "error"): gettext_noop("%(where)s: the cut command exited %(code)s (%(error)s): the FX path was not cut"),
+    ("restore", "none"): gettext_noop("%(where)s: no restore command ran (no restore_exit): the FX path was not "
+                                      "restored"),
+    ("restore", "exit"): gettext_noop("%(where)s: the restore command exited %(code)s: the FX path was not restored"),
+    ("restore", "error"): gettext_noop("%(where)s: the restore command exited %(code)s (%(error)s): the FX path was "
+                                       "not restored"),
+}
 
 
 def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
@@ -547,27 +600,28 @@ def _fault_cut(gate: GatePlan, inputs: Inputs) -> dict:
             key = f"{summary.get('run_id')}/{summary.get('instance')}/{summary.get('metrics_window')}"
             events.setdefault(key, (summary, summary["fault"]))
     if not events:
-        return _check("fault-path-cut-confirmed", [f"no phase summary of {', '.join(sorted(arms))} in phase fault or "
-                                                   "recovery records the path cut (its 'fault' field): the cut cannot "
-                                                   "be confirmed"], "")
+        return _check("fault-path-cut-confirmed", [said(gettext_noop(
+            "no phase summary of %(arms)s in phase fault or recovery records the path cut (its 'fault' field): the cut "
+            "cannot be confirmed"), arms=", ".join(sorted(arms)))], [])
     problems, seen = [], []
     for summary, fault in events.values():
         where = f"{summary['arm']} on {summary.get('instance') or summary.get('_source')}"
         before = len(problems)
-        for step, what in (("cut", "cut"), ("restore", "restored")):
+        for step in ("cut", "restore"):
             code = fault.get(f"{step}_exit")
             error = fault.get(f"{step}_error")
             if code is None:
-                problems.append(f"{where}: no {step} command ran (no {step}_exit): the FX path was not {what}")
+                problems.append(said(FAULT_SENTENCES[step, "none"], where=where))
             elif code != 0:
-                problems.append(f"{where}: the {step} command exited {code}" + (f" ({error})" if error else "")
-                                + f": the FX path was not {what}")
+                problems.append(said(FAULT_SENTENCES[step, "error" if error else "exit"], where=where, code=code,
+                                     error=error))
         eviction = fault.get("eviction")
         if not isinstance(eviction, dict) or not eviction:
-            problems.append(f"{where}: no eviction after the restore, so hits after it may be HBM's")
+            problems.append(said(gettext_noop("%(where)s: no eviction after the restore, so hits after it may be HBM's"),
+                                 where=where))
         elif eviction.get("error"):
-            problems.append(f"{where}: the eviction after the restore failed ({eviction['error']}), so hits after it "
-                            "may be HBM's")
+            problems.append(said(gettext_noop("%(where)s: the eviction after the restore failed (%(error)s), so hits "
+                                              "after it may be HBM's"), where=where, error=eviction["error"]))
         if len(problems) == before:
             seen.append(said(gettext_noop("%(arm)s on %(where)s: cut and restore exited 0, evicted after the restore"),
                              arm=summary["arm"], where=summary.get("instance") or summary.get("_source")))
@@ -584,15 +638,16 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
                 and (spec.phase == "any" or s["phase"] == spec.phase)]
         measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
         if not measured:
-            problems.append(f"{spec.key}: cannot be verified: no /metrics for {spec.candidate}/{spec.phase} (no phase "
-                            "summary with its own vllm:external_prefix_cache_hits_total and "
-                            "vllm:external_prefix_cache_queries_total deltas)")
+            problems.append(said(gettext_noop("%(criterion)s: cannot be verified: no /metrics for %(cell)s (no phase "
+                                              "summary with its own vllm:external_prefix_cache_hits_total and "
+                                              "vllm:external_prefix_cache_queries_total deltas)"),
+                                 criterion=spec.key, cell=f"{spec.candidate}/{spec.phase}"))
         else:
             seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key, n=len(measured)))
     return _check("external-hits-measured", problems, seen)
 
 
-def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[str]:
+def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[Said]:
     """Every instance (node:port) of a cache arm shows its own /metrics counters: one node's counters never
     vouch for another's server (issue 28). cached_tokens count GPU prefix-cache hits too, so without an
     instance's /metrics nothing shows its HBM was cold and its hits came from the tier."""
@@ -603,14 +658,15 @@ def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, su
     instances = sorted({str(i) for i in instances_of_rows.dropna().unique() if str(i)}
                        | {str(s["instance"]) for s in summaries if s.get("instance")})
     if len(instances) <= 1:  # one server: its summaries are its own, labelled or not
-        return [] if measured(summaries) else [
-            f"{arm}/{phase}: cannot be verified: no /metrics (no phase summary with vllm:prompt_tokens_total and "
+        return [] if measured(summaries) else [said(gettext_noop(
+            "%(where)s: cannot be verified: no /metrics (no phase summary with vllm:prompt_tokens_total and "
             "vllm:prefix_cache_hits_total deltas), so nothing shows the GPU prefix cache was cold and the hits came "
-            "from the tier"]
-    return [f"{arm}/{phase} on node {instance.rsplit(':', 1)[0]} (instance {instance}): cannot be verified: no "
-            "/metrics of its own (no phase summary of that instance with vllm:prompt_tokens_total and "
-            "vllm:prefix_cache_hits_total deltas; another node's counters do not count for it), so nothing shows its "
-            "GPU prefix cache was cold and its hits came from the tier"
+            "from the tier"), where=f"{arm}/{phase}")]
+    return [said(gettext_noop("%(where)s on node %(node)s (instance %(instance)s): cannot be verified: no /metrics of "
+                              "its own (no phase summary of that instance with vllm:prompt_tokens_total and "
+                              "vllm:prefix_cache_hits_total deltas; another node's counters do not count for it), so "
+                              "nothing shows its GPU prefix cache was cold and its hits came from the tier"),
+                 where=f"{arm}/{phase}", node=instance.rsplit(":", 1)[0], instance=instance)
             for instance in instances if not measured([s for s in summaries if str(s.get("instance") or "") == instance])]
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shlex
 
+import yaml
+
 from runners import ssh
 from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
@@ -57,9 +59,10 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
     disk_dir, pool_dir = cache_dirs(settings, arm, run_id)
     sizes = settings.sizes
     lines = header + [
-        "# The CPU tier is kept smaller than the disk tier so that recovered sessions are read back from disk.",
+        "# LMCache's DRAM tier holds no cache (its CPU memory only stages transfers): every hit is read from the",
+        "# arm's own disk tier, so each retrieval's bandwidth is that tier's (gates.judge: read_bw).",
         f"chunk_size: {sizes.chunk_size}",
-        "local_cpu: true",
+        "local_cpu: false",
         f"max_local_cpu_size: {sizes.max_local_cpu_size}",
         f"local_disk: {json.dumps('file://' + disk_dir + '/')}",
         f"max_local_disk_size: {sizes.max_local_disk_size}",
@@ -76,6 +79,30 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
     if share_pool and pool_dir:
         lines.append(f"  fs_connector_use_odirect: {odirect}")
     return "\n".join(lines + [""])
+
+
+def retrieval_tier(arm: str, config_text: str | None) -> str | None:
+    """The tier that served every LMCache retrieval of an arm, from the configuration it ran with, or None.
+
+    LMCache (0.3.1–0.5.6) names no tier in its `Retrieved …` lines, and one retrieval may sum chunks of several
+    tiers. Its CPU backend answers lookups only with `local_cpu: true`; with `local_cpu: false` it only stages
+    transfers. So a retrieval is the arm's own tier's (the FX mount for `fx`, the local NVMe for `local_nvme`;
+    both the local_disk directory and a shared pool live there, runners.lmcache.cache_dirs) exactly when the
+    configuration names no `local_cpu: true` and no other remote backend; otherwise nothing attributes it."""
+    if arm not in ("fx", "local_nvme") or not config_text:
+        return None
+    try:
+        config = yaml.safe_load(config_text) or {}
+    except yaml.YAMLError:
+        return None
+    if not isinstance(config, dict) or config.get("local_cpu", True) is not False:
+        return None  # LMCache's default is local_cpu: true
+    remote = str(config.get("remote_url") or "")
+    if remote and (arm != "fx" or not remote.startswith("fs://")):
+        return None  # a remote backend off the arm's storage (the shared pool is an fs:// path on the FX mount)
+    if not (config.get("local_disk") or remote):
+        return None
+    return arm
 
 
 # LMCache that fails does not stop vLLM: the server stays healthy and every request recomputes (after waiting

@@ -20,7 +20,7 @@ from django.conf import settings
 from gates import consequences, judge, lifecycle
 from gates.judge import lmcache_log
 from gates.models import Evaluation, Gate
-from runners import detached, gateplans, ssh, tracereplay
+from runners import detached, gateplans, lmcache, ssh, tracereplay
 from runners.artifacts import ArtifactMismatch, read_artifact, store_bytes
 from runners.collect import collect_deployment
 from runners.config import DEPLOY_TIME_LIMIT_S
@@ -106,16 +106,25 @@ def run_teardown(ctx: StepContext) -> dict:
     return {"torn_down": True, "retrieve_records": retrieves}
 
 
+def retrieval_tier_of(job: Job, deployment: Deployment) -> str | None:
+    """The tier that served the deployment's LMCache retrievals, from the configuration the deploy rendered for it
+    (its lmcache.yaml artifact): only the configuration can say (runners.lmcache.retrieval_tier)."""
+    config = Artifact.objects.filter(job=job, kind="config", name=f"{deployment.name_prefix}/lmcache.yaml").first()
+    text = read_artifact(config).decode("utf-8", errors="replace") if config is not None else None
+    return lmcache.retrieval_tier(deployment.arm, text)
+
+
 def _retrieve_records(ctx: StepContext, deployment: Deployment) -> int:
     """LMCache "Retrieved …" lines of the server log → fxpilot.retrieve/1 records (the judge's read_bw)."""
     if deployment.arm == "recompute":
         return 0
     logs = Artifact.objects.filter(job=ctx.job, kind="server-log", name__startswith=deployment.name_prefix + "/")
+    tier = retrieval_tier_of(ctx.job, deployment)
     records = []
     for artifact in logs.order_by("name"):
         records += lmcache_log.parse_log(read_artifact(artifact).decode("utf-8", errors="replace"),
                                          run_id=deployment.run_id, arm=deployment.arm, instance=deployment.instance,
-                                         simulated=deployment.simulated)
+                                         simulated=deployment.simulated, tier=tier)
     if records:
         store_bytes(ctx.job, f"{deployment.name_prefix}/retrieve.jsonl", lmcache_log.to_jsonl(records), kind="retrieve",
                     step=ctx.step, node=ctx.node, simulated=deployment.simulated)

@@ -8,6 +8,18 @@ and vLLM (0.20.1 and later) puts its process prefix before every line a worker p
 used, plain `(Worker pid=…)` without any. The GPU a retrieval ran on is the worker's place in that grid
 (DP, PP, PCP, TP, each size taken from the largest rank the log shows). Older spellings are still read:
 `[rank N]`, `(gpu N)`, `rank=N`. A line without any marker is GPU 0.
+
+Two LMCache formats carry the tokens but no size, cost or throughput (checked against the releases' own
+cache_engine.py): LMCache 0.3.1–0.3.3, whose count is a tensor's repr (0.3.1 at DEBUG, 0.3.3 at INFO),
+  [2025-07-01 10:00:00,000] LMCache INFO: Retrieved tensor(2048) out of 2048 out of total 2304 tokens (cache_engine.py:…)
+and LMCache 0.5.x with `use_layerwise: true` (retrieve_layer),
+  [2026-12-01 08:01:26,240] LMCache INFO: [req_id=cmpl-…] Retrieved 2048 out of 2048 out of total 2304 tokens (…)
+Their records say `bandwidth_logged: false` and carry no bytes, seconds or gbps: G2's read_bw is then invalid
+("this LMCache version logs no bandwidth"), never silently absent.
+
+Which tier served a retrieval: LMCache (0.3.1–0.5.6) names none in these lines; one retrieval may even sum chunks
+of several tiers. A retrieval is attributed only by the caller's `tier` — the storage of the arm, given when the
+arm's LMCache configuration leaves no other tier to answer (docs/judge.md, "read_bw: which tier served").
 """
 from __future__ import annotations
 
@@ -20,6 +32,12 @@ RETRIEVED = re.compile(
     r"cost\s*(?P<cost>[\d.]+)\s*ms,\s*throughput:\s*(?P<gbps>[\d.]+)\s*GB/s",
     re.IGNORECASE,
 )
+# 0.3.1–0.3.3 (`tensor(N)`) and layerwise 0.5.x (plain N): tokens only
+RETRIEVED_TOKENS = re.compile(
+    r"Retrieved (?:tensor\((?P<tensor>\d+)[^)]*\)|(?P<tokens>\d+)) out of (?P<required>\d+) out of total "
+    r"(?P<total>\d+) tokens",
+    re.IGNORECASE,
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # vLLM's worker process name, e.g. Worker_TP3, Worker_DP1_PP0_TP7 (DCP and EP parts share the TP GPUs)
 WORKER = re.compile(r"^\s*\((?P<name>Worker(?:_[A-Z]+\d+)*) pid=\d+\)")
@@ -30,7 +48,8 @@ GIB = 1024 ** 3  # LMCache prints sizes in GiB with a lower-case "gb"
 
 
 def looks_like_log(text: str) -> bool:
-    return RETRIEVED.search(text[:1 << 20]) is not None
+    head = text[:1 << 20]
+    return RETRIEVED.search(head) is not None or RETRIEVED_TOKENS.search(head) is not None
 
 
 def worker_ranks(line: str) -> dict[str, int] | None:
@@ -65,27 +84,36 @@ def gpu_of(line: str, sizes: dict[str, int] | None = None) -> int:
 
 
 def parse_line(line: str, *, run_id: str, arm: str, instance: str = "", simulated: bool = False,
-               sizes: dict[str, int] | None = None) -> dict | None:
+               sizes: dict[str, int] | None = None, tier: str | None = None) -> dict | None:
     """One retrieve record, or None when the line is not a retrieval. `sizes`: the grid of the whole log
-    (grid_sizes); without it only the ranks this line names are known."""
+    (grid_sizes); without it only the ranks this line names are known. `tier`: the storage that served every
+    retrieval of this log when the caller knows it (None: not attributed)."""
+    record = {"schema": "fxpilot.retrieve/1", "run_id": run_id, "arm": arm, "instance": instance, "gpu": 0,
+              "tokens": 0, "bytes": None, "seconds": None, "gbps": None, "bandwidth_logged": False, "tier": tier,
+              "simulated": simulated}
     match = RETRIEVED.search(line)
-    if match is None:
-        return None
-    size_gb = float(match["size"])
-    return {
-        "schema": "fxpilot.retrieve/1", "run_id": run_id, "arm": arm, "instance": instance, "gpu": gpu_of(line, sizes),
-        "tokens": int(match["tokens"]), "bytes": int(round(size_gb * GIB)), "seconds": float(match["cost"]) / 1000.0,
-        "gbps": float(match["gbps"]), "simulated": simulated,
-    }
+    if match is not None:
+        size_gb = float(match["size"])
+        record.update(tokens=int(match["tokens"]), bytes=int(round(size_gb * GIB)),
+                      seconds=float(match["cost"]) / 1000.0, gbps=float(match["gbps"]), bandwidth_logged=True)
+    else:
+        match = RETRIEVED_TOKENS.search(line)
+        if match is None:
+            return None
+        record["tokens"] = int(match["tensor"] if match["tensor"] is not None else match["tokens"])
+    record["gpu"] = gpu_of(line, sizes)
+    return record
 
 
-def parse_log(text: str, *, run_id: str, arm: str, instance: str = "", simulated: bool = False) -> list[dict]:
+def parse_log(text: str, *, run_id: str, arm: str, instance: str = "", simulated: bool = False,
+              tier: str | None = None) -> list[dict]:
     """Every retrieval in a log, in log order. Retrievals of zero tokens (pure misses) are skipped."""
     lines = text.splitlines()
     sizes = grid_sizes(lines)
     records = []
     for line in lines:
-        record = parse_line(line, run_id=run_id, arm=arm, instance=instance, simulated=simulated, sizes=sizes)
+        record = parse_line(line, run_id=run_id, arm=arm, instance=instance, simulated=simulated, sizes=sizes,
+                            tier=tier)
         if record is not None and record["tokens"] > 0:
             records.append(record)
     return records

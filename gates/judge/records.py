@@ -37,9 +37,13 @@ REQUEST_OPTIONAL: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 RETRIEVE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "schema": (_STR, False), "run_id": (_STR, False), "arm": (_STR, False), "instance": (_STR, False),
-    "gpu": (_INT, False), "tokens": (_INT, False), "bytes": (_INT, False), "seconds": (_FLOAT, False),
-    "gbps": (_FLOAT, False), "simulated": (_BOOL, False),
+    "gpu": (_INT, False), "tokens": (_INT, False), "bytes": (_INT, True), "seconds": (_FLOAT, True),
+    "gbps": (_FLOAT, True), "simulated": (_BOOL, False),
 }
+# optional: whether the line carried size and throughput (absent: it did when gbps is given), and the storage that
+# served the retrieval (absent or null: not attributed; read_bw counts only retrievals its arm's own tier served)
+RETRIEVE_OPTIONAL: dict[str, tuple[tuple[type, ...], bool]] = {"bandwidth_logged": (_BOOL, False), "tier": (_STR, True)}
+RETRIEVE_COLUMNS = list(RETRIEVE_FIELDS) + list(RETRIEVE_OPTIONAL)
 PHASE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "schema": (_STR, False), "arm": (_STR, False), "phase": (_STR, False), "concurrency": (_INT, False),
     "repetition": (_INT, False), "simulated": (_BOOL, False),
@@ -233,9 +237,15 @@ def _retrieve_rows(source: str, rows: list[tuple[int, dict]]) -> pd.DataFrame:
     for line, obj in rows:
         _check_schema(source, line, obj, RETRIEVE_SCHEMA)
         check_fields(obj, RETRIEVE_FIELDS, source, line)
-        if obj["gbps"] < 0 or obj["seconds"] < 0:
-            raise RecordError(source, "must not be negative", line=line, field="gbps" if obj["gbps"] < 0 else "seconds")
-    frame = pd.DataFrame.from_records([obj for _, obj in rows], columns=list(RETRIEVE_FIELDS))
+        check_fields(obj, RETRIEVE_OPTIONAL, source, line, required=False)
+        for name in ("gbps", "seconds"):
+            if obj[name] is not None and obj[name] < 0:
+                raise RecordError(source, "must not be negative", line=line, field=name)
+        logged = obj.get("bandwidth_logged", obj["gbps"] is not None)
+        if logged and obj["gbps"] is None:
+            raise RecordError(source, "bandwidth_logged is true but gbps is null", line=line, field="gbps")
+    frame = pd.DataFrame.from_records([{**obj, "bandwidth_logged": obj.get("bandwidth_logged", obj["gbps"] is not None),
+                                        "tier": obj.get("tier")} for _, obj in rows], columns=RETRIEVE_COLUMNS)
     frame["_source"] = source
     frame["_line"] = [line for line, _ in rows]
     return frame
@@ -472,7 +482,7 @@ def load_inputs(items: list | tuple) -> Inputs:
                 else normalise_requests(pd.DataFrame(columns=REQUEST_COLUMNS), "<none>"))
     requests = canonical_order(requests)
     retrieves = (pd.concat(out.retrieves, ignore_index=True) if out.retrieves
-                 else pd.DataFrame(columns=list(RETRIEVE_FIELDS) + ["_source", "_line"]))
+                 else pd.DataFrame(columns=RETRIEVE_COLUMNS + ["_source", "_line"]))
     if len(retrieves):
         retrieves = retrieves.sort_values(["arm", "gbps", "gpu", "_source", "_line"], kind="stable").reset_index(drop=True)
     summaries = sorted(out.summaries, key=lambda s: (s["arm"], s["phase"], s["concurrency"], s["repetition"],

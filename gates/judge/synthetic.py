@@ -179,7 +179,7 @@ def retrieve_records(*, arm: str = "fx", count: int = 64, gbps: float = 5.23, no
         size = 2048 * 122880  # bytes of one 2048-token chunk at this model's KV width
         out.append({"schema": "fxpilot.retrieve/1", "run_id": run_id, "arm": arm, "instance": "node1:8000",
                     "gpu": i % gpus, "tokens": 2048, "bytes": size, "seconds": size / (rate * 1024 ** 3),
-                    "gbps": rate, "simulated": simulated})
+                    "gbps": rate, "bandwidth_logged": True, "tier": arm, "simulated": simulated})
     return out
 
 

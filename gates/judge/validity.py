@@ -136,6 +136,8 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
         checks.append(_fault_cut(gate, inputs))
     if any(spec.metric == "external_hit_ratio" for spec in gate.criteria):
         checks.append(_external_hits(gate, inputs))
+    if any(spec.metric == "read_bw" for spec in gate.criteria):
+        checks.append(_read_bw_measured(gate, inputs))
     return checks
 
 
@@ -645,6 +647,51 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
         else:
             seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key, n=len(measured)))
     return _check("external-hits-measured", problems, seen)
+
+
+def bandwidth_retrievals(retrieves: pd.DataFrame, arm: str | None) -> pd.DataFrame:
+    """The retrievals read_bw is measured from: of the arm (every arm when None), logged with a bandwidth, and
+    served by the arm's own tier (`tier` == the arm: `fx` for the FX arm). LMCache names no tier in its
+    retrieval lines, so `tier` is set only when the arm's configuration left no other tier to answer."""
+    rows = retrieves if arm is None else retrieves[retrieves["arm"] == arm]
+    if len(rows) == 0:
+        return rows
+    logged = rows["bandwidth_logged"].fillna(False).astype(bool) & rows["gbps"].notna()
+    own = rows["tier"].fillna("").astype(str) == rows["arm"].astype(str)
+    return rows[logged & own]
+
+
+def _read_bw_measured(gate: GatePlan, inputs: Inputs) -> dict:
+    """read_bw is a bandwidth of the candidate's own tier: LMCache lines without one (LMCache 0.3.1–0.3.3,
+    use_layerwise) or retrievals no one can attribute to that tier leave it unmeasured, never passed."""
+    problems: list[Said] = []
+    seen: list[Said] = []
+    for spec in gate.criteria:
+        if spec.metric != "read_bw":
+            continue
+        retrieves = inputs.retrieves
+        rows = retrieves if not spec.candidate else retrieves[retrieves["arm"] == spec.candidate]
+        if len(rows) == 0:
+            continue  # require_inputs refuses the run before this
+        arm = spec.candidate or "every arm"
+        logged = rows[rows["bandwidth_logged"].fillna(False).astype(bool) & rows["gbps"].notna()]
+        used = bandwidth_retrievals(retrieves, spec.candidate or None)
+        if len(logged) == 0:
+            problems.append(said(gettext_noop("%(criterion)s: this LMCache version logs no bandwidth: %(n)s retrieval "
+                                              "line(s) of %(arm)s carry tokens but no size, cost or throughput "
+                                              "(LMCache 0.3.1–0.3.3, or use_layerwise: true)"),
+                                 criterion=spec.key, n=len(rows), arm=arm))
+        elif len(used) == 0:
+            problems.append(said(gettext_noop("%(criterion)s: none of the %(n)s retrievals of %(arm)s can be "
+                                              "attributed to its own tier: LMCache's retrieval lines name no tier, "
+                                              "and only a configuration that leaves no other tier to answer (no "
+                                              "local_cpu) attributes them"),
+                                 criterion=spec.key, n=len(logged), arm=arm))
+        else:
+            seen.append(said(gettext_noop("%(criterion)s: %(n)s of %(total)s retrievals of %(arm)s logged with a "
+                                          "bandwidth and served by its own tier"),
+                             criterion=spec.key, n=len(used), total=len(rows), arm=arm))
+    return _check("read-bw-measured", problems, seen or said(gettext_noop("no read_bw criterion")))
 
 
 def _instances_unverified(arm: str, phase: str, instances_of_rows: pd.Series, summaries: list[dict]) -> list[Said]:

@@ -37,7 +37,9 @@ VERDICT_SCHEMA = "fxpilot.verdict/1"
 # over extensions, content duplicates, per-GPU models and RDMA port state (docs/judge.md, "Versions")
 # 3: planned looks with a group-sequential boundary and one error budget per gate, the session as the unit of
 # hit ratios (exact bound), a throughput one request cannot move, completeness, near-copies and clock checks
-JUDGE_VERSION = "3"
+# 4: read_bw only from retrievals logged with a bandwidth and attributed to the arm's own tier (check
+# read-bw-measured: LMCache versions that log no bandwidth, or unattributed retrievals, make it invalid)
+JUDGE_VERSION = "4"
 EXTENSION_ALPHA_SHARE = 0.2   # share of α kept for the extensions of a marginal run
 DRIFT_TAIL_REQUESTS = 10      # a window's tail statistic keeps at least this many requests beyond it
 METHODS = {
@@ -307,9 +309,14 @@ class _Judge:
         return bootstrap.point(sample, "mean" if used == "value" else used)
 
     def read_bw_cell(self, spec: CriterionSpec) -> dict:
-        rows = self.inputs.retrieves
+        every = self.inputs.retrieves
         if spec.candidate:
-            rows = rows[rows["arm"] == spec.candidate]
+            every = every[every["arm"] == spec.candidate]
+        rows = validity.bandwidth_retrievals(self.inputs.retrieves, spec.candidate or None)
+        if len(rows) == 0:  # check read-bw-measured says why; the criterion is invalid
+            cell = {"concurrency": None, "candidate_value": None, "n_candidate": 0, "n_retrievals": int(len(every)),
+                    "gpus": 0, "method": "no retrieval of the arm's own tier logged with a bandwidth"}
+            return self.finish(spec, cell, math.nan, math.nan, math.nan)
         values = np.sort(rows["gbps"].to_numpy(dtype=np.float64), kind="stable")
         statistic = "mean" if spec.statistic == "value" else spec.statistic
         confidence = self.confidence(spec)
@@ -322,7 +329,7 @@ class _Judge:
             _, low, high = intervals.linear_t(values, confidence)
             method = "t-interval over retrievals"
         cell = {"concurrency": None, "candidate_value": num(point), "n_candidate": len(values),
-                "gpus": int(rows["gpu"].nunique()), "method": method}
+                "n_retrievals": int(len(every)), "gpus": int(rows["gpu"].nunique()), "method": method}
         return self.finish(spec, cell, point, float(low), float(high))
 
     def output_match_cell(self, spec: CriterionSpec) -> dict:
@@ -490,13 +497,18 @@ def _spread(table: pd.DataFrame) -> list[dict]:
 
 
 def _read_bandwidth(retrieves: pd.DataFrame) -> list[dict]:
-    """Cold-read bandwidth per GPU read back (GB/s), per arm, from the LMCache retrieval records."""
+    """Cold-read bandwidth per GPU read back (GB/s), per arm, from the LMCache retrieval records its own tier served
+    with a bandwidth logged (`n`); `retrievals` counts them all."""
     rows = []
-    for arm, sub in retrieves.groupby("arm", sort=True):
+    for arm, every in retrieves.groupby("arm", sort=True):
+        sub = validity.bandwidth_retrievals(every, None)
         gbps = sub["gbps"].to_numpy(dtype=np.float64)
-        rows.append({"arm": str(arm), "n": len(sub), "gpus": int(sub["gpu"].nunique()),
-                     "p50": num(np.quantile(gbps, 0.5)), "mean": num(gbps.mean()), "min": num(gbps.min()),
-                     "max": num(gbps.max())})
+        row = {"arm": str(arm), "n": len(sub), "retrievals": len(every), "gpus": int(sub["gpu"].nunique())}
+        if len(gbps):
+            row.update(p50=num(np.quantile(gbps, 0.5)), mean=num(gbps.mean()), min=num(gbps.min()), max=num(gbps.max()))
+        else:
+            row.update(p50=None, mean=None, min=None, max=None)
+        rows.append(row)
     return rows
 
 

@@ -62,6 +62,7 @@ class LMCacheSettings:
     save_unfull_chunk: bool = False
     use_odirect: bool = False
     parallel_read: bool = True            # the vendor's parallel-read patch (per-GPU cold read 5.23 vs 0.98)
+    use_layerwise: bool = False           # LMCache's layerwise retrieval: its lines carry no size or throughput
     source: str = "defaults"
     raw: dict = field(default_factory=dict)
 
@@ -143,7 +144,7 @@ def read_lmcache(environ: dict | None = None) -> LMCacheSettings:
     settings = LMCacheSettings(
         chunk_size=merged["chunk_size"], local_cpu=merged["local_cpu"],
         max_local_cpu_size=merged["max_local_cpu_size"], max_local_disk_size=merged["max_local_disk_size"],
-        save_unfull_chunk=merged["save_unfull_chunk"],
+        save_unfull_chunk=merged["save_unfull_chunk"], use_layerwise=merged["use_layerwise"],
         use_odirect=_as_bool(extra.get("use_odirect", False), "extra_config.use_odirect", origin["extra_config"]),
         parallel_read=_as_bool(extra.get("parallel_read", True), "extra_config.parallel_read", origin["extra_config"]),
         source=", ".join(sources) or "defaults", raw=merged)

@@ -395,7 +395,13 @@ class SimServer:
     def _log_retrieval(self, request: SimRequest, info: dict) -> None:
         size_gib = info["rank_bytes"] / GIB
         seconds = info["seconds"]
+        layerwise = bool(self.config.lmcache is not None and self.config.lmcache.use_layerwise)
         for rank in range(self.hw.gpus):
+            if layerwise:  # LMCache 0.5.x retrieve_layer: tokens only, no size, cost or throughput
+                lmcache_log(f"[req_id={request.rid}] Retrieved {info['tokens']} out of {info['tokens']} out of total "
+                            f"{request.prompt_tokens} tokens (simulated)",
+                            where="cache_engine.py:1146:lmcache.v1.cache_engine", prefix=worker_prefix(rank, self.hw.gpus))
+                continue
             lmcache_log(f"[req_id={request.rid}] Retrieved {info['tokens']} out of {info['tokens']} required tokens "
                         f"(from {request.prompt_tokens} total tokens). size: {size_gib:.4f} gb, cost "
                         f"{seconds * 1000:.4f} ms, throughput: {size_gib / seconds:.4f} GB/s; (simulated)",

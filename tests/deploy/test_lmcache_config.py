@@ -34,7 +34,7 @@ def test_the_cache_arms_differ_only_in_where_the_files_live(settings):
     local, fx = rendered(settings, "local_nvme"), rendered(settings, "fx")
     assert local.pop("local_disk") == "file:///home/fxpilot/mnt/nvme0/fxpilot/kv/abc123/"
     assert fx.pop("local_disk") == "file:///home/fxpilot/mnt/fx/fxpilot/kv/abc123/"
-    assert local == fx == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0,
+    assert local == fx == {"chunk_size": 256, "local_cpu": False, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0,
                            "pre_caching_hash_algorithm": "sha256_cbor", "extra_config": {"use_odirect": True}}
 
 
@@ -77,3 +77,18 @@ def test_the_simulated_servers_lmcache_reader_takes_the_rendered_file(settings, 
     assert str(read.local_disk) == f"{root}/kv/abc123"
     assert read.use_odirect is True and read.chunk_size == 256 and read.max_local_cpu_size == 0.25
     assert read.fs_pool == (None if arm == "local_nvme" else type(read.local_disk)("/home/fxpilot/mnt/fx/fxpilot-shared/abc123"))
+
+
+def test_retrievals_are_the_arms_tier_only_when_no_other_tier_can_answer(settings):
+    # LMCache names no tier in its retrieval lines: only a configuration without LMCache's DRAM tier attributes them
+    from runners.lmcache import render_lmcache_config, retrieval_tier
+
+    for arm in ("fx", "local_nvme"):
+        assert retrieval_tier(arm, render_lmcache_config(settings, arm, run_id="abc123")) == arm
+    assert retrieval_tier("fx", render_lmcache_config(settings, "fx", run_id="abc123", share_pool=True)) == "fx"
+    with_dram = render_lmcache_config(settings, "fx", run_id="abc123").replace("local_cpu: false", "local_cpu: true")
+    assert retrieval_tier("fx", with_dram) is None
+    assert retrieval_tier("fx", with_dram.replace("local_cpu: true\n", "")) is None  # LMCache's default is true
+    assert retrieval_tier("fx", "local_cpu: false\nlocal_disk: file:///x/\nremote_url: redis://h:6379\n") is None
+    assert retrieval_tier("recompute", "local_cpu: false\nlocal_disk: file:///x/\n") is None
+    assert retrieval_tier("fx", None) is None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gates.judge import RecordError, canonical_json, synthetic
+from gates.judge import JUDGE_VERSION, RecordError, canonical_json, synthetic
 from gates.models import Evaluation
 from runners.artifacts import ArtifactMismatch, store_bytes
 from runners.evaluation import ReplayMismatch, evaluate_job, replay_evaluation, replays_identically
@@ -81,7 +81,7 @@ def test_a_verdict_stored_by_an_earlier_judge_keeps_its_version_and_rejudging_sa
     Evaluation.objects.filter(pk=evaluation.pk).update(result=old)
     stored = Evaluation.objects.get(pk=evaluation.pk)
     again = replay_evaluation(stored)
-    assert again["judge_version"] == "3" and again["rejudged"]["stored_judge_version"] == "1"
+    assert again["judge_version"] == JUDGE_VERSION and again["rejudged"]["stored_judge_version"] == "1"
     assert "keeps its verdict 'pass' of judge version 1" in again["rejudged"]["note"]
     assert not replays_identically(stored)
     assert Evaluation.objects.get(pk=evaluation.pk).result["judge_version"] == "1"  # nothing stored changes

@@ -171,7 +171,8 @@ def test_a_cold_first_window_no_longer_passes_as_negative_drift():
 def test_read_bandwidth_comes_from_retrieval_records_with_an_order_statistic_interval():
     gbps = [4.0 + 0.05 * i for i in range(64)]
     retrieves = [{"schema": "fxpilot.retrieve/1", "run_id": "t", "arm": "fx", "instance": "n", "gpu": i % 8,
-                  "tokens": 2048, "bytes": 1, "seconds": 0.1, "gbps": g, "simulated": True} for i, g in enumerate(gbps)]
+                  "tokens": 2048, "bytes": 1, "seconds": 0.1, "gbps": g, "tier": "fx", "simulated": True}
+                 for i, g in enumerate(gbps)]
     c = judge_one({"key": "k", "metric": "read_bw", "statistic": "p50", "comparison": "absolute", "candidate": "fx",
                    "threshold": 5.0}, reps_of("fx", [[1.0] * 8]), ("retrieve.jsonl", jsonl(retrieves)), gate=2)
     lo = int(stats.binom.ppf(0.025, 64, 0.5))

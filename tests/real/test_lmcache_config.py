@@ -63,7 +63,7 @@ def test_lmcaches_own_loader_takes_the_rendered_yaml(loaded, arm):
     root = "/home/fxpilot/mnt/nvme0/fxpilot/kv" if arm == "local_nvme" else "/home/fxpilot/mnt/fx/fxpilot/kv"
     assert loaded["local_disk"].rstrip("/").endswith(f"{root}/abc123")
     assert (loaded["chunk_size"], loaded["local_cpu"], loaded["max_local_cpu_size"], loaded["max_local_disk_size"]) \
-        == (256, True, 0.25, 200.0)
+        == (256, False, 0.25, 200.0)
     assert loaded["use_odirect"] is True and loaded["warnings"] == []
     assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"     # not LMCache's default, builtin
     if arm == "fx":

@@ -22,6 +22,7 @@ from gates.judge import counters, evaluate, lmcache_log, load_inputs
 from gates.plan import PLANS_DIR, validate_plan
 from runners import detached, ssh
 from runners.lmcache import CHUNK_HASH_ALGORITHM, PYTHONHASHSEED
+from runners.steps import retrieval_tier_of
 from tests.real import flow
 from tests.real.conftest import EXTERNAL_HIT, PROMPT_TOKENS, REPO
 from tests.real.flow import ARMS, REPETITIONS, SESSIONS, both_arms
@@ -132,8 +133,11 @@ def g2(runs, real_servers):
     """The records, summaries and LMCache's real Retrieved lines judged by G2's criteria."""
     files = runs.files
     deployment = getattr(real_servers, CACHE_ARM)
+    # the tier that served them, as the runner decides it: from the configuration the deploy rendered
+    tier = retrieval_tier_of(real_servers.site.jobs[CACHE_ARM], deployment)
+    assert tier == CACHE_ARM
     retrieves = lmcache_log.parse_log(runs.logs[CACHE_ARM], run_id=deployment.run_id, arm=CACHE_ARM,
-                                      instance=deployment.instance)
+                                      instance=deployment.instance, tier=tier)
     named = [(name, data) for arm in files for name, data in files[arm].items()
              if name.endswith((".jsonl", ".summary.json"))]
     if retrieves:

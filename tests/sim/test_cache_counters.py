@@ -85,3 +85,16 @@ def test_reset_prefix_cache_exists_only_in_dev_mode(node, servers):
     assert status == 404
     with urllib.request.urlopen(server.url + "/health") as response:
         assert response.status == 200 and response.headers["X-Fxpilot-Simulated"] == "1"
+
+
+def test_layerwise_retrieval_lines_carry_tokens_but_no_bandwidth_as_lmcache_writes_them(node, servers):
+    # LMCache 0.5.x retrieve_layer: "[req_id=…] Retrieved N out of M out of total T tokens", nothing else
+    config = {"chunk_size": 256, "local_cpu": False, "max_local_disk_size": 50, "use_layerwise": True,
+              "local_disk": f"file://{node.fx / 'lmcache'}"}
+    server = servers(node, "fx", lmcache=config)
+    populate_then_return(server, sessions=1)
+    lines = [line for line in server.log_text().splitlines() if "Retrieved" in line]
+    assert lines and all(" out of total " in line and "throughput" not in line for line in lines)
+    records = parse_log(server.log_text(), run_id="t", arm="fx", simulated=True)
+    assert sorted(r["gpu"] for r in records) == list(range(8))
+    assert all(r["tokens"] == CONTEXT and r["gbps"] is None and not r["bandwidth_logged"] for r in records)

@@ -5,6 +5,7 @@ Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns
 """
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -199,14 +200,26 @@ if PRODUCTION:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 
 # Login throttling (django-axes, attempts kept in the database: shared by every process, kept across
-# restarts, and never cleared by a successful login): 5 failures for one user name or 30 from one
-# address lock both out for 15 minutes, the right password included (portal.signin).
+# restarts, and never cleared by a successful login; portal.signin): 5 failures for one user name from one
+# client address lock that name there, 100 from one address lock the address (but for names that signed in
+# from it within 30 days), for 15 minutes, the right password included. The client's address is the one a
+# reverse proxy listed in FXPILOT_TRUSTED_PROXIES reports in X-Forwarded-For (its right-most untrusted hop);
+# without one, the connection's own.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
-FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 100, minimum=1)
 FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+FXPILOT_LOGIN_KNOWN_DAYS = envint("FXPILOT_LOGIN_KNOWN_DAYS", 30, minimum=0)
+FXPILOT_TRUSTED_PROXIES = envlist("FXPILOT_TRUSTED_PROXIES", [])
+for _proxy in FXPILOT_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise SettingError(f"FXPILOT_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network (e.g. 127.0.0.1, "
+                           "10.0.0.0/8).") from None
 AXES_HANDLER = "portal.signin.LoginThrottleHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_CLIENT_IP_CALLABLE = "portal.signin.client_address"
 AXES_FAILURE_LIMIT = FXPILOT_LOGIN_FAILURES_PER_NAME
 AXES_COOLOFF_TIME = timedelta(minutes=FXPILOT_LOGIN_LOCKOUT_MINUTES)
 AXES_RESET_ON_SUCCESS = False

@@ -225,6 +225,10 @@ AXES_COOLOFF_TIME = timedelta(minutes=FXPILOT_LOGIN_LOCKOUT_MINUTES)
 AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
 AXES_USERNAME_CALLABLE = "portal.signin.attempted_username"
+# Password reset links (Django's tokens) are good for this long; API tokens live this many days unless their
+# maker chooses otherwise (1–365).
+PASSWORD_RESET_TIMEOUT = envint("PASSWORD_RESET_TIMEOUT", 3600, minimum=300)
+FXPILOT_API_TOKEN_DAYS = envint("FXPILOT_API_TOKEN_DAYS", 90, minimum=1, maximum=365)
 AXES_VERBOSE = False
 
 # Mail: files under var/mail by default, SMTP when EMAIL_HOST is set.

@@ -276,6 +276,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimum=10)
 CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 360, minimum=15)
 CELERY_TASK_DEFAULT_QUEUE = "fxpilot"
+# Checking an uploaded PDF (seconds and hundreds of MB each) has a queue of its own, served by the control worker
+# with at most FXPILOT_CHECKS_AT_ONCE running at once, so that checks cannot hold every slot gate runs need;
+# each person may ask for FXPILOT_CHECKS_PER_HOUR of them an hour (the portal answers 429 beyond).
+FXPILOT_CHECK_QUEUE = envstr("FXPILOT_CHECK_QUEUE", "fxpilot-checks")
+FXPILOT_CHECKS_AT_ONCE = envint("FXPILOT_CHECKS_AT_ONCE", 1, minimum=1)
+FXPILOT_CHECKS_PER_HOUR = envint("FXPILOT_CHECKS_PER_HOUR", 10, minimum=1)
+CELERY_TASK_ROUTES = {"gates.tasks.verify_upload": {"queue": FXPILOT_CHECK_QUEUE}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

@@ -714,7 +714,8 @@ class UploadVerification(models.Model):
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                      related_name="upload_verifications")
-    created = models.DateTimeField(default=timezone.now)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     filename = models.CharField(max_length=255, blank=True)
     size = models.PositiveBigIntegerField(default=0)

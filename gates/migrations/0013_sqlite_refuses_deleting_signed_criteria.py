@@ -1,7 +1,7 @@
 """SQLite refuses deleting a signed plan version or its criteria too, as PostgreSQL does since 0005.
 
 0005 left SQLite without it because Django empties SQLite tables with DELETE (`manage.py flush`, the test suite
-between transactional tests). Now the embedded default's database engine, `fxpilot.sqlite` (Django's SQLite with
+between transactional tests). Now the embedded default's database engine, `fxpilot.sqlite3` (Django's SQLite with
 one change), opens a permit in `fxpilot_flush_permit` for the duration of a flush; the triggers refuse every other
 DELETE of a frozen version (signed or superseded) or of its criteria: a raw DELETE, a queryset in a data
 migration, a cascade from its pilot. (Whoever may write the permit table may also drop a trigger: the guard is

@@ -1,11 +1,13 @@
 """fxpilot settings: every value comes from the environment through strict helpers (fxpilot.env).
 
-The embedded default needs no services: SQLite, an embedded Redis broker on a Unix socket, files under ./var.
-Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns DEBUG off.
+The embedded default needs no services: SQLite, an embedded Redis broker on a Unix socket, files under ./var
+(the folder mode 0700, the database 0600, the evidence 0400: readable by their owner only).
+Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS. DEBUG is off unless FXPILOT_DEBUG=1.
 """
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +33,11 @@ PRODUCTION = FXPILOT_ENV == "production"
 DATA_DIR = Path(envstr("FXPILOT_DATA_DIR", str(BASE_DIR / "var")))
 if not DATA_DIR.is_absolute():
     DATA_DIR = BASE_DIR / DATA_DIR
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+if not DATA_DIR.exists():
+    DATA_DIR.mkdir(parents=True, mode=0o700)  # the database, sessions, keys and evidence: the owner's only
+    DATA_DIR.chmod(0o700)
+elif not PRODUCTION and DATA_DIR.stat().st_uid == os.getuid() and DATA_DIR.stat().st_mode & 0o077:
+    DATA_DIR.chmod(0o700)  # an embedded default an earlier release left open to everyone
 
 
 def _secret_key() -> str:
@@ -51,7 +57,8 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = envbool("DEBUG", not PRODUCTION)
+# Off unless asked (FXPILOT_DEBUG=1; DEBUG=1 is read too): a technical error page lists the URLs and settings.
+DEBUG = envbool("FXPILOT_DEBUG", envbool("DEBUG", False))
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise SettingError("ALLOWED_HOSTS is required when FXPILOT_ENV=production (comma-separated host names).")
@@ -129,6 +136,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
+# gunicorn serves the static files itself (WhiteNoise) with DEBUG off too; outside production also straight from
+# STATICFILES_DIRS, so that the embedded default needs no collectstatic.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 
 # Evidence (artifacts and reports): files under DATA_DIR by default; with FXPILOT_S3_BUCKET set, objects in an
 # S3-compatible store, so that site workers share nothing with the web tier but the database and the broker.
@@ -147,7 +157,8 @@ if FXPILOT_S3_BUCKET:
     }}
 else:
     _evidence = {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                 "OPTIONS": {"location": str(DATA_DIR), "file_permissions_mode": 0o444}}
+                 "OPTIONS": {"location": str(DATA_DIR), "file_permissions_mode": 0o400,
+                             "directory_permissions_mode": 0o700}}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

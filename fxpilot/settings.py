@@ -1,10 +1,13 @@
 """fxpilot settings: every value comes from the environment through strict helpers (fxpilot.env).
 
-The embedded default needs no services: SQLite, an embedded Redis broker on a Unix socket, files under ./var.
-Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS and turns DEBUG off.
+The embedded default needs no services: SQLite, an embedded Redis broker on a Unix socket, files under ./var
+(the folder mode 0700, the database 0600, the evidence 0400: readable by their owner only).
+Production (FXPILOT_ENV=production) needs SECRET_KEY and ALLOWED_HOSTS. DEBUG is off unless FXPILOT_DEBUG=1.
 """
 from __future__ import annotations
 
+import ipaddress
+import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +33,11 @@ PRODUCTION = FXPILOT_ENV == "production"
 DATA_DIR = Path(envstr("FXPILOT_DATA_DIR", str(BASE_DIR / "var")))
 if not DATA_DIR.is_absolute():
     DATA_DIR = BASE_DIR / DATA_DIR
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+if not DATA_DIR.exists():
+    DATA_DIR.mkdir(parents=True, mode=0o700)  # the database, sessions, keys and evidence: the owner's only
+    DATA_DIR.chmod(0o700)
+elif not PRODUCTION and DATA_DIR.stat().st_uid == os.getuid() and DATA_DIR.stat().st_mode & 0o077:
+    DATA_DIR.chmod(0o700)  # an embedded default an earlier release left open to everyone
 
 
 def _secret_key() -> str:
@@ -50,7 +57,8 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = envbool("DEBUG", not PRODUCTION)
+# Off unless asked (FXPILOT_DEBUG=1; DEBUG=1 is read too): a technical error page lists the URLs and settings.
+DEBUG = envbool("FXPILOT_DEBUG", envbool("DEBUG", False))
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise SettingError("ALLOWED_HOSTS is required when FXPILOT_ENV=production (comma-separated host names).")
@@ -128,6 +136,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
+# gunicorn serves the static files itself (WhiteNoise) with DEBUG off too; outside production also straight from
+# STATICFILES_DIRS, so that the embedded default needs no collectstatic.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 
 # Evidence (artifacts and reports): files under DATA_DIR by default; with FXPILOT_S3_BUCKET set, objects in an
 # S3-compatible store, so that site workers share nothing with the web tier but the database and the broker.
@@ -146,7 +157,8 @@ if FXPILOT_S3_BUCKET:
     }}
 else:
     _evidence = {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                 "OPTIONS": {"location": str(DATA_DIR), "file_permissions_mode": 0o444}}
+                 "OPTIONS": {"location": str(DATA_DIR), "file_permissions_mode": 0o400,
+                             "directory_permissions_mode": 0o700}}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -199,19 +211,35 @@ if PRODUCTION:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 
 # Login throttling (django-axes, attempts kept in the database: shared by every process, kept across
-# restarts, and never cleared by a successful login): 5 failures for one user name or 30 from one
-# address lock both out for 15 minutes, the right password included (portal.signin).
+# restarts, and never cleared by a successful login; portal.signin): 5 failures for one user name from one
+# client address lock that name there, 100 from one address lock the address (but for names that signed in
+# from it within 30 days), for 15 minutes, the right password included. The client's address is the one a
+# reverse proxy listed in FXPILOT_TRUSTED_PROXIES reports in X-Forwarded-For (its right-most untrusted hop);
+# without one, the connection's own.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
-FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 100, minimum=1)
 FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+FXPILOT_LOGIN_KNOWN_DAYS = envint("FXPILOT_LOGIN_KNOWN_DAYS", 30, minimum=0)
+FXPILOT_TRUSTED_PROXIES = envlist("FXPILOT_TRUSTED_PROXIES", [])
+for _proxy in FXPILOT_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise SettingError(f"FXPILOT_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network (e.g. 127.0.0.1, "
+                           "10.0.0.0/8).") from None
 AXES_HANDLER = "portal.signin.LoginThrottleHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_CLIENT_IP_CALLABLE = "portal.signin.client_address"
 AXES_FAILURE_LIMIT = FXPILOT_LOGIN_FAILURES_PER_NAME
 AXES_COOLOFF_TIME = timedelta(minutes=FXPILOT_LOGIN_LOCKOUT_MINUTES)
 AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
 AXES_USERNAME_CALLABLE = "portal.signin.attempted_username"
+# Password reset links (Django's tokens) are good for this long; API tokens live this many days unless their
+# maker chooses otherwise (1–365).
+PASSWORD_RESET_TIMEOUT = envint("PASSWORD_RESET_TIMEOUT", 3600, minimum=300)
+FXPILOT_API_TOKEN_DAYS = envint("FXPILOT_API_TOKEN_DAYS", 90, minimum=1, maximum=365)
 AXES_VERBOSE = False
 
 # Mail: files under var/mail by default, SMTP when EMAIL_HOST is set.
@@ -259,6 +287,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimum=10)
 CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 360, minimum=15)
 CELERY_TASK_DEFAULT_QUEUE = "fxpilot"
+# Checking an uploaded PDF (seconds and hundreds of MB each) has a queue of its own, served by the control worker
+# with at most FXPILOT_CHECKS_AT_ONCE running at once, so that checks cannot hold every slot gate runs need;
+# each person may ask for FXPILOT_CHECKS_PER_HOUR of them an hour (the portal answers 429 beyond).
+FXPILOT_CHECK_QUEUE = envstr("FXPILOT_CHECK_QUEUE", "fxpilot-checks")
+FXPILOT_CHECKS_AT_ONCE = envint("FXPILOT_CHECKS_AT_ONCE", 1, minimum=1)
+FXPILOT_CHECKS_PER_HOUR = envint("FXPILOT_CHECKS_PER_HOUR", 10, minimum=1)
+CELERY_TASK_ROUTES = {"gates.tasks.verify_upload": {"queue": FXPILOT_CHECK_QUEUE}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

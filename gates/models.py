@@ -631,16 +631,37 @@ class Notification(models.Model):
         return f"{self.user}: {self.subject}"
 
 
+# How long a new API token lives when nobody says otherwise, and the longest it may (settings may change both).
+API_TOKEN_DAYS = 90
+API_TOKEN_MAX_DAYS = 365
+
+
+def api_token_days() -> int:
+    return int(getattr(settings, "FXPILOT_API_TOKEN_DAYS", API_TOKEN_DAYS))
+
+
+def default_token_expiry():
+    return timezone.now() + timedelta(days=api_token_days())
+
+
 class ApiToken(models.Model):
-    """A personal API token. Only its SHA-256 is stored; the token is shown once, when created."""
+    """A personal API token. Only its SHA-256 is stored; the token is shown once, when created.
+
+    Every token expires (`expires`, by default FXPILOT_API_TOKEN_DAYS = 90 days after it was made; tokens made
+    before expiry existed were given 90 days from the upgrade, migration gates.0012); its owner lists and revokes
+    it on the account page, an operator with `manage.py api_token --list / --revoke`. The API refuses an expired
+    or revoked token with 401 and says which.
+    """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to tell tokens apart")
     key_sha256 = models.CharField(max_length=64, unique=True, editable=False)
     created = models.DateTimeField(default=timezone.now)
+    expires = models.DateTimeField(default=default_token_expiry)
     last_used = models.DateTimeField(null=True, blank=True, editable=False)
     revoked = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created"]
@@ -648,14 +669,33 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…) of {self.user}"
 
+    @property
+    def expired(self) -> bool:
+        return self.expires <= timezone.now()
+
+    @property
+    def usable(self) -> bool:
+        return not self.revoked and not self.expired
+
     @classmethod
-    def issue(cls, user, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, user, name: str, *, days: int | None = None) -> tuple[ApiToken, str]:
+        """A new token for `user`, valid `days` days (default FXPILOT_API_TOKEN_DAYS; 1 to API_TOKEN_MAX_DAYS)."""
         import hashlib
         import secrets
 
+        days = api_token_days() if days is None else int(days)
+        if not 1 <= days <= API_TOKEN_MAX_DAYS:
+            raise ValueError(f"a token lives 1 to {API_TOKEN_MAX_DAYS} days, not {days}")
         key = "fxp_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, prefix=key[:12], key_sha256=hashlib.sha256(key.encode()).hexdigest())
+        now = timezone.now()
+        token = cls.objects.create(user=user, name=name, prefix=key[:12], created=now,
+                                   expires=now + timedelta(days=days),
+                                   key_sha256=hashlib.sha256(key.encode()).hexdigest())
         return token, key
+
+    def revoke(self) -> bool:
+        """Revoke it (once); False when it already was."""
+        return bool(ApiToken.objects.filter(pk=self.pk, revoked=False).update(revoked=True, revoked_at=timezone.now()))
 
 
 class UploadVerification(models.Model):
@@ -674,7 +714,8 @@ class UploadVerification(models.Model):
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                      related_name="upload_verifications")
-    created = models.DateTimeField(default=timezone.now)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     filename = models.CharField(max_length=255, blank=True)
     size = models.PositiveBigIntegerField(default=0)

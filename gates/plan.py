@@ -436,3 +436,50 @@ def document_without_criteria(plan: Plan) -> dict[str, Any]:
         gate["weeks"] = list(gate["weeks"])
         gate["arms"] = list(gate["arms"])
     return data
+
+
+# ── What a threshold may be, for its unit (the plan page checks it; docs/plan-format.md) ────────────────────────
+# Metrics whose value is a share of something (a ratio in [0, 1]).
+SHARE_METRICS = frozenset({"hit_ratio", "external_hit_ratio", "error_rate", "output_match", "gpu_model_match",
+                           "versions_recorded", "fx_mounted_writable"})
+
+
+@dataclass(frozen=True)
+class ThresholdRange:
+    """kind: `ratio` (a share, [0, 1]), `change` (gain, drift, reduction: a fraction from −1 up), `spread` (a CV, ≥ 0),
+    `speedup` (> 0), `count` (a whole number ≥ 0), `amount` (≥ 0, in the unit). `percent`: the page shows and takes
+    it in percent (stored as the fraction)."""
+
+    kind: str
+    low: float
+    high: float | None
+    low_open: bool = False
+    whole: bool = False
+    percent: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """None when `value` (as stored) fits, else the kind of the range it misses."""
+        if value != value or value in (float("inf"), float("-inf")):
+            return self.kind
+        if value < self.low or (self.low_open and value == self.low) or (self.high is not None and value > self.high):
+            return self.kind
+        if self.whole and value != int(value):
+            return self.kind
+        return None
+
+
+def threshold_range(metric: str, statistic: str, comparison: str, unit: str) -> ThresholdRange:
+    percent = unit == "fraction"
+    if statistic == "count":
+        return ThresholdRange("count", 0, None, whole=True)
+    if comparison == "speedup":
+        return ThresholdRange("speedup", 0, None, low_open=True)
+    if comparison in ("gain", "drift", "reduction"):
+        return ThresholdRange("change", -1, 1 if comparison == "reduction" else None, percent=percent)
+    if statistic == "cv":
+        return ThresholdRange("spread", 0, None, percent=percent)
+    if metric in SHARE_METRICS:
+        return ThresholdRange("ratio", 0, 1, percent=percent)
+    if metric == "gpu_count" or unit == "GPUs":
+        return ThresholdRange("count", 0, None, whole=True)
+    return ThresholdRange("amount", 0, None, percent=percent)

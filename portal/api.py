@@ -1,7 +1,7 @@
 """The JSON API: pilots, gates, runs, verdicts, artifacts and reports, scoped exactly like the portal.
 
-Authentication: `Authorization: Bearer <token>` (tokens from `manage.py api_token`), or the portal
-session. Every object is reached through Pilot.objects.for_user; anything else answers 404.
+Authentication: `Authorization: Bearer <token>` (tokens from the account page or `manage.py api_token`; each
+expires, an expired or revoked one answers 401 saying which), or the portal session. Every object is reached through Pilot.objects.for_user; anything else answers 404.
 The OpenAPI 3.1 description is served at /api/openapi.json.
 """
 from __future__ import annotations
@@ -31,16 +31,22 @@ def _error(status: int, message: str) -> JsonResponse:
 
 
 def _token_user(request: HttpRequest):
+    """The token's owner, or the reason it is refused (a sentence for the 401)."""
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() not in ("bearer", "token") or not key.strip():
-        return None
+        return None, "the Authorization header must be 'Bearer <token>'"
     digest = hashlib.sha256(key.strip().encode()).hexdigest()
-    token = ApiToken.objects.select_related("user").filter(key_sha256=digest, revoked=False).first()
+    token = ApiToken.objects.select_related("user").filter(key_sha256=digest).first()
     if token is None or not token.user.is_active:
-        return None
+        return None, "the API token is unknown"
+    if token.revoked:
+        return None, f"the API token {token.prefix}… was revoked; make a new one on your account page (/accounts/)"
+    if token.expired:
+        return None, (f"the API token {token.prefix}… expired on {token.expires:%Y-%m-%d %H:%M} UTC; make a new one "
+                      "on your account page (/accounts/) or with manage.py api_token")
     ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-    return token.user
+    return token.user, ""
 
 
 def api_view(view: Callable) -> Callable:
@@ -54,9 +60,9 @@ def api_view(view: Callable) -> Callable:
             response["Allow"] = "GET, HEAD"
             return response
         if "Authorization" in request.headers:
-            user = _token_user(request)
+            user, refused = _token_user(request)
             if user is None:
-                return _error(401, "the API token is missing, unknown or revoked")
+                return _error(401, refused)
         elif request.user.is_authenticated:
             user = request.user
         else:

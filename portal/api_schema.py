@@ -77,7 +77,7 @@ def _get(summary: str, params: list[dict], ok: dict, *, binary: str | None = Non
         "responses": {
             "200": {"description": "OK", "content": content},
             "400": {"description": "Bad parameter", "content": error},
-            "401": {"description": "Not authenticated", "content": error},
+            "401": {"description": "Not authenticated: no token, or one unknown, revoked or expired", "content": error},
             "404": {"description": "Not found, or not yours to see", "content": error},
         },
     }}
@@ -111,7 +111,9 @@ def schema() -> dict:
         "paths": paths,
         "components": {
             "schemas": COMPONENTS,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": (
+                "A personal token from the account page (/accounts/) or manage.py api_token. Every token expires "
+                "(90 days by default); an expired, revoked or unknown token answers 401 saying which.")}},
         },
         "security": [{"bearer": []}],
     }

@@ -8,14 +8,14 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from gates.lifecycle import people_of
 from gates.models import Criterion, Membership, Organisation, Pilot, Role, SignOff
-from gates.plan import PLANS_DIR
+from gates.plan import PLANS_DIR, threshold_range
+from reports.units import UNIT_WORDS
 from runners.credentials import MAX_KEY_BYTES
 from runners.models import Credential, Node, Site
 from runners.validators import validate_host, validate_port, validate_site_queue, validate_username
@@ -23,8 +23,34 @@ from runners.validators import validate_host, validate_port, validate_site_queue
 OPERATORS = [(">=", "≥"), ("<=", "≤"), (">", ">"), ("<", "<"), ("==", "=")]
 
 
+# What a threshold out of its range is told, by the range's kind (gates.plan.threshold_range); %(field)s names the
+# field, %(value)s is what was typed.
+RANGE_ERRORS = {
+    "ratio": _("%(field)s is a share: from 0 %% to 100 %%, not %(value)s."),
+    "change": _("%(field)s is a change: −100 %% or more, not %(value)s."),
+    "change-reduction": _("%(field)s is a reduction: from −100 %% to 100 %%, not %(value)s."),
+    "spread": _("%(field)s is a spread: 0 %% or more, not %(value)s."),
+    "speedup": _("%(field)s is a speed-up: more than 0×, not %(value)s."),
+    "count": _("%(field)s is a count: a whole number, 0 or more, not %(value)s."),
+    "amount": _("%(field)s must be 0 or more, not %(value)s."),
+}
+
+
+def _percent(value: float) -> float:
+    return round(value * 100, 10)
+
+
+def _fraction(value: float) -> float:
+    return round(value / 100, 12)
+
+
 class CriterionForm(forms.Form):
-    """What may change in a draft plan: the bar, not what is measured."""
+    """What may change in a draft plan: the bar, not what is measured.
+
+    Figures are entered in the unit the page shows them in: a fraction (a share, a change, a spread) and the
+    confidence level in percent, stored as the fraction the plan file holds (docs/plan-format.md); a speed-up in ×,
+    a count as a whole number. Each is checked against its range (gates.plan.threshold_range), the error naming the
+    field."""
 
     op = forms.ChoiceField(label=_("Operator"), choices=OPERATORS)
     threshold = forms.FloatField(label=_("Threshold"))
@@ -34,25 +60,53 @@ class CriterionForm(forms.Form):
         max_length=100,
         help_text=_("Comma-separated, e.g. 8, 16, 32; empty for none"),
     )
-    confidence = forms.FloatField(
-        label=_("Confidence level"), validators=[MinValueValidator(0.5), MaxValueValidator(0.999)]
-    )
+    confidence = forms.FloatField(label=_("Confidence level (%)"))
+
+    def __init__(self, *args, criterion: Criterion | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.range = threshold_range(criterion.metric, criterion.statistic, criterion.comparison, criterion.unit) \
+            if criterion is not None else None
+        self.reduction = criterion is not None and criterion.comparison == "reduction"
+        if self.range is not None:
+            unit = "%" if self.range.percent else ("×" if self.range.kind == "speedup" else criterion.unit)
+            if unit and unit != "fraction":
+                self.fields["threshold"].label = _("Threshold (%(unit)s)") % {"unit": UNIT_WORDS.get(unit, unit)}
 
     @classmethod
     def for_criterion(cls, criterion: Criterion, data=None) -> CriterionForm:
+        shown = threshold_range(criterion.metric, criterion.statistic, criterion.comparison, criterion.unit)
         initial = {
             "op": criterion.op,
-            "threshold": criterion.threshold,
-            "confidence": criterion.confidence,
+            "threshold": _percent(criterion.threshold) if shown.percent else criterion.threshold,
+            "confidence": _percent(criterion.confidence),
             "concurrency": ", ".join(str(level) for level in criterion.concurrency or []),
         }
-        return cls(data=data, initial=initial, prefix=criterion.key)
+        return cls(data=data, initial=initial, prefix=criterion.key, criterion=criterion)
+
+    def _typed(self, name: str) -> str:
+        return str(self.data.get(self.add_prefix(name), "")).strip()
 
     def clean_threshold(self) -> float:
         value = self.cleaned_data["threshold"]
+        label = self.fields["threshold"].label
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValidationError(_("The threshold must be a finite number."))
-        return value
+            raise ValidationError(_("%(field)s must be a finite number.") % {"field": label})
+        if self.range is None:
+            return value
+        stored = _fraction(value) if self.range.percent else value
+        kind = self.range.problem(stored)
+        if kind:
+            kind = "change-reduction" if kind == "change" and self.reduction else kind
+            shown = self._typed("threshold") + (" %" if self.range.percent else "")
+            raise ValidationError(RANGE_ERRORS[kind] % {"field": label, "value": shown})
+        return stored
+
+    def clean_confidence(self) -> float:
+        value = self.cleaned_data["confidence"]
+        if not 50 <= value <= 99.9:
+            raise ValidationError(_("%(field)s is from 50 %% to 99.9 %%, not %(value)s.")
+                                  % {"field": self.fields["confidence"].label, "value": f"{self._typed('confidence')} %"})
+        return _fraction(value)
 
     def clean_concurrency(self) -> list[int]:
         text = self.cleaned_data["concurrency"].strip()

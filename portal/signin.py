@@ -1,4 +1,17 @@
-"""Login throttling on django-axes: two limits (per user name, and a higher one per address) and our page.
+"""Login throttling on django-axes, keyed on the client's address and the name tried together, and our page.
+
+Two limits, both counted over the last FXPILOT_LOGIN_LOCKOUT_MINUTES:
+
+* **a name at an address** (FXPILOT_LOGIN_FAILURES_PER_NAME, 5): failures for one user name from one client
+  address lock that name *at that address*. Many failures for alice lock alice there, the right password
+  included; a stranger elsewhere who types "alice" locks only himself.
+* **an address** (FXPILOT_LOGIN_FAILURES_PER_ADDRESS, 100): failures for any names from one client address lock
+  that address (password spraying), except for a name that has signed in successfully from that address within
+  FXPILOT_LOGIN_KNOWN_DAYS (30): a stranger spraying made-up names behind the same NAT does not lock out a
+  person who signs in from there; that person's own name is still held by the first limit.
+
+The client's address is the one the reverse proxy reports, believed only from a proxy listed in
+FXPILOT_TRUSTED_PROXIES (`client_address`); otherwise it is the connection's own (REMOTE_ADDR).
 
 Attempts are rows in the database (axes' AccessAttempt), so every web process counts the same
 failures and a restart forgets none; a successful login clears nothing (AXES_RESET_ON_SUCCESS is off),
@@ -7,13 +20,65 @@ is refused too, until the cool-off has passed.
 """
 from __future__ import annotations
 
+import ipaddress
+from datetime import timedelta
+from functools import lru_cache
+
 from axes.handlers.database import AxesDatabaseHandler
+from axes.models import AccessLog
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.translation import gettext as _
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@lru_cache(maxsize=8)
+def _networks(proxies: tuple[str, ...]) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(proxy, strict=False) for proxy in proxies)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """One hop of X-Forwarded-For as an address: '203.0.113.7', '2001:db8::1', '[2001:db8::1]:443', '1.2.3.4:80'."""
+    text = text.strip().strip('"')
+    if text.startswith("[") and "]" in text:
+        text = text[1:text.index("]")]
+    elif text.count(":") == 1:  # IPv4 with a port
+        text = text.split(":", 1)[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return address.ipv4_mapped or address if isinstance(address, ipaddress.IPv6Address) else address
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address: X-Forwarded-For is believed only when the connection comes from a trusted proxy
+    (FXPILOT_TRUSTED_PROXIES: addresses or networks), and then only its right-most hop that is not itself a
+    trusted proxy (whatever the client wrote to the left of it is ignored). Without a trusted proxy, the
+    connection's own address (REMOTE_ADDR)."""
+    peer = _address(request.META.get("REMOTE_ADDR", "")) or ipaddress.ip_address("0.0.0.0")
+    trusted = _networks(tuple(getattr(settings, "FXPILOT_TRUSTED_PROXIES", ())))
+
+    def is_trusted(address) -> bool:
+        return any(address.version == network.version and address in network for network in trusted)
+
+    if not trusted or not is_trusted(peer):
+        return str(peer)
+    hops = [hop for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
+    nearest = peer
+    for hop in reversed(hops):
+        address = _address(hop)
+        if address is None:  # not an address: what lies left of a trusted proxy is the client's own writing
+            return str(nearest)
+        if not is_trusted(address):
+            return str(address)
+        nearest = address
+    return str(nearest)  # every hop a trusted proxy: the left-most of them
 
 
 def attempted_username(request: HttpRequest, credentials: dict | None) -> str:
@@ -24,20 +89,33 @@ def attempted_username(request: HttpRequest, credentials: dict | None) -> str:
     return str(name).strip().lower()[:150]
 
 
-class LoginThrottleHandler(AxesDatabaseHandler):
-    """Axes compares one number with one limit; ours has two, so the address count is scaled to the name's.
+def _known_here(name: str, address: str) -> bool:
+    """Has this name signed in successfully from this address lately (axes' AccessLog of successful logins)?"""
+    if not name or not address:
+        return False
+    since = timezone.now() - timedelta(days=settings.FXPILOT_LOGIN_KNOWN_DAYS)
+    return AccessLog.objects.filter(username__iexact=name, ip_address=address, attempt_time__gte=since).exists()
 
-    failures(name) ≥ N_name  or  failures(address) ≥ N_address  ⇔  max(f_name, ⌊f_addr·N_name / N_address⌋) ≥ N_name
+
+class LoginThrottleHandler(AxesDatabaseHandler):
+    """Axes compares one number with one limit; ours has two (AXES_LOCKOUT_PARAMETERS: the name at the address,
+    then the address), so the address count is scaled to the name's:
+
+    f(name, address) ≥ N_name  or  f(address) ≥ N_address  ⇔  max(f_pair, ⌊f_addr·N_name / N_address⌋) ≥ N_name
+
+    and the address count does not hold back a name that signed in from that address before (`_known_here`).
     """
 
     def get_failures(self, request, credentials: dict | None = None) -> int:
-        by_name, by_address = (
+        by_pair, by_address = (
             attempts.aggregate(total=Sum("failures_since_start"))["total"] or 0
             for attempts in self.get_user_attempts(request, credentials)
         )
+        if by_address and _known_here(attempted_username(request, credentials), getattr(request, "axes_ip_address", "")):
+            by_address = 0
         per_name = settings.FXPILOT_LOGIN_FAILURES_PER_NAME
         per_address = settings.FXPILOT_LOGIN_FAILURES_PER_ADDRESS
-        return max(by_name, by_address * per_name // per_address)
+        return max(by_pair, by_address * per_name // per_address)
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials: dict | None = None) -> HttpResponse:

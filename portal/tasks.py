@@ -1,4 +1,6 @@
-"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the control queue).
+"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the checks' queue,
+FXPILOT_CHECK_QUEUE, served by the control worker: at most FXPILOT_CHECKS_AT_ONCE run at once, the others wait their
+turn in the queue, so checks never hold every slot the gate runs' control work needs).
 
 `verify_upload` imports `reports.service` when it runs: every worker, a site worker on a jump host too,
 imports this module at start, and must not need the PDF renderer and signer for that."""
@@ -7,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from celery import shared_task
@@ -48,8 +51,36 @@ def queue_upload_verification(upload, user) -> UploadVerification:
             out.write(chunk)
     row = UploadVerification.objects.create(requested_by=user, filename=(upload.name or "")[:255], size=size,
                                             sha256=digest.hexdigest(), path=str(path))
-    transaction.on_commit(lambda: verify_upload.apply_async((row.pk,)))
+    transaction.on_commit(lambda: verify_upload.apply_async((row.pk,), queue=settings.FXPILOT_CHECK_QUEUE))
     return row
+
+
+def checks_this_hour(user) -> int:
+    return UploadVerification.objects.filter(requested_by=user,
+                                             created__gte=timezone.now() - timedelta(hours=1)).count()
+
+
+# A check running longer than the hard time limit is not running any more (its worker died): it holds no turn.
+def _claim(pk: int) -> str:
+    """Take the row's turn: "claimed", "busy" (FXPILOT_CHECKS_AT_ONCE others run now) or "not queued"."""
+    now = timezone.now()
+    alive_since = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    with transaction.atomic():
+        # Locking every queued and running row makes two workers' claims take turns (SQLite's write lock does).
+        rows = list(UploadVerification.objects.select_for_update()
+                    .filter(state__in=[UploadVerification.State.QUEUED, UploadVerification.State.RUNNING])
+                    .values_list("pk", "state", "started"))
+        if not any(row_pk == pk and state == UploadVerification.State.QUEUED for row_pk, state, _ in rows):
+            return "not queued"
+        running = sum(1 for row_pk, state, started in rows
+                      if state == UploadVerification.State.RUNNING and started and started >= alive_since)
+        if running >= settings.FXPILOT_CHECKS_AT_ONCE:
+            return "busy"
+        UploadVerification.objects.filter(pk=pk).update(state=UploadVerification.State.RUNNING, started=now)
+        return "claimed"
+
+
+BUSY_RETRY_SECONDS = 3
 
 
 def _unreadable(exc: Exception) -> dict:
@@ -61,9 +92,12 @@ def _unreadable(exc: Exception) -> dict:
 @shared_task(name="gates.tasks.verify_upload", ignore_result=True)
 def verify_upload(pk: int) -> str:
     """Verify one queued upload; the row ends `done` with the result or `error` with the reason, never stuck."""
-    if not UploadVerification.objects.filter(pk=pk, state=UploadVerification.State.QUEUED).update(
-            state=UploadVerification.State.RUNNING):
-        return "not queued"  # already taken by another delivery, or gone
+    claim = _claim(pk)
+    if claim == "not queued":
+        return claim  # already taken by another delivery, or gone
+    if claim == "busy":  # another check holds the turn: give the slot back and look again shortly
+        verify_upload.apply_async((pk,), queue=settings.FXPILOT_CHECK_QUEUE, countdown=BUSY_RETRY_SECONDS)
+        return claim
     # Imported here: a site worker imports this module too (task discovery), and must not need WeasyPrint,
     # pyHanko, Pango or fonts to start.
     from reports.service import trust_roots, verify_report_bytes

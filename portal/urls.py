@@ -1,12 +1,21 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import pilots, runs, traces
+from portal.views import account, pilots, runs, traces
 
 urlpatterns = [
     path("", pilots.home, name="home"),
     path("accounts/login/", pilots.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/", account.account, name="account"),
+    path("accounts/tokens/", account.token_create, name="account_token_create"),
+    path("accounts/tokens/<int:pk>/revoke/", account.token_revoke, name="account_token_revoke"),
+    path("accounts/password/", account.password_change, name="password_change"),
+    path("accounts/password/done/", account.password_change_done, name="password_change_done"),
+    path("accounts/password/reset/", account.password_reset, name="password_reset"),
+    path("accounts/password/reset/sent/", account.password_reset_done, name="password_reset_done"),
+    path("accounts/reset/<uidb64>/<token>/", account.password_reset_confirm, name="password_reset_confirm"),
+    path("accounts/reset/done/", account.password_reset_complete, name="password_reset_complete"),
     path("language/", pilots.set_language, name="set_language"),
     path("notifications/read/", pilots.notifications_read, name="notifications_read"),
     path("pilots/new/", pilots.pilot_new, name="pilot_new"),

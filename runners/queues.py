@@ -13,6 +13,9 @@ from runners.models import Site, Step
 
 # The control queue is Celery's default queue, so a task sent without a queue lands there.
 CONTROL_QUEUE: str = settings.CELERY_TASK_DEFAULT_QUEUE
+# The checks of uploaded PDFs (portal.tasks.verify_upload): the control worker serves it too, at most
+# FXPILOT_CHECKS_AT_ONCE at a time, so that checks never hold every slot the control queue needs.
+CHECK_QUEUE: str = settings.FXPILOT_CHECK_QUEUE
 
 
 def queue_for_step(step: Step) -> str:
@@ -23,5 +26,6 @@ def queue_for_step(step: Step) -> str:
 
 
 def all_queues() -> list[str]:
-    """Every queue a single embedded worker must serve: control first, then each site's."""
-    return [CONTROL_QUEUE, *sorted(set(Site.objects.values_list("queue", flat=True)) - {CONTROL_QUEUE})]
+    """Every queue a single embedded worker must serve: control first, the checks', then each site's."""
+    sites = sorted(set(Site.objects.values_list("queue", flat=True)) - {CONTROL_QUEUE, CHECK_QUEUE})
+    return [CONTROL_QUEUE, CHECK_QUEUE, *sites]

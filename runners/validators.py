@@ -131,13 +131,14 @@ _CONTROL_TIER_NAMES = ("celery", "unacked", "unacked_index", "unacked_mutex")
 
 def control_tier_queues() -> frozenset[str]:
     """The queues of the control tier — the web tier's own worker: the control queue (CELERY_TASK_DEFAULT_QUEUE,
-    `fxpilot`), Celery's default queue name and the broker's own keys. A site's queue is none of them: a site's work
+    `fxpilot`), the PDF checks' queue (FXPILOT_CHECK_QUEUE, `fxpilot-checks`), Celery's default queue name and the broker's own keys. A site's queue is none of them: a site's work
     (contacting a node, a step on it) must run on the worker that reaches that site, never on the web tier's worker,
     which would otherwise open connections to any host and port a vendor engineer registers.
     A new queue served by the control worker belongs here too."""
     from django.conf import settings
 
-    return frozenset({settings.CELERY_TASK_DEFAULT_QUEUE, *_CONTROL_TIER_NAMES})
+    return frozenset({settings.CELERY_TASK_DEFAULT_QUEUE, getattr(settings, "FXPILOT_CHECK_QUEUE", "fxpilot-checks"),
+                      *_CONTROL_TIER_NAMES})
 
 
 def validate_site_queue(value: str) -> str:

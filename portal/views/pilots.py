@@ -61,7 +61,7 @@ from portal.forms import (
     TraceUploadForm,
     max_report_bytes,
 )
-from portal.tasks import NOT_CARRIED_OUT, queue_upload_verification
+from portal.tasks import NOT_CARRIED_OUT, checks_this_hour, queue_upload_verification
 from portal.templatetags.portal import simulated_pilot_ids
 from portal.uploads import receive_upload
 from reports import charts
@@ -744,7 +744,16 @@ def _verify(data: bytes) -> tuple[object | None, str | None]:
 
 @login_required
 def report_verify(request: HttpRequest) -> HttpResponse:
-    """Upload a PDF: kept in the upload area with its SHA-256 and verified by a worker; the page follows it."""
+    """Upload a PDF: kept in the upload area with its SHA-256 and verified by a worker; the page follows it.
+    A person may ask for FXPILOT_CHECKS_PER_HOUR checks an hour; beyond, 429 and the time to wait."""
+    if request.method == "POST" and checks_this_hour(request.user) >= settings.FXPILOT_CHECKS_PER_HOUR:
+        limit = settings.FXPILOT_CHECKS_PER_HOUR
+        throttled = translation.ngettext(
+            "You have asked for %(n)d check in the last hour, the most one person may. Try again later.",
+            "You have asked for %(n)d checks in the last hour, the most one person may. Try again later.",
+            limit) % {"n": limit}
+        return render(request, "gates/verify.html", {"form": PdfUploadForm(), "throttled": throttled,
+                                                     "max_mb": max_report_bytes() // 2**20}, status=429)
     form = PdfUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         row = queue_upload_verification(form.cleaned_data["file"], request.user)

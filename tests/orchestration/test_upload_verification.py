@@ -54,7 +54,10 @@ def test_the_upload_returns_at_once_and_stays_queued_without_a_worker(client, de
 
 
 def test_a_real_worker_verifies_a_good_report_and_refuses_a_tampered_one(cluster, client, demo, signed_report):
-    cluster.worker("control", [cluster.control], concurrency=1)
+    from django.conf import settings
+
+    # The control worker serves the checks' queue too (docs/operations.md): only that queue carries the checks.
+    cluster.worker("control", [cluster.control, settings.FXPILOT_CHECK_QUEUE], concurrency=1)
     client.force_login(demo.carol)
     tampered = bytearray(signed_report)
     tampered[len(tampered) // 2] ^= 1
@@ -108,3 +111,68 @@ def test_infrastructure_trouble_is_an_error_with_its_reason_never_verified(clien
         page = client.get(reverse("report_verification", args=[row.code])).content.decode()
         assert reason in page and "Verified" not in page and "hx-get" not in page
     assert verify_upload(no_root.pk) == "not queued"  # a second delivery changes nothing
+
+
+# ── Checks cannot crowd out gate runs (issue 27, item 5) ────────────────────────────────────────────────────────
+
+
+def test_a_check_goes_to_the_checks_queue_under_its_old_task_name(client, demo, signed_report, settings,
+                                                                   django_capture_on_commit_callbacks, monkeypatch):
+    sent = []
+    monkeypatch.setattr(verify_upload, "apply_async", lambda args, **options: sent.append((args, options)))
+    client.force_login(demo.carol)
+    with django_capture_on_commit_callbacks(execute=True):
+        _upload(client, signed_report)
+    row = UploadVerification.objects.get()
+    assert sent == [((row.pk,), {"queue": "fxpilot-checks"})]
+    assert verify_upload.name == "gates.tasks.verify_upload"
+    assert settings.CELERY_TASK_ROUTES["gates.tasks.verify_upload"] == {"queue": settings.FXPILOT_CHECK_QUEUE}
+    assert settings.FXPILOT_CHECK_QUEUE != settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def test_one_check_at_a_time_the_others_wait_in_their_queue(client, demo, signed_report, monkeypatch):
+    from django.utils import timezone
+
+    sent = []
+    monkeypatch.setattr(verify_upload, "apply_async", lambda args, **options: sent.append((args, options)))
+    client.force_login(demo.carol)
+    _upload(client, signed_report, "a.pdf")
+    _upload(client, signed_report, "b.pdf")
+    first, second = (UploadVerification.objects.get(filename=name) for name in ("a.pdf", "b.pdf"))
+    UploadVerification.objects.filter(pk=first.pk).update(state="running", started=timezone.now())
+    assert verify_upload(second.pk) == "busy"  # the slot goes back to the worker at once
+    second.refresh_from_db()
+    assert second.state == "queued"
+    assert sent == [((second.pk,), {"queue": "fxpilot-checks", "countdown": 3})]
+    # a check whose worker died long ago holds no turn
+    UploadVerification.objects.filter(pk=first.pk).update(started=timezone.now() - timezone.timedelta(hours=1))
+    assert verify_upload(second.pk) == "done"
+
+
+def test_checks_are_limited_per_person_with_429_in_both_languages(client, demo, signed_report, settings):
+    settings.FXPILOT_CHECKS_PER_HOUR = 3
+    client.force_login(demo.carol)
+    assert [_upload(client, signed_report).status_code for _ in range(3)] == [302, 302, 302]
+    refused = _upload(client, signed_report)
+    assert refused.status_code == 429
+    assert "3 checks in the last hour" in refused.content.decode()
+    assert UploadVerification.objects.count() == 3
+    client.post(reverse("set_language"), {"language": "zh-hans"})
+    refused = _upload(client, signed_report)
+    assert refused.status_code == 429 and "一小时" in refused.content.decode()
+    client.force_login(demo.bob)  # another person is not held back
+    assert _upload(client, signed_report).status_code == 302
+    # an hour later carol may again
+    UploadVerification.objects.filter(requested_by=demo.carol).update(
+        created=UploadVerification.objects.first().created - __import__("datetime").timedelta(hours=2))
+    client.force_login(demo.carol)
+    assert _upload(client, signed_report).status_code == 302
+
+
+def test_a_site_may_not_use_the_checks_queue():
+    from django.core.exceptions import ValidationError
+
+    from runners.validators import validate_site_queue
+
+    with pytest.raises(ValidationError):
+        validate_site_queue("fxpilot-checks")

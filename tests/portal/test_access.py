@@ -30,7 +30,7 @@ ROUTES = [
         "post",
         lambda w: [w.pilot.code, "g1-gpu-count"],
         SIGNERS,
-        {"g1-gpu-count-op": ">=", "g1-gpu-count-threshold": "7", "g1-gpu-count-confidence": "0.95"},
+        {"g1-gpu-count-op": ">=", "g1-gpu-count-threshold": "7", "g1-gpu-count-confidence": "95"},
     ),
     ("plan_sign", "post", lambda w: [w.pilot.code], SIGNERS, {"comment": ""}),
     ("plan_amend", "post", lambda w: [w.pilot.code], SIGNERS, {}),

@@ -106,7 +106,7 @@ ACTIONS = [
     Action(Act.EDIT_PLAN, lambda p, _s: reverse("plan", args=[p.code]),
            lambda p, _s: reverse("criterion_edit", args=[p.code, "g1-gpu-count"]),
            lambda: {"g1-gpu-count-op": ">=", "g1-gpu-count-threshold": "7", "g1-gpu-count-concurrency": "",
-                    "g1-gpu-count-confidence": "0.95"},
+                    "g1-gpu-count-confidence": "95"},
            lambda p: AuditEvent.objects.filter(pilot=p, action="criterion.edited").count()),
     Action(Act.EDIT_PLAN, lambda p, _s: reverse("plan", args=[p.code]),
            lambda p, _s: reverse("plan_sample_trace", args=[p.code]), lambda: {"sample_trace": "allowed"},

@@ -13,7 +13,7 @@ def edit(client, pilot, key: str, **values):
         f"{key}-op": values.get("op", ">="),
         f"{key}-threshold": values.get("threshold", "8"),
         f"{key}-concurrency": values.get("concurrency", ""),
-        f"{key}-confidence": values.get("confidence", "0.95"),
+        f"{key}-confidence": values.get("confidence", "95"),
     }
     return client.post(reverse("criterion_edit", args=[pilot.code, key]), data, follow=True)
 
@@ -21,7 +21,7 @@ def edit(client, pilot, key: str, **values):
 def test_a_threshold_change_before_signing_is_saved_and_audited(client, demo):
     client.force_login(demo.bob)
     criterion = demo.pilot.latest_plan.criteria.get(key="g1-gpu-count")
-    edit(client, demo.pilot, "g1-gpu-count", op=criterion.op, threshold="7", confidence=str(criterion.confidence))
+    edit(client, demo.pilot, "g1-gpu-count", op=criterion.op, threshold="7", confidence=str(criterion.confidence * 100))
     criterion.refresh_from_db()
     assert criterion.threshold == 7
     event = AuditEvent.objects.filter(action="criterion.edited").first()

@@ -85,10 +85,37 @@ def test_the_database_refuses_raw_sql_on_a_signed_plan(signed, sql):
     assert signed.criterion.threshold == 8.6
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite lets Django empty its tables with DELETE")
-def test_postgresql_also_refuses_deleting_a_signed_criterion(signed):
-    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("DELETE FROM gates_criterion WHERE id = %s", [signed.criterion.pk])
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM gates_criterion WHERE id = %(criterion)s",
+    "DELETE FROM gates_criterion WHERE plan_version_id = %(version)s",
+    "DELETE FROM gates_planversion WHERE id = %(version)s",
+])
+def test_the_database_refuses_deleting_a_signed_criterion_or_version_on_sqlite_too(signed, sql):
+    """PostgreSQL by 0005's trigger, SQLite by 0013's (the pilot could never be judged again)."""
+    with pytest.raises(IntegrityError, match="signed plan version"), transaction.atomic(), \
+            connection.cursor() as cursor:
+        cursor.execute(sql % {"criterion": signed.criterion.pk, "version": signed.version.pk})
+    assert Criterion.objects.filter(pk=signed.criterion.pk).exists()
+
+
+def test_a_data_migration_cannot_delete_a_signed_criterion(signed):
+    state = MigrationExecutor(connection).loader.project_state(("gates", "0013_sqlite_refuses_deleting_signed_criteria"))
+    HistoricalCriterion = state.apps.get_model("gates", "Criterion")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        HistoricalCriterion.objects.filter(pk=signed.criterion.pk).delete()
+    assert Criterion.objects.filter(pk=signed.criterion.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_emptying_the_database_still_works_with_a_signed_plan(signed):
+    """`manage.py flush` (and the test suite between transactional tests) may empty every table, and only it."""
+    from django.core.management import call_command
+
+    call_command("flush", interactive=False, verbosity=0)
+    assert not Criterion.objects.exists() and not PlanVersion.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM fxpilot_flush_permit") if connection.vendor == "sqlite" else None
+        assert connection.vendor != "sqlite" or cursor.fetchone()[0] == 0  # the permit is closed again
 
 
 def test_a_data_migration_cannot_change_a_signed_threshold(signed):

@@ -350,7 +350,7 @@ class Command(BaseCommand):
         # the simulated site gets (`simnode --pilot` names it sim-<pilot code>), checked once the site exists.
         # Simulated work finishes in seconds: poll detached steps every second rather than every five.
         # The worker (pool and beat included) is gone within seconds of the demo's death, whatever its stop waits for.
-        queues = [settings.CELERY_TASK_DEFAULT_QUEUE, f"sim-{str(pilot.code)[:8]}"]
+        queues = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.FXPILOT_CHECK_QUEUE, f"sim-{str(pilot.code)[:8]}"]
         processes.start("worker", [sys.executable, "manage.py", "worker", "--beat", "--concurrency", "2",
                                    "--queues", ",".join(queues)],
                         env={"FXPILOT_POLL_SECONDS": os.environ.get("FXPILOT_POLL_SECONDS", "1"),

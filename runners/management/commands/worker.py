@@ -1,4 +1,5 @@
-"""`python manage.py worker`: one Celery worker on the control queue and every site's queue (embedded default)."""
+"""`python manage.py worker`: one Celery worker on the control queue, the PDF checks' queue and every site's queue
+(embedded default)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from infra.broker import ensure_running
-from runners.queues import CONTROL_QUEUE, all_queues
+from runners.queues import CHECK_QUEUE, CONTROL_QUEUE, all_queues
 
 
 class Command(BaseCommand):
@@ -17,7 +18,7 @@ class Command(BaseCommand):
             "--beat also runs the reconcile schedule in the same process.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--queues", help=f"comma-separated queues (default: {CONTROL_QUEUE} and every site's)")
+        parser.add_argument("--queues", help=f"comma-separated queues (default: {CONTROL_QUEUE}, {CHECK_QUEUE} and every site's)")
         parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument("--beat", action="store_true", help="embed the beat scheduler (one per installation)")
         parser.add_argument("--hostname", help="worker node name (default fxpilot@<host>)")
@@ -47,7 +48,7 @@ class Command(BaseCommand):
         # then they are stopped and their messages go back to the queue (the reconcile sweep resumes
         # their steps), the embedded beat and the pool processes stop with it.
         env = {**os.environ, "REMAP_SIGTERM": "SIGQUIT"}
-        if CONTROL_QUEUE not in names:
+        if not {CONTROL_QUEUE, CHECK_QUEUE} & set(names):
             # A site worker (a jump host) does only node work. Celery's Django fix-up would run the system checks,
             # which import the portal's URLs and views and with them the PDF renderer and signer: a jump host
             # then needed Pango and fonts to start. The web tier and the control worker run the checks.

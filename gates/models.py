@@ -534,6 +534,9 @@ class Report(models.Model):
                                          related_name="+")
     countersigned_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
+    # The SHA-256 of what the report states (reports.service.basis): rendered again from the database now, a
+    # different hash means something behind the report changed since it was made (blank: made before this existed).
+    basis_sha256 = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created"]
@@ -549,6 +552,54 @@ class Report(models.Model):
     def is_final(self) -> bool:
         """Countersigned by the customer and not superseded by a later version."""
         return self.countersigned_by_id is not None and not self.is_superseded
+
+
+class ReportJob(models.Model):
+    """Report work a worker does for a page that follows it (reports.tasks): render a report, or countersign the
+    exact version a customer approver read. No request waits on it; the page polls its state.
+
+    A countersignature names the SHA-256 of the version the approver was shown (`sha256`); when anything behind
+    that version changed, the job ends `stale`, nothing is signed, and `result` is the new version to read."""
+
+    class Kind(models.TextChoices):
+        RENDER = "render", _("Rendering")
+        COUNTERSIGN = "countersign", _("Countersignature")
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Working")
+        DONE = "done", _("Done")
+        STALE = "stale", _("Changed since it was read")
+        ERROR = "error", _("Error")
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    pilot = models.ForeignKey(Pilot, on_delete=models.CASCADE, related_name="report_jobs")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    report_kind = models.CharField(max_length=16, choices=Report.Kind.choices)
+    gate = models.ForeignKey(Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    evaluation = models.ForeignKey(Evaluation, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # countersign: the version read; render: nothing (the subject's latest version is superseded, if any)
+    source = models.ForeignKey(Report, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    sha256 = models.CharField(max_length=64, blank=True, help_text="countersign: the SHA-256 the signer named")
+    language = models.CharField(max_length=8, default="en")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    result = models.ForeignKey(Report, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # stale: why, in English (the page says it in the reader's language by `state`); error: the worker's reason
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in (self.State.DONE, self.State.STALE, self.State.ERROR)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.report_kind} of {self.pilot} ({self.state})"
 
 
 class CustomerTrace(models.Model):

@@ -26,7 +26,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from gates.lifecycle import FINAL, NextAction
-from gates.models import Membership, Notification, Pilot, Profile
+from gates.models import Membership, Notification, Pilot, Profile, Report
 from runners.models import FINISHED, Job, Node
 from runners.pending import pending_actions_by_pilot
 
@@ -114,6 +114,13 @@ def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[]
             lambda: _host_key_subject(subject, pilot),
             reverse("node", args=[subject.code]),
         )
+    if action == NextAction.COUNTERSIGN_REPORT:
+        return (
+            f"countersign_report:{subject.code}",
+            lambda: _("%(pilot)s: read and countersign the procurement report (version %(number)s)")
+            % {"pilot": pilot.name, "number": subject.version},
+            reverse("reports", args=[pilot.code]),
+        )
     if action == NextAction.SIGN_PLAN:
         return (
             f"sign_plan:{subject.pk}",
@@ -152,6 +159,9 @@ def _subject_again(note: Notification) -> str | None:
     if note.kind == "run_finished":
         job = Job.objects.filter(code=ident).select_related("gate").first() if _is_uuid(ident) else None
         return _run_subject(job, pilot) if job is not None else None
+    if note.kind == NextAction.COUNTERSIGN_REPORT:
+        report = pilot.reports.filter(code=ident).first() if _is_uuid(ident) else None
+        return _action_notice(kind, pilot, report)[1]() if report is not None else None
     if note.kind == NextAction.SIGN_PLAN and ident.isdigit():
         version = pilot.plan_versions.filter(pk=int(ident)).first()
         return _action_notice(kind, pilot, version)[1]() if version is not None else None
@@ -183,7 +193,11 @@ def relocalise(user, language: str, limit: int = 100) -> int:
 
 def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     """Notify everyone who must act now, and everyone concerned by a run that ended. Returns how many were created."""
-    pilots = list(pilots) if pilots is not None else list(Pilot.objects.exclude(state__in=FINAL))
+    if pilots is None:  # live pilots, and ended ones whose procurement report may still await a countersignature
+        pilots = list(Pilot.objects.exclude(state__in=FINAL)) + list(
+            Pilot.objects.filter(state__in=FINAL, reports__kind=Report.Kind.PROCUREMENT,
+                                 reports__countersigned_by__isnull=True).distinct())
+    pilots = list(pilots)
     by_id = {p.pk: p for p in pilots}
     count = 0
     for pilot_id, actions in pending_actions_by_pilot(pilots).items():

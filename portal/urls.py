@@ -41,6 +41,7 @@ urlpatterns = [
     path("reports/verify/", pilots.report_verify, name="report_verify"),
     path("reports/verify/<uuid:code>/", pilots.report_verification, name="report_verification"),
     path("reports/<uuid:code>/countersign/", pilots.report_countersign, name="report_countersign"),
+    path("reports/jobs/<uuid:code>/", pilots.report_job, name="report_job"),
     path("pilots/<uuid:code>/procurement/", pilots.procurement_make, name="procurement_make"),
     path("reports/<uuid:code>/check/", pilots.report_check, name="report_check"),
     # Runs, logs, artifacts; sites, nodes and credentials.

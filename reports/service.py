@@ -7,25 +7,29 @@ DATA_DIR, read-only, by default; in the S3-compatible store when one is configur
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
-from datetime import UTC
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.utils import timezone, translation
+from django.db import transaction
+from django.utils import timezone
 
+from gates import policy
 from gates.lifecycle import audit
-from gates.models import AuditAction, Evaluation, Gate, Membership, Pilot, Report, Role, SignOff
+from gates.models import AuditAction, Evaluation, Gate, Membership, Pilot, Report, ReportJob, Role, SignOff
+from gates.policy import Act
 from reports import sign
 from reports.context import gate_report_context, procurement_report_context, root_certificate
 from reports.render import ReportError, render_pdf
 from reports.verify import VerificationResult, verify_pdf
 from runners.artifacts import ArtifactMismatch, evidence_storage, get_bytes, put_bytes
 
-__all__ = ["ReportError", "countersign", "create_gate_report", "create_procurement_report", "finish_pilot",
-           "latest_versions", "procurement_report_of", "report_bytes", "report_path", "signing_directory", "trust_roots",
-           "verify_report_bytes"]
+__all__ = ["ReportChanged", "ReportError", "basis", "carry_out", "countersign", "create_gate_report",
+           "create_procurement_report", "finish_pilot", "latest_version", "latest_versions", "new_version",
+           "offered_version", "procurement_report_of", "quick_change", "report_bytes", "report_path",
+           "signing_directory", "trust_roots", "verify_report_bytes", "what_changed"]
 
 
 def signing_directory() -> Path:
@@ -91,46 +95,50 @@ def _require_verified(data: bytes, what: str) -> None:
                           + "; ".join(check.reasons))
 
 
+# What a report states, without what only this rendering has (its code, time, language and signing words).
+_NOT_STATED = frozenset({"code", "created", "language", "signing"})
+
+
+def _plain(value):
+    if isinstance(value, bytes | bytearray):
+        return hashlib.sha256(value).hexdigest()
+    return str(value)
+
+
+def basis(context: dict) -> str:
+    """The SHA-256 of what a report states (its context as the database gives it). Made again later from the
+    database, a different hash means something behind the report changed: a decision, the gate's state, the
+    evidence, the sizing, an inventory."""
+    stated = {key: value for key, value in context.items() if key not in _NOT_STATED}
+    return hashlib.sha256(json.dumps(stated, sort_keys=True, ensure_ascii=False, default=_plain).encode()).hexdigest()
+
+
 def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluation | None, language: str,
-          who, countersigner=None, supersedes: Report | None = None) -> Report:
-    """Render, sign as the vendor and, for a countersigned version, as the customer approver; then store."""
+          who, supersedes: Report | None = None) -> Report:
+    """Render, sign as the vendor, store. A new version of a report names the version it supersedes."""
     language = normalise_language(language)
+    stated = basis(context)
     signer = vendor_signer()
-    approver = _approver_signer(countersigner, pilot) if countersigner is not None else None
     code, created = uuid.uuid4(), timezone.now()
     context.update(code=str(code), created=created.isoformat(timespec="seconds"), language=language)
     context["signing"].update(signer=sign.signer_name(signer), root=root_certificate())
-    if countersigner is not None:
-        with translation.override(language):
-            role = str(Role(Role.CUSTOMER_APPROVER).label)
-        context["signing"].update(
-            version=supersedes.version + 1 if supersedes else 1,
-            supersedes={"code": str(supersedes.code), "version": supersedes.version} if supersedes else None,
-            countersignature={"person": _name(countersigner), "role": role, "organisation": pilot.customer.name,
-                              "at": created.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")})
+    if supersedes is not None:
+        context["signing"].update(version=supersedes.version + 1,
+                                  supersedes={"code": str(supersedes.code), "version": supersedes.version})
     pdf = render_pdf(context, language)
     what = f"{gate.label} report" if gate else "procurement report"
     signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
-    if approver is not None:
-        signed = sign.sign_pdf(signed, approver, field_name=sign.next_approver_field(signed),
-                               tsa_url=settings.FXPILOT_TSA_URL or None,
-                               reason=f"Approved by {_name(countersigner)} for {pilot.customer.name}",
-                               location=pilot.customer.name)
     _require_verified(signed, what)
     path, sha256 = _store(pilot, code, signed)
     report = Report.objects.create(
         code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
-        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=2 if approver else 1,
-        created=created, version=context["signing"]["version"], supersedes=supersedes,
-        countersigned_by=countersigner, countersigned_at=created if countersigner is not None else None,
+        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1, created=created,
+        version=context["signing"]["version"], supersedes=supersedes, basis_sha256=stated,
     )
-    if countersigner is None:
-        audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind, gate=gate.number if gate else None,
-              language=language, sha256=sha256, simulated=report.simulated)
-    else:
-        audit(pilot, countersigner, AuditAction.REPORT_COUNTERSIGNED, report, source=str(supersedes.code) if supersedes else "",
-              version=report.version, sha256=sha256)
+    audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind, gate=gate.number if gate else None,
+          language=language, sha256=sha256, simulated=report.simulated, version=report.version,
+          supersedes=str(supersedes.code) if supersedes else "")
     return report
 
 
@@ -167,43 +175,172 @@ def _approver_signer(user, pilot: Pilot):
     return sign.load_signer(key_path, cert_path, [Path(settings.FXPILOT_SIGNING_ROOT)])
 
 
-def countersign(report: Report, user) -> Report:
-    """The customer approver's signature: a new version rendered now (sign-offs and history as they stand), signed by
-    the vendor and then by the approver, superseding `report`. The earlier file stays as it was."""
+# ── Versions, and what changed behind one ─────────────────────────────────────────────────────
+
+
+class ReportChanged(ReportError):
+    """What the signer read is no longer what the report would state, or not the version offered: nothing is
+    signed. `.reason` says what changed, in English (the page says it in the reader's language)."""
+
+    def __init__(self, report: Report, reason: str):
+        super().__init__(f"report {report.code} (version {report.version}): {reason}; nothing was signed")
+        self.report, self.reason = report, reason
+
+
+def versions_of(report: Report):
+    """Every version of the report's subject: the procurement report of its pilot, or the report of one gate
+    evaluation, in one language."""
+    versions = Report.objects.filter(pilot_id=report.pilot_id, kind=report.kind, language=report.language)
+    if report.kind == Report.Kind.GATE:
+        versions = versions.filter(gate_id=report.gate_id, evaluation_id=report.evaluation_id)
+    return versions
+
+
+def latest_version(report: Report) -> Report:
+    return versions_of(report).order_by("-created", "-pk").first() or report
+
+
+def _context_now(report: Report) -> dict:
+    """What the report would state if it were rendered now."""
+    if report.kind == Report.Kind.GATE:
+        if report.evaluation_id is None:
+            raise ReportError(f"report {report.code} no longer names the evaluation it reported; make a new gate report")
+        gate = Gate.objects.select_related("pilot").get(pk=report.gate_id)
+        return gate_report_context(gate, Evaluation.objects.get(pk=report.evaluation_id))
+    return procurement_report_context(Pilot.objects.get(pk=report.pilot_id))
+
+
+def quick_change(report: Report) -> str | None:
+    """What a request can tell at once (a few queries, no rendering): a later version, or a decision or an
+    evaluation recorded after the report was made. None does not mean current: `what_changed` says."""
+    newer = latest_version(report)
+    if newer.pk != report.pk:
+        return f"version {newer.version} ({newer.code}) was made after it"
+    scope = {"gate_id": report.gate_id} if report.kind == Report.Kind.GATE else {}
+    if (SignOff.objects.filter(pilot_id=report.pilot_id, created__gt=report.created, **scope).exists()
+            or Evaluation.objects.filter(gate__pilot_id=report.pilot_id, created__gt=report.created,
+                                         **({"gate_id": report.gate_id} if scope else {})).exists()):
+        return "a decision or an evaluation was recorded after it was made"
+    return None
+
+
+def what_changed(report: Report) -> str | None:
+    """Why `report` is no longer what it would state now, or None when it still is: a later version, stored
+    bytes that no longer hash to its row, or its content made again from the database differing."""
+    reason = quick_change(report)
+    if reason:
+        return reason
+    try:
+        report_bytes(report)
+    except ReportError as error:
+        return f"its stored file differs from the one made ({error})"
+    if not report.basis_sha256:  # made before bases were kept: only the quick checks can speak for it
+        return None
+    if basis(_context_now(report)) != report.basis_sha256:
+        return "what it states changed since it was made (the gate's state, a decision, the evidence or the sizing)"
+    return None
+
+
+def new_version(report: Report, *, who=None) -> Report:
+    """The report's subject rendered now, signed by the vendor, superseding its latest version."""
+    latest = latest_version(report)
+    context = _context_now(latest)
+    return _make(context, pilot=Pilot.objects.get(pk=latest.pilot_id), gate=latest.gate, evaluation=latest.evaluation,
+                 language=latest.language, who=who, supersedes=latest)
+
+
+def offered_version(report: Report, *, who=None) -> Report:
+    """The version to read and countersign: the latest one while it still states what the database says, else a
+    new rendering that does."""
+    latest = latest_version(report)
+    return latest if what_changed(latest) is None else new_version(latest, who=who)
+
+
+def countersign(report: Report, user, *, sha256: str) -> Report:
+    """The customer approver's signature, added as an incremental PAdES revision to exactly the stored bytes of
+    `report` — the version whose SHA-256 (`sha256`) the approver was shown and named. Refused (ReportChanged,
+    nothing signed) when that is not this version, a later version exists, the stored bytes differ, or what the
+    report states changed since it was made. A new file and row (same version, `supersedes` the vendor-only one);
+    the earlier file stays as it was."""
     pilot = report.pilot
+    refused = policy.refusal(Act.COUNTERSIGN, pilot, policy.roles_of(pilot, user))  # the page's rule, gates.policy
+    if refused is not None:
+        raise PermissionDenied(refused.message)
     if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
         raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
-    if report.is_superseded:
-        raise ReportError(f"report {report.code} is superseded by a later version; countersign that one")
+    if (sha256 or "").strip().lower() != report.sha256:
+        raise ReportChanged(report, f"the version read has SHA-256 {(sha256 or '')[:16]}…, not this one's "
+                                    f"{report.sha256[:16]}…")
+    if report.countersigned_by_id is not None:
+        raise ReportError(f"report {report.code} is countersigned already")
+    reason = what_changed(report)
+    if reason:
+        raise ReportChanged(report, reason)
     data = report_bytes(report)
     check = verify_report_bytes(data)
     if not check.ok:
         raise ReportError(f"{report.path} does not verify, so it is not countersigned: {'; '.join(check.reasons)}")
-    if report.kind == Report.Kind.GATE:
-        if report.evaluation_id is None:
-            raise ReportError(f"report {report.code} no longer names the evaluation it reported; make a new gate report")
-        gate = Gate.objects.select_related("pilot").get(pk=report.gate_id)  # its state now, not when first reported
-        context = gate_report_context(gate, Evaluation.objects.get(pk=report.evaluation_id))
-    else:
-        _refuse_stale_procurement(report)
-        context = procurement_report_context(pilot)
-    return _make(context, pilot=Pilot.objects.get(pk=pilot.pk), gate=report.gate, evaluation=report.evaluation,
-                 language=report.language, who=user, countersigner=user, supersedes=report)
+    approver = _approver_signer(user, pilot)
+    signed = sign.sign_pdf(data, approver, field_name=sign.next_approver_field(data),
+                           tsa_url=settings.FXPILOT_TSA_URL or None,
+                           reason=f"Approved by {_name(user)} for {pilot.customer.name}", location=pilot.customer.name)
+    if not signed.startswith(data):  # an incremental revision keeps every byte the approver read
+        raise ReportError("the countersignature did not keep the bytes read; nothing was stored")
+    _require_verified(signed, "countersigned report")
+    code, created = uuid.uuid4(), timezone.now()
+    with transaction.atomic():
+        Report.objects.select_for_update().get(pk=report.pk)  # one countersignature per version, however sent
+        if Report.objects.filter(supersedes=report).exists():
+            raise ReportChanged(report, "another version was made from it meanwhile")
+        path, digest = _store(pilot, code, signed)
+        countersigned = Report.objects.create(
+            code=code, pilot=pilot, gate=report.gate, evaluation=report.evaluation, kind=report.kind,
+            language=report.language, path=path, sha256=digest, size=len(signed), simulated=report.simulated,
+            signatures=report.signatures + 1, created=created, version=report.version, supersedes=report,
+            countersigned_by=user, countersigned_at=created, basis_sha256=report.basis_sha256,
+        )
+        audit(pilot, user, AuditAction.REPORT_COUNTERSIGNED, countersigned, source=str(report.code),
+              source_sha256=report.sha256, version=report.version, sha256=digest)
+    return countersigned
 
 
-def _refuse_stale_procurement(report: Report) -> None:
-    """A procurement report is rendered again for the countersignature from the pilot as it stands: refuse when
-    that is no longer what the approver read (a later report, or evidence or decisions recorded since)."""
-    pilot = report.pilot
-    newer = pilot.reports.filter(kind=Report.Kind.PROCUREMENT, language=report.language, created__gt=report.created)
-    if newer.exists():
-        raise ReportError(f"report {report.code} is not the pilot's latest procurement report; countersign "
-                          f"{newer.order_by('-created').first().code}")
-    changed = (Evaluation.objects.filter(gate__pilot=pilot, created__gt=report.created).exists()
-               or SignOff.objects.filter(pilot=pilot, created__gt=report.created).exists())
-    if changed:
-        raise ReportError(f"the pilot's evidence or sign-offs changed after report {report.code} was made; make a new "
-                          "procurement report, read it, and countersign that one")
+def _render(job: ReportJob) -> Report:
+    """A rendering job: the subject's latest version while it still states what the database says, else a new
+    version; the first one when there is none."""
+    versions = Report.objects.filter(pilot_id=job.pilot_id, kind=job.report_kind, language=job.language)
+    if job.report_kind == Report.Kind.GATE:
+        versions = versions.filter(gate_id=job.gate_id, evaluation_id=job.evaluation_id)
+    latest = versions.order_by("-created", "-pk").first()
+    who = job.requested_by or "reports"
+    if latest is not None:
+        return offered_version(latest, who=who)
+    if job.report_kind == Report.Kind.GATE:
+        return create_gate_report(job.gate, job.evaluation, language=job.language, who=who)
+    return create_procurement_report(job.pilot, language=job.language, who=who)
+
+
+def carry_out(job: ReportJob) -> ReportJob:
+    """Do one report job (a worker's part, reports.tasks): render, or countersign the version the approver named.
+    The row ends `done` (result: the report made or countersigned), `stale` (nothing signed; result: the version
+    to read now, reason in `error`) or `error` (the reason) — never left running."""
+    state, result, error = ReportJob.State.ERROR, None, ""
+    try:
+        if job.kind == ReportJob.Kind.COUNTERSIGN:
+            try:
+                result = countersign(job.source, job.requested_by, sha256=job.sha256)
+                state = ReportJob.State.DONE
+            except ReportChanged as changed:
+                state, error = ReportJob.State.STALE, changed.reason
+                result = offered_version(changed.report, who=job.requested_by or "reports")
+        else:
+            result, state = _render(job), ReportJob.State.DONE
+    except Exception as exc:  # noqa: BLE001 — said on the page that follows the job, logged by the task
+        error = f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+        if state != ReportJob.State.STALE:
+            state = ReportJob.State.ERROR
+    ReportJob.objects.filter(pk=job.pk).update(state=state, result=result, error=error[:4000], finished=timezone.now())
+    job.refresh_from_db()
+    return job
 
 
 def latest_versions(reports) -> list[Report]:

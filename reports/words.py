@@ -11,6 +11,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from gates.plan import TRACE_GATE
 from reports.units import figure
 
 ARM_NAMES = {
@@ -124,8 +125,15 @@ def decision_sentence(context: dict[str, Any], units: int | None) -> str:
     names = {item["gate"]["number"]: item["gate"] for item in context["gates"]}
     label = (lambda n: f"G{n} " + (names[n].get("name_zh") or names[n]["name"]
                                     if context.get("is_zh") else names[n]["name"])) if names else (lambda n: f"G{n}")
+    trace = context.get("trace")
+    sample = trace is not None and not trace.get("customer")
     if d["outcome"] == "proven":
-        if units:
+        if units and (context.get("simulated") or sample):  # not measured customer evidence: never said to be
+            sentence = _("Decision: proven on these results — %(fx)s met every bar of all four gates and both parties "
+                         "signed each off; the %(units)s %(fx)s unit(s) below are sized from them, but these results "
+                         "are not measured evidence of the customer's own workload (see below).") % {
+                "fx": fx, "units": units}
+        elif units:
             sentence = _("Decision: proven — %(fx)s met every bar of all four gates and both parties signed each "
                          "off; buying %(units)s %(fx)s unit(s) for this workload rests on measured evidence.") % {
                 "fx": fx, "units": units}
@@ -145,8 +153,7 @@ def decision_sentence(context: dict[str, Any], units: int | None) -> str:
         sentence += " " + _("The unit count rests on an assumed example capacity of one unit, not a published figure.")
     if context.get("simulated"):
         sentence += " " + _("Simulated — not evidence: these results come from simulated nodes.")
-    trace = context.get("trace")
-    if trace is not None and not trace.get("customer"):
+    if sample:
         sentence += " " + _("G4 replayed a generated sample trace — not the customer's traffic.")
     return sentence
 
@@ -224,12 +231,17 @@ def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
     """The plain-words first page: the decision, gains, recompute, capacity; proven and not proven."""
     pilot = context["pilot"]
     fx, concurrency = pilot["model_under_test"], pilot["customer_concurrency"]
+    trace = context.get("trace")
+    sample = trace is not None and not trace.get("customer")
     proven, not_proven = [], []
     for item in context["gates"]:
         gate, evaluation = item["gate"], item["evaluation"]
         name = (gate.get("name_zh") if is_zh else "") or gate["name"]
         verdict = evaluation["verdict"] if evaluation else ""
         proves = (gate.get("proves_zh") if is_zh else "") or gate.get("proves") or gate["label"]
+        if gate.get("number") == TRACE_GATE and sample:  # the plan's words claim the customer's traffic
+            proves = _("The gain holds on a replay of a generated sample trace — not the customer's traffic — and in "
+                       "operation; the customer's own traffic was not tested.")
         entry = {"label": gate["label"], "name": name, "proves": proves, "signed_off": gate["state"] == "signed_off",
                  "history": item.get("history_summary") or {}}
         if verdict == "pass":

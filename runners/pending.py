@@ -1,7 +1,9 @@
-"""Who must act next on each pilot: the plan's and the gates' actions (gates.lifecycle) and the nodes' host keys.
+"""Who must act next on each pilot: the plan's and the gates' actions (gates.lifecycle), the nodes' host keys,
+and the customer approver's countersignature of the procurement report.
 
 The one source for the home page, a pilot's overview and the notification sweep. A halted or completed pilot
-waits for nobody.
+waits for nobody but the customer approver, while the latest version of its procurement report carries the
+vendor's signature only.
 """
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ from collections.abc import Iterable
 
 from gates.lifecycle import FINAL, NextAction
 from gates.lifecycle import pending_actions_by_pilot as plan_and_gate_actions
-from gates.models import Gate, Pilot, Role
+from gates.models import Gate, Pilot, Report, Role
 from runners.models import Node
 
 
 def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] | None = None) -> dict[int, list[dict]]:
     """Pilot id → its actions, {'role', 'action' (a NextAction), 'subject', …}: the lifecycle's, then one
-    `accept_host_key` per node whose offered host key waits for a vendor engineer (the subject is the node)."""
+    `accept_host_key` per node whose offered host key waits for a vendor engineer (the subject is the node), then
+    `countersign_report` for the customer approver of a completed or halted pilot whose latest procurement report
+    is not countersigned (the subject is that report)."""
     pilots = list(pilots)
     actions = plan_and_gate_actions(pilots, current)
     live = [p.pk for p in pilots if p.state not in FINAL]
@@ -25,7 +29,25 @@ def pending_actions_by_pilot(pilots: Iterable[Pilot], current: dict[int, Gate] |
         actions[node.site.pilot_id].append(
             {"role": Role.VENDOR_ENGINEER, "action": NextAction.ACCEPT_HOST_KEY, "subject": node}
         )
+    for pilot_id, report in awaiting_countersignature(pilots).items():
+        actions[pilot_id].append(
+            {"role": Role.CUSTOMER_APPROVER, "action": NextAction.COUNTERSIGN_REPORT, "subject": report}
+        )
     return actions
+
+
+def awaiting_countersignature(pilots: Iterable[Pilot]) -> dict[int, Report]:
+    """Pilot id → the latest version of its procurement report, for the completed or halted pilots whose latest
+    version carries the vendor's signature only (one query)."""
+    ended = [p.pk for p in pilots if p.state in FINAL]
+    latest: dict[int, Report] = {}
+    if not ended:
+        return latest
+    for report in Report.objects.filter(pilot_id__in=ended, kind=Report.Kind.PROCUREMENT).only(
+            "id", "code", "pilot_id", "version", "created", "countersigned_by_id", "language", "sha256").order_by(
+            "created", "id"):
+        latest[report.pilot_id] = report
+    return {pk: report for pk, report in latest.items() if report.countersigned_by_id is None}
 
 
 def pending_actions(pilot: Pilot) -> list[dict]:

@@ -44,6 +44,7 @@ from gates.models import (
     PlanVersion,
     Profile,
     Report,
+    ReportJob,
     Role,
     SignOff,
     UploadVerification,
@@ -65,13 +66,13 @@ from portal.tasks import NOT_CARRIED_OUT, checks_this_hour, queue_upload_verific
 from portal.templatetags.portal import simulated_pilot_ids
 from portal.uploads import receive_upload
 from reports import charts
+from reports import tasks as report_tasks
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import (
     ReportError,
-    countersign,
-    create_procurement_report,
-    finish_pilot,
+    latest_version,
     procurement_report_of,
+    quick_change,
     report_bytes,
     trust_roots,
     verify_report_bytes,
@@ -618,77 +619,96 @@ def gate_signoff(request: HttpRequest, code: UUID, number: int) -> HttpResponse:
         messages.error(request, refused.message)
     else:
         messages.success(request, _("Your decision is recorded."))
-        if signoff.decision == SignOff.Decision.APPROVE and signoff.party == Party.CUSTOMER:
-            _countersign(request, signoff)
+        _render_again(request, signoff)
         _finish(request, gate)
         notifications.sweep([Pilot.objects.get(pk=gate.pilot_id)])
     return redirect("gate", gate.pilot.code, gate.number)
 
 
-def _countersign(request: HttpRequest, signoff: SignOff) -> None:
-    """The customer approver's signature added to the report of the evidence they approved, when one exists."""
-    report = (
-        Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation)
-        .order_by("-signatures", "-created")
-        .first()
-    )
-    if report is None or report.signatures > 1:
-        return
-    try:
-        countersign(report, request.user)
-    except Exception as error:  # the decision stands; the report keeps the vendor's signature only
-        messages.warning(request, _("The report could not be countersigned: %(error)s") % {"error": error})
-    else:
-        messages.success(request, _("Your signature was added to the gate report."))
+def _language(request: HttpRequest) -> str:
+    return "zh-hans" if (translation.get_language() or "en").startswith("zh") else "en"
+
+
+def _render_again(request: HttpRequest, signoff: SignOff) -> None:
+    """A decision changes what the gate's report states (the gate's state, the sign-offs): a worker renders a new
+    version of each language's report of that evidence, the one a customer approver then reads and countersigns."""
+    languages = (Report.objects.filter(gate=signoff.gate, evaluation=signoff.evaluation, kind=Report.Kind.GATE)
+                 .values_list("language", flat=True).distinct())
+    for language in sorted(set(languages)):
+        report_tasks.queue(ReportJob.Kind.RENDER, pilot=signoff.pilot, report_kind=Report.Kind.GATE, language=language,
+                           who=request.user, gate=signoff.gate, evaluation=signoff.evaluation)
+    if languages:
+        messages.info(request, _("A worker renders the gate report again with this decision; the reports list shows "
+                                 "the new version when it is ready."))
 
 
 def _finish(request: HttpRequest, gate: Gate) -> None:
-    """G4 signed off by both parties: the procurement report is the pilot's last act (countersigned when the customer
-    approver's decision completed it)."""
+    """G4 signed off by both parties: the procurement report is the pilot's last act, rendered by a worker; the
+    customer approver is then asked to read and countersign it (runners.pending)."""
     gate.refresh_from_db()
     if gate.number != TRACE_GATE or gate.state != Gate.State.SIGNED_OFF:
         return
-    language = translation.get_language() or "en"
-    try:
-        report = finish_pilot(gate.pilot, who=request.user, language="zh-hans" if language.startswith("zh") else "en")
-        if report is not None and access.offers(gate.pilot, request.user, Act.COUNTERSIGN, gate.pilot) \
-                and report.countersigned_by_id is None and not report.is_superseded:
-            countersign(report, request.user)
-    except Exception as error:  # noqa: BLE001 — the sign-off stands; the vendor lead can make the report again
-        messages.warning(request, _("The procurement report could not be made: %(error)s") % {"error": error})
-    else:
-        messages.success(request, _("The pilot is complete: the procurement report is on the overview."))
+    report_tasks.queue(ReportJob.Kind.RENDER, pilot=gate.pilot, report_kind=Report.Kind.PROCUREMENT,
+                       language=_language(request), who=request.user)
+    messages.success(request, _("The pilot is complete: a worker makes the procurement report, which the overview "
+                                "then shows; the customer approver is asked to read and countersign it."))
 
 
 @login_required
 @require_POST
 def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
-    """The procurement report on demand, for the vendor lead."""
+    """The procurement report on demand, for the vendor lead: rendered by a worker, followed on its job's page."""
     pilot = get_pilot_for_user(request, code)
     access.require_act(pilot, request.user, Act.MAKE_PROCUREMENT)
-    language = translation.get_language() or "en"
-    try:
-        create_procurement_report(pilot, language="zh-hans" if language.startswith("zh") else "en", who=request.user)
-    except Exception as error:  # noqa: BLE001 — said to the person, nothing is stored
-        messages.error(request, _("The procurement report could not be made: %(error)s") % {"error": error})
-    else:
-        messages.success(request, _("The procurement report is made and signed."))
-    return redirect("pilot", pilot.code)
+    job = report_tasks.queue(ReportJob.Kind.RENDER, pilot=pilot, report_kind=Report.Kind.PROCUREMENT,
+                             language=_language(request), who=request.user)
+    return redirect("report_job", job.code)
 
 
 @login_required
 @require_POST
 def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
-    """The customer approver countersigns a report: a new version that says who signed and when."""
+    """The customer approver countersigns the version he was shown: the POST names its SHA-256. A worker adds the
+    signature to exactly those bytes (the page follows it); when anything behind that version changed, he is told
+    and shown the new version instead, and nothing is signed. No rendering or signing happens in this request."""
     report = access.get_report_for_user(request, code)
-    access.require_act(report.pilot, request.user, Act.COUNTERSIGN)
-    try:
-        countersign(report, request.user)
-    except Exception as error:  # noqa: BLE001 — said to the person; the earlier version stays
-        messages.error(request, _("The report could not be countersigned: %(error)s") % {"error": error})
-    else:
-        messages.success(request, _("Your signature is on a new, final version of the report."))
-    return redirect("reports", report.pilot.code)
+    pilot = report.pilot
+    access.require_act(pilot, request.user, Act.COUNTERSIGN)
+    named = (request.POST.get("sha256") or "").strip().lower()
+    latest = latest_version(report)
+    if not named:
+        messages.error(request, _("A countersignature names the version you read by its SHA-256; nothing was signed."))
+        return redirect("reports", pilot.code)
+    if named != report.sha256 or latest.pk != report.pk or report.countersigned_by_id is not None:
+        messages.warning(request, _("The report changed since you read it, so nothing was signed. Read the version "
+                                    "now offered (SHA-256 %(sha256)s) and countersign that one.")
+                         % {"sha256": latest.sha256})
+        return redirect("reports", pilot.code)
+    if quick_change(report) is not None:  # a decision or an evaluation since: a worker renders what is true now
+        job = report_tasks.queue(ReportJob.Kind.RENDER, pilot=pilot, report_kind=report.kind, language=report.language,
+                                 who=request.user, gate=report.gate, evaluation=report.evaluation)
+        messages.warning(request, _("Something behind this report changed since it was made, so nothing was signed. "
+                                    "A worker renders the new version: read it, then countersign it."))
+        return redirect("report_job", job.code)
+    job = report_tasks.queue(ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=report.kind, language=report.language,
+                             who=request.user, gate=report.gate, evaluation=report.evaluation, source=report,
+                             sha256=named)
+    return redirect("report_job", job.code)
+
+
+@login_required
+def report_job(request: HttpRequest, code: UUID) -> HttpResponse:
+    """A report job's page: "working…" (polled with htmx) until the worker is done, then its outcome. Members of
+    the job's pilot only (404 for anyone else)."""
+    job = get_object_or_404(ReportJob.objects.select_related("pilot", "result", "source", "gate"), code=code,
+                            pilot__in=Pilot.objects.for_user(request.user))
+    offered = job.result if job.state in (ReportJob.State.DONE, ReportJob.State.STALE) else None
+    context = {"job": job, "pilot": job.pilot, "offered": offered, "poll_seconds": 2,
+               "can_countersign": offered is not None and offered.countersigned_by_id is None
+               and access.offers(job.pilot, request.user, Act.COUNTERSIGN, job.pilot)}
+    if request.headers.get("HX-Request"):
+        return render(request, "gates/_report_job.html", context)
+    return render(request, "gates/report_job.html", context)
 
 
 @login_required

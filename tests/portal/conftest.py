@@ -162,6 +162,12 @@ def build_world(demo) -> SimpleNamespace:
     verification = UploadVerification.objects.create(requested_by=demo.alice, filename="r.pdf", sha256="0" * 64,
                                                       path="none", state=UploadVerification.State.ERROR,
                                                       error="a fixture row: nothing was uploaded")
+    from gates.models import ReportJob
+
+    report_job = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=Report.Kind.GATE,
+                                          gate=gate, evaluation=evaluation, source=report, sha256=report.sha256,
+                                          requested_by=demo.bob, state=ReportJob.State.STALE, result=report,
+                                          error="a fixture row: a decision was recorded after it was made")
     from runners import traces
 
     trace = traces.upload(pilot.gate(4), b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"
@@ -170,6 +176,7 @@ def build_world(demo) -> SimpleNamespace:
     return SimpleNamespace(
         **vars(demo),
         verification=verification,
+        report_job=report_job,
         trace=trace,
         site=site,
         node=node,

@@ -41,6 +41,8 @@ def _kwargs(route: str, pattern: URLPattern, world) -> dict:
     for name in pattern.pattern.converters:
         if name == "code" and route.startswith("reports/verify/"):
             kwargs[name] = world.verification.code  # alice's upload: only she may see it
+        elif name == "code" and route.startswith("reports/jobs/"):
+            kwargs[name] = world.report_job.code  # a countersignature's job: the pilot's people only
         elif name == "code":
             first = route.split("/", 1)[0]
             assert first in CODE_OF, f"{route}: add its object to CODE_OF so the tenancy walk covers it"

@@ -5,7 +5,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates import lifecycle
-from gates.models import CustomerTrace, Report
+from gates.models import CustomerTrace, Notification, Report, ReportJob
+from portal.notifications import sweep
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
 from tests.traces.helpers import run_trace_jobs
@@ -35,6 +36,13 @@ def test_either_party_uploads_the_trace_and_a_bad_one_names_its_line(signed_pilo
     assert _upload(client, pilot, CUSTOMER_TRACE).status_code == 404
 
 
+def _jobs_done() -> list[str]:
+    """Carry out the queued report jobs as the control queue's worker does (the same task, in this process)."""
+    from reports.tasks import run_report_job
+
+    return [run_report_job(pk) for pk in ReportJob.objects.filter(state="queued").order_by("pk").values_list("pk", flat=True)]
+
+
 def test_signing_off_g4_as_both_parties_pins_the_countersigned_procurement_report(signed_pilot, client):
     pilot = signed_pilot.pilot
     pilot.signed_people = (signed_pilot.alice, signed_pilot.bob)
@@ -46,9 +54,70 @@ def test_signing_off_g4_as_both_parties_pins_the_countersigned_procurement_repor
         client.post(reverse("gate_signoff", args=[pilot.code, 4]), {"decision": "approve", "comment": ""})
     pilot.refresh_from_db()
     assert pilot.state == "completed"
+    assert not Report.objects.exists()  # nothing was rendered in a request: a worker makes it
+    assert _jobs_done() == ["done"]
+    made = Report.objects.get(kind="procurement")
+    assert made.countersigned_by is None and made.signatures == 1
+    # Until bob countersigns, he is the one who must act: the overview, his home page and a notification.
+    overview = client.get(reverse("pilot", args=[pilot.code])).content.decode()
+    assert "Countersign the procurement report" in overview and "Bob Wang" in overview and made.sha256[:16] in overview
+    assert "Nobody" not in overview
+    assert sweep() >= 1  # the beat's sweep: ended pilots whose procurement report awaits him are swept too
+    assert Notification.objects.filter(user=signed_pilot.bob, kind="countersign_report").exists()
+    client.force_login(signed_pilot.bob)
+    assert "Countersign the procurement report" in client.get(reverse("home")).content.decode()
+    listing = client.get(reverse("reports", args=[pilot.code])).content.decode()
+    assert f'name="sha256" value="{made.sha256}"' in listing  # the version offered, by its hash
+    answer = client.post(reverse("report_countersign", args=[made.code]), {"sha256": made.sha256})
+    job = ReportJob.objects.get(kind="countersign")
+    assert answer.status_code == 302 and answer["Location"] == reverse("report_job", args=[job.code])
+    page = client.get(answer["Location"]).content.decode()
+    assert "hx-get" in page and made.sha256 in page and "A worker is adding your countersignature" in page
+    assert _jobs_done() == ["done"]
     final = Report.objects.get(kind="procurement", supersedes__isnull=False)
-    assert final.countersigned_by == signed_pilot.bob and final.version == 2
+    assert final.countersigned_by == signed_pilot.bob and final.version == made.version
+    page = client.get(reverse("report_job", args=[job.code])).content.decode()
+    assert "hx-get" not in page and final.sha256 in page and "Your signature was added" in page
     overview = client.get(reverse("pilot", args=[pilot.code])).content.decode()
     assert "Proven: every gate passed" in overview and reverse("report_download", args=[final.code]) in overview
+    assert "Countersign the procurement report" not in overview
     listing = client.get(reverse("reports", args=[pilot.code])).content.decode()
     assert "final" in listing and "superseded" in listing and "countersigned by Bob Wang" in listing
+
+
+def test_the_countersign_post_names_the_version_read_and_waits_for_no_rendering(signed_pilot, client):
+    """The POST answers at once in both languages; an old or missing hash signs nothing; a decision since the
+    report was made has a worker render the new version instead; other organisations get 404, other roles 403."""
+    import time
+
+    from reports import service
+
+    pilot = signed_pilot.pilot
+    _evaluate(pilot, 3)
+    old = service.create_procurement_report(pilot)
+    report = service.create_procurement_report(pilot)
+    client.force_login(signed_pilot.bob)
+    for language in ("en", "zh-hans"):
+        client.post(reverse("set_language"), {"language": language, "next": "/"})
+        began = time.monotonic()
+        answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
+        assert answer.status_code == 302 and time.monotonic() - began < 5
+    assert ReportJob.objects.filter(kind="countersign", sha256=report.sha256).count() == 2
+    assert Report.objects.count() == 2  # nothing signed or rendered in the request
+    ReportJob.objects.all().delete()
+    client.post(reverse("set_language"), {"language": "en", "next": "/"})
+    for sha256 in ("", old.sha256):
+        answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": sha256}, follow=True)
+        assert answer.status_code == 200 and "nothing was signed" in answer.content.decode()
+    answer = client.post(reverse("report_countersign", args=[old.code]), {"sha256": old.sha256}, follow=True)
+    assert "The report changed since you read it" in answer.content.decode() and report.sha256 in answer.content.decode()
+    assert not ReportJob.objects.exists()
+    _evaluate(pilot, 3)  # evidence recorded since: the new version is rendered, nothing is signed
+    answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
+    assert ReportJob.objects.get().kind == "render" and answer.status_code == 302
+    client.force_login(signed_pilot.charlie)
+    assert client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256}).status_code == 404
+    assert client.get(reverse("report_job", args=[ReportJob.objects.get().code])).status_code == 404
+    client.force_login(signed_pilot.carol)
+    assert client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256}).status_code == 403
+    assert ReportJob.objects.count() == 1 and Report.objects.count() == 2

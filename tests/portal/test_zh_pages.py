@@ -232,6 +232,15 @@ def test_every_portal_page_in_chinese_leaves_no_english_sentence(signed_pilot, c
     read("plan (signed)", reverse("plan", args=[code]))
     read("G4 signed off", reverse("gate", args=[code, 4]))
     read("reports", reverse("reports", args=[code]))
+    from gates.models import ReportJob
+
+    for state in (ReportJob.State.QUEUED, ReportJob.State.STALE, ReportJob.State.DONE):
+        job_row = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=Report.Kind.GATE,
+                                           gate=pilot.gate(4), evaluation=g4, source=first, sha256=first.sha256,
+                                           requested_by=world.bob, state=state,
+                                           result=None if state == ReportJob.State.QUEUED else final,
+                                           error="version 2 was made after it")
+        read(f"report job ({state})", reverse("report_job", args=[job_row.code]))
     assert "关卡已签核" in read("audit", reverse("audit", args=[code]))  # the action in words, its code beside it
     read("verify", reverse("report_verify"))
     done = UploadVerification.objects.create(requested_by=world.bob, filename="g4.pdf", sha256="0" * 64, path="none",

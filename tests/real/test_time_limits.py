@@ -7,7 +7,14 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.real.conftest import ENGINE_BUILD_S, HEALTH_WAIT_S, MODEL_BUILD_S, TEST_TIMEOUT_S, WORKLOAD_S, real_deployment
+from tests.real.conftest import (
+    ENGINE_BUILD_S,
+    HEALTH_WAIT_S,
+    MODEL_BUILD_S,
+    TEST_TIMEOUT_S,
+    WORKLOAD_S,
+    real_deployment,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -61,9 +61,10 @@ def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
 def test_the_customer_approver_countersigns_into_a_new_file(signed_pilot, g3):
     report = service.create_gate_report(g3.gate, g3, language="en")
     original = service.report_path(report).read_bytes()
-    second = service.countersign(report, signed_pilot.bob)
+    second = service.countersign(report, signed_pilot.bob, sha256=report.sha256)
     assert second.pk != report.pk and second.signatures == 2 and second.path != report.path
     assert service.report_path(report).read_bytes() == original
+    assert service.report_path(second).read_bytes().startswith(original)  # the very bytes read, signed once more
     result = verify_pdf(service.report_path(second).read_bytes(), service.trust_roots())
     assert result.ok, result.reasons
     assert [s.signer.split("Common Name: ")[-1] for s in result.signatures][1] == "Bob Wang"
@@ -73,7 +74,7 @@ def test_nobody_but_a_customer_approver_of_the_pilot_countersigns(signed_pilot, 
     report = service.create_gate_report(g3.gate, g3, language="en")
     for person in (signed_pilot.charlie, signed_pilot.alice, signed_pilot.carol):
         with pytest.raises(PermissionDenied):
-            service.countersign(report, person)
+            service.countersign(report, person, sha256=report.sha256)
     assert Report.objects.count() == 1
 
 
@@ -177,11 +178,53 @@ def test_make_report_prints_the_stored_file_and_names_a_bad_argument(signed_pilo
 def test_a_procurement_report_is_countersigned_only_while_it_is_what_the_approver_read(signed_pilot):
     pilot = signed_pilot.pilot
     early = service.create_procurement_report(pilot)
-    _evaluate(pilot, 3)  # evidence recorded after the report was made: re-rendering it would sign something unseen
-    with pytest.raises(service.ReportError, match="changed after report"):
-        service.countersign(early, signed_pilot.bob)
+    _evaluate(pilot, 3)  # evidence recorded after the report was made: signing it would sign something untrue
+    with pytest.raises(service.ReportChanged, match="recorded after it"):
+        service.countersign(early, signed_pilot.bob, sha256=early.sha256)
     later = service.create_procurement_report(pilot)
-    with pytest.raises(service.ReportError, match="not the pilot's latest procurement report"):
-        service.countersign(early, signed_pilot.bob)
-    signed = service.countersign(later, signed_pilot.bob)
-    assert signed.supersedes == later and signed.signatures == 2
+    with pytest.raises(service.ReportChanged, match="made after it"):
+        service.countersign(early, signed_pilot.bob, sha256=early.sha256)
+    with pytest.raises(service.ReportChanged, match="version read has SHA-256"):
+        service.countersign(later, signed_pilot.bob, sha256=early.sha256)  # he names what he read: not this one
+    signed = service.countersign(later, signed_pilot.bob, sha256=later.sha256)
+    assert signed.supersedes == later and signed.signatures == 2 and signed.version == later.version
+    assert service.report_bytes(signed).startswith(service.report_bytes(later))
+
+
+def test_a_sizing_changed_behind_the_report_is_refused_and_the_new_version_offered(signed_pilot):
+    """bob read "N units for X TB"; the admin changed the sizing (no decision, no evaluation: only the rendering
+    from the database tells); the countersignature job signs nothing and offers the version that states it."""
+    from gates.models import ReportJob
+    from reports.tasks import run_report_job
+
+    pilot = signed_pilot.pilot
+    _evaluate(pilot, 4)
+    read = service.create_procurement_report(pilot)
+    pilot.sizing = {**(pilot.sizing or {}), "fx_unit_usable_tb": 0.5}
+    pilot.save(update_fields=["sizing"])
+    assert service.quick_change(read) is None and "what it states changed" in service.what_changed(read)
+    job = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
+                                   language=read.language, requested_by=signed_pilot.bob, source=read,
+                                   sha256=read.sha256)
+    assert run_report_job(job.pk) == ReportJob.State.STALE
+    job.refresh_from_db()
+    assert "what it states changed" in job.error and job.result.supersedes == read and job.result.version == 2
+    assert not Report.objects.filter(countersigned_by__isnull=False).exists()  # nothing was signed
+    assert job.result.basis_sha256 != read.basis_sha256 and service.what_changed(job.result) is None
+    again = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
+                                     language=read.language, requested_by=signed_pilot.bob, source=job.result,
+                                     sha256=job.result.sha256)
+    assert run_report_job(again.pk) == ReportJob.State.DONE
+    again.refresh_from_db()
+    assert again.result.countersigned_by == signed_pilot.bob and again.result.supersedes == job.result
+    assert run_report_job(again.pk) == "not queued"  # a second delivery signs nothing twice
+
+
+def test_stored_bytes_that_differ_from_the_row_are_not_countersigned(signed_pilot, g3):
+    report = service.create_gate_report(g3.gate, g3)
+    path = service.report_path(report)
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes() + b"%% appended\n")
+    with pytest.raises(service.ReportChanged, match="stored file differs"):
+        service.countersign(report, signed_pilot.bob, sha256=report.sha256)
+    assert Report.objects.count() == 1

@@ -73,28 +73,36 @@ def test_a_g3_report_of_an_extended_run_says_so(walked):
     assert "Evaluated: Marginal" in text and "Evaluated: Pass (this report)" in text
 
 
-def test_a_countersigned_report_is_a_new_version_that_says_who_signed(walked):
-    pilot = walked.pilot
-    _walk_to(pilot, 3)
+def test_the_final_g3_report_reads_signed_off_by_both_parties_and_carries_the_approvers_signature(walked):
+    """The report made at the verdict says "awaiting sign-off" with no decision; once both parties decided it is
+    stale, the version offered for countersigning states the gate signed off with both decisions, and the
+    approver's signature goes on exactly those bytes."""
+    pilot = _walk_to(walked.pilot, 3) or walked.pilot
     evaluation = _evaluate(pilot, 3)
     lifecycle.record_verdict(pilot.gate(3), evaluation, who="test")
-    first = service.create_gate_report(evaluation.gate, evaluation)
-    assert "No decision has been recorded yet" in _text(first)
+    first = service.create_gate_report(pilot.gate(3), evaluation)
+    text = _text(first)
+    assert "No decision has been recorded yet" in text and "awaiting sign-off" in text, text[:1500]
     lifecycle.sign_off_gate(pilot.gate(3), walked.alice, decision="approve")
     lifecycle.sign_off_gate(pilot.gate(3), walked.bob, decision="approve")
-    second = service.countersign(first, walked.bob)
-    assert second.version == 2 and second.supersedes == first and second.countersigned_by == walked.bob
-    assert first.is_superseded and not first.is_final and second.is_final
-    assert service.latest_versions(Report.objects.all()) == [second]
-    text = _text(second)
-    assert "Version 2, countersigned by Bob Wang (Customer approver, Example Cloud (demo customer))" in text
-    assert "Gate state Signed off" in text
-    assert "It supersedes report" in text and str(first.code)[:8] in text and "(version 1)" in text
-    assert "No decision has been recorded yet" not in text and "Approve" in text
-    result = service.verify_report_bytes(service.report_path(second).read_bytes())
+    with pytest.raises(service.ReportChanged, match="decision or an evaluation"):
+        service.countersign(first, walked.bob, sha256=first.sha256)  # what bob read first is no longer true
+    offered = service.offered_version(first)
+    assert offered.version == 2 and offered.supersedes == first and offered.signatures == 1
+    read = service.report_bytes(offered)
+    text = _text(offered)
+    assert "Gate state Signed off" in text and "awaiting sign-off" not in text
+    assert "Alice Chen" in text and "Bob Wang" in text and "No decision has been recorded yet" not in text
+    assert "It supersedes report" in text and "(version 1)" in text
+    final = service.countersign(offered, walked.bob, sha256=offered.sha256)
+    assert final.version == 2 and final.supersedes == offered and final.countersigned_by == walked.bob
+    assert offered.is_superseded and final.is_final and service.latest_versions(Report.objects.all()) == [final]
+    signed = service.report_bytes(final)
+    assert signed.startswith(read) and len(signed) > len(read)  # an incremental signature on the bytes read
+    result = service.verify_report_bytes(signed)
     assert result.ok and len(result.signatures) == 2, result.reasons
-    with pytest.raises(service.ReportError, match="superseded"):
-        service.countersign(first, walked.bob)
+    with pytest.raises(service.ReportError, match="made after it|countersigned already"):
+        service.countersign(offered, walked.bob, sha256=offered.sha256)
 
 
 def test_every_report_prints_the_vendor_roots_fingerprint_and_how_to_trust_it(walked):

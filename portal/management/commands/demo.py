@@ -446,8 +446,8 @@ class Command(BaseCommand):
             if gate.state not in (Gate.State.AWAITING_SIGNOFF, Gate.State.REVIEW):
                 raise CommandError(f"{gate.label} ended in state {gate.state} after a {job.status} run: {job.error or 'see the run log'}")
             lifecycle.sign_off_gate(gate, bob, decision="approve", comment=f"{gate.label} evidence reviewed.")
-            self.countersign(gate, bob)
             lifecycle.sign_off_gate(gate, alice, decision="approve", comment=f"{gate.label} evidence reviewed.")
+            self.countersign(gate, bob)
         from reports.service import create_procurement_report
 
         report = create_procurement_report(pilot, language=language)
@@ -507,12 +507,15 @@ class Command(BaseCommand):
                  "for the demo, not a published one; the procurement report's unit count rests on it.")
 
     def countersign(self, gate: Gate, person) -> None:
+        """Both parties decided: the gate report rendered again as it now stands (signed off, both decisions), and
+        the customer approver's signature added to exactly that version, as the portal's worker does."""
         report = gate.reports.filter(kind=Report.Kind.GATE).order_by("-created").first()
         if report is None:
             return
-        from reports.service import countersign
+        from reports.service import countersign, offered_version
 
-        countersign(report, person)
+        offered = offered_version(report, who="demo")
+        countersign(offered, person, sha256=offered.sha256)
 
     def summary(self, pilot: Pilot, port: int, seconds: float) -> None:
         from reports.service import verify_report_bytes

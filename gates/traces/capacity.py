@@ -73,7 +73,7 @@ def judge(measured: float | None, predicted: float, tolerance: float = DEFAULT_T
     difference = measured - predicted
     if abs(difference) <= tolerance + 1e-12:
         verdict = "pass"
-    elif difference < -2 * tolerance:
+    elif difference < -2 * tolerance - 1e-12:
         verdict = "fail"
     else:
         verdict = "marginal"

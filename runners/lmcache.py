@@ -9,8 +9,8 @@ import shlex
 
 import yaml
 
-from runners import ssh
 from gates.sizing import DTYPE_BYTES, MODEL_CONFIGS, kv_dtype_from_flags
+from runners import ssh
 from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step

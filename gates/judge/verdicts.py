@@ -199,7 +199,6 @@ class _Judge:
             return self.external_hit_cells(spec)
         if spec.metric == "capacity_agreement":
             return [self.capacity_cell(spec)]
-        out = []
         candidate_rows, strata = self.stratified(spec, validity.select(self.frame, spec.candidate, spec.phase))
         baseline_rows = (self.stratified(spec, validity.select(self.frame, spec.baseline, spec.phase))[0]
                          if spec.baseline else None)

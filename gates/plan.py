@@ -22,6 +22,10 @@ METRICS = {
     "ttft", "throughput", "error_rate", "hit_ratio", "output_match",
     # from phase summaries' /metrics deltas (fxpilot.phase/1): the external tier's share of what HBM missed
     "external_hit_ratio",
+    # G4's capacity check: |external-hit share of the capped replay (/metrics) − the oracle's prediction for its cap|
+    "capacity_agreement",
+    # from request records: the share of requests meeting the plan's TTFT and inter-token objectives
+    "goodput",
     # from LMCache retrieval records (fxpilot.retrieve/1)
     "read_bw",
     # from node inventories (fxpilot.inventory/1)
@@ -33,7 +37,7 @@ INVENTORY_METRICS = {"gpu_count", "gpu_model_match", "rocm_version", "versions_r
 STATISTICS = {"p50", "p90", "p99", "mean", "cv", "min", "max", "value", "count"}
 COMPARISONS = {"absolute", "speedup", "reduction", "gain", "drift"}
 OPERATORS = {">=", "<=", ">", "<", "=="}
-PHASES = {"populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "any"}
+PHASES = {"populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "capacity", "any"}
 GATE_NUMBERS = (1, 2, 3, 4)
 TRACE_GATE = 4
 """The gate that replays the customer's session trace; only its plan may allow a generated sample trace."""
@@ -441,7 +445,7 @@ def document_without_criteria(plan: Plan) -> dict[str, Any]:
 # ── What a threshold may be, for its unit (the plan page checks it; docs/plan-format.md) ────────────────────────
 # Metrics whose value is a share of something (a ratio in [0, 1]).
 SHARE_METRICS = frozenset({"hit_ratio", "external_hit_ratio", "error_rate", "output_match", "gpu_model_match",
-                           "versions_recorded", "fx_mounted_writable"})
+                           "versions_recorded", "fx_mounted_writable", "capacity_agreement", "goodput"})
 
 
 @dataclass(frozen=True)

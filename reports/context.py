@@ -484,6 +484,27 @@ def decision(gates: list[dict[str, Any]], pilot: Pilot) -> dict[str, Any]:
     return {"outcome": "incomplete", "gate": open_gate, "reason": ""}
 
 
+def capacity_check(evaluation: Evaluation | None) -> dict[str, Any] | None:
+    """G4's capacity check at pilot scale as its verdict judged it (gates/traces/capacity.py, docs/judge.md): the cap,
+    the measured and predicted external-hit shares, their difference and the criterion's verdict; None when the G4
+    evaluation has no such criterion."""
+    if evaluation is None:
+        return None
+    found = next((c for c in (evaluation.result or {}).get("criteria") or []
+                  if c.get("metric") == "capacity_agreement"), None)
+    if found is None:
+        return None
+    cell = (found.get("cells") or [{}])[0]
+    difference = cell.get("difference")
+    return {"key": found["key"], "verdict": found["verdict"], "tolerance": found.get("threshold"),
+            "simulated": bool((evaluation.result or {}).get("simulated")), "applicable": bool(cell.get("applicable")),
+            "reason": cell.get("reason"), "capacity_tokens": cell.get("capacity_tokens"),
+            "capacity_for_share_tokens": cell.get("capacity_for_share_tokens"), "fraction": cell.get("fraction"),
+            "share": cell.get("share"), "measured": cell.get("measured"), "predicted": cell.get("predicted"),
+            "difference_points": None if difference is None else round(100 * difference, 1),
+            "explanation": found.get("explanation"), "explanation_zh": found.get("explanation_zh")}
+
+
 def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     gates, evaluations, attachments, missing = [], {}, [], []
     taken: set[str] = set()
@@ -519,6 +540,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
         "projections": projections(evaluations, pilot.customer_concurrency,
                                    customer_trace=bool(g4 is not None and (trace_of_job(g4.job) or {}).get("customer"))),
         "sizing": sizing(pilot, evaluations.get(4)), "attachments": attachments, "missing_inputs": missing,
+        "capacity_check": capacity_check(evaluations.get(4)),
         "signing": signing_context(), "evaluation": None, "verdict": {},
         "plan_sha256": (pilot.signed_plan.sha256 if pilot.signed_plan else ""),
     }

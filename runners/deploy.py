@@ -28,7 +28,14 @@ from runners.deployment import (
     server_log_tail,
     settings_for,
 )
-from runners.lmcache import CHUNK_HASH_ALGORITHM, LMCACHE_TROUBLE, PYTHONHASHSEED, cache_dirs, render_lmcache_config
+from runners.lmcache import (
+    CHUNK_HASH_ALGORITHM,
+    LMCACHE_TROUBLE,
+    PYTHONHASHSEED,
+    cache_dirs,
+    disk_size_for,
+    render_lmcache_config,
+)
 from runners.models import Job, Node, Step
 from runners.teardown import teardown_arm
 
@@ -63,7 +70,7 @@ def _fx_params(settings: DeploymentSettings, run_dir: str) -> dict[str, Any]:
 
 
 def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale: float | None = None,
-               share_pool: bool = False) -> Deployment:
+               share_pool: bool = False, capacity_tokens: int | None = None) -> Deployment:
     """Ship, attach FX when the arm needs it, start the server detached and wait for /health; tear down on failure."""
     if arm not in ARMS:
         raise DeployError(f"node {node.name}: unknown arm {arm!r}; arms are {', '.join(ARMS)}")
@@ -75,7 +82,8 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
         settings = settings.with_home(home)
         run_dir = f"{settings.paths.run_root}/{run_id}"
         deployment = Deployment(run_id=run_id, arm=arm, node=node.name, deploy_id=secrets.token_hex(3), run_dir=run_dir,
-                                arm_dir="", share_pool=share_pool and arm == "fx", simulated=node.simulated,
+                                arm_dir="", share_pool=share_pool and arm == "fx" and capacity_tokens is None,
+                                capacity_tokens=capacity_tokens if arm == "fx" else None, simulated=node.simulated,
                                 host=settings.bind_address(node.name))
         deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
         try:
@@ -107,15 +115,21 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         conn.upload((REMOTE_DIR / script).read_bytes(), f"{deployment.bin_dir}/{script}", mode=0o755)
     conn.upload(shell_env_file(_fx_params(settings, deployment.run_dir)).encode(), f"{deployment.run_dir}/fx.env")
 
-    config = render_lmcache_config(settings, arm, run_id=deployment.run_id, share_pool=deployment.share_pool,
-                                   simulated=node.simulated)
+    try:
+        config = render_lmcache_config(settings, arm, run_id=deployment.run_id, share_pool=deployment.share_pool,
+                                       simulated=node.simulated, capacity_tokens=deployment.capacity_tokens)
+    except ValueError as exc:
+        raise DeployError(f"node {node.name}: {exc}") from None
     store_bytes(job, f"{deployment.name_prefix}/lmcache.yaml", config.encode(), kind="config", step=step, node=node,
                 simulated=node.simulated)
     if arm != "recompute" and settings.kv_connector == "LMCacheConnectorV1":
         deployment.config_path = f"{deployment.arm_dir}/lmcache.yaml"
         conn.upload(config.encode(), deployment.config_path)
 
-    disk_dir, pool_dir = cache_dirs(settings, arm, deployment.run_id)
+    capped = deployment.capacity_tokens is not None
+    disk_dir, pool_dir = cache_dirs(settings, arm, deployment.run_id, capped=capped)
+    # the capped server of G4's capacity check: vLLM's own prefix cache off, so every hit is the capped tier's
+    extra_flags = [*settings.extra_vllm_flags, *(["--no-enable-prefix-caching"] if capped else [])]
     params = {
         "RUN_ID": deployment.run_id, "ARM": arm, "NODE": node.name, "SIMULATED": node.simulated,
         "MODEL": settings.model, "TP": settings.tensor_parallel_size, "PORT": settings.ports.for_arm(arm),
@@ -123,7 +137,8 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "CACHE_DIR": disk_dir, "SHARED_DIR": pool_dir if deployment.share_pool else None,
         "KV_CONFIG_PATH": deployment.config_path, "USE_ODIRECT": settings.use_odirect,
         "DROP_PAGE_CACHE": settings.drop_page_cache, "PAGE_CACHE_METHOD": settings.page_cache_method,
-        "MAX_LOCAL_DISK_SIZE": settings.sizes.max_local_disk_size, "EXTRA_VLLM_FLAGS": list(settings.extra_vllm_flags),
+        "MAX_LOCAL_DISK_SIZE": (disk_size_for(deployment.capacity_tokens, settings, node.simulated) if capped
+                                else settings.sizes.max_local_disk_size), "EXTRA_VLLM_FLAGS": extra_flags,
         "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,
         "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
         "CHUNK_HASH": CHUNK_HASH_ALGORITHM if deployment.config_path else "", "HASH_SEED": PYTHONHASHSEED,

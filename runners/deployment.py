@@ -44,6 +44,7 @@ class Deployment:
     server: dict = field(default_factory=dict)
     fx_user: str | None = None
     share_pool: bool = False
+    capacity_tokens: int | None = None  # G4's capacity check: the fx disk tier capped at this many tokens
     simulated: bool = False
     healthy: bool = False
     torn_down: bool = False

@@ -9,7 +9,7 @@ from gates.models import Evaluation, PlanTamperedError
 from runners.artifacts import read_artifact
 from runners.models import Artifact, Job
 
-JUDGED_KINDS = ("records", "retrieve", "inventory", "phase-summary")
+JUDGED_KINDS = ("records", "retrieve", "inventory", "phase-summary", "replay-sample")
 __all__ = ["JUDGED_KINDS", "PlanTamperedError", "ReplayMismatch", "evaluate_job", "replay_evaluation", "replays_identically"]
 
 

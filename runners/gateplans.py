@@ -11,7 +11,8 @@ the node's GPUs at a time).
   G2  on the first node: fx cold recovery (hit ratio; LMCache retrievals → read_bw) and the probe
       prompts on fx, then the probe prompts on recompute (output equivalence on one machine).
   G3  fx and local_nvme at 8, 16, 32 and recompute at 16, cold recovery, levels spread over nodes.
-  G4  first node: replay of the customer trace on fx then recompute; cross-instance sharing: sessions
+  G4  first node: replay of the customer trace on fx, then once more on an fx server whose tier is capped below
+      the size the sample's reuse asks for (the capacity check), then on recompute; cross-instance sharing: sessions
       written through the first node's fx server are read through the second node's (the shared pool
       on the FX mount; with one node a fresh server on the same node is instance B); second node
       (or the first): soak in windows, then a fault window that cuts the FX path and restores it.
@@ -81,13 +82,13 @@ class Lane:
         self.arm_steps: list[int] = []
         self.arm_name = ""
 
-    def open(self, arm: str, *, share_pool: bool = False) -> int:
+    def open(self, arm: str, *, share_pool: bool = False, **deploy) -> int:
         """Deploy an arm's server once the node's previous arm is torn down; returns the deploy's seq."""
         before = [self.last] if self.last else []
         self.arm_name = arm
         self.deploy = self.previous = self.steps.add("deploy", node=self.node, arm=arm,
                                                      after=self.start_after if not before else [], after_done=before,
-                                                     share_pool=share_pool)
+                                                     share_pool=share_pool, **deploy)
         self.arm_steps = [self.deploy]
         return self.deploy
 
@@ -110,9 +111,9 @@ class Lane:
                                    always=True, deploy=self.deploy)
         return self.last
 
-    def arm(self, arm: str, phases: list[tuple[str, dict]], *, share_pool: bool = False) -> int:
+    def arm(self, arm: str, phases: list[tuple[str, dict]], *, share_pool: bool = False, **deploy) -> int:
         """deploy → the phases → collect → teardown for one arm; returns the deploy step's seq."""
-        deploy = self.open(arm, share_pool=share_pool)
+        deploy = self.open(arm, share_pool=share_pool, **deploy)
         for name, params in phases:
             self.phase(name, params)
         self.close()
@@ -202,6 +203,10 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
         cut = max(cut, SIM_FAULT_MIN_S)  # enough requests in each window for the judge, whatever the time scale
     fault_step = {"workload": "fault", "cut_seconds": cut,
                   "concurrency": [int(fault.get("concurrency", 8))]}
+    check = (replay.get("capacity_check") or {})
+    # the capacity check (issue 24, item 5): the replay's sample once more, on an fx server capped below the size
+    # its reuse asks for; one repetition, one request in flight — a small replay, not a second full one
+    capped = [] if check.get("enabled", True) is False else [("capacity", {"workload": "replay", "capped": True})]
     first = Lane(steps, nodes[0])
     first.open("fx", share_pool=True)
     first.phase("replay", replay_step)
@@ -210,6 +215,8 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
         first.phase("soak", soak_step)
         first.phase("fault", fault_step)
         first.close()
+        if capped:
+            first.arm("fx", capped, capped=True)
         first.arm("recompute", [("replay", dict(replay_step))])
         return [first]
     # Instance B is the second node's fx server, up while the first node's client writes through A and reads
@@ -222,6 +229,8 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     second.phase("soak", soak_step, wait_for=[sharing])
     second.phase("fault", fault_step)
     second.close()
+    if capped:
+        first.arm("fx", capped, capped=True)
     first.arm("recompute", [("replay", dict(replay_step))])
     return [first, second]
 

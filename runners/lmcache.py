@@ -9,20 +9,52 @@ import shlex
 
 import yaml
 
+from gates.sizing import DTYPE_BYTES, MODEL_CONFIGS, kv_dtype_from_flags
 from runners import ssh
 from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
 
 
-def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None) -> tuple[str | None, str | None]:
-    """(LMCache local_disk directory, shared fs pool directory) of an arm; the cache arms differ only in the root."""
+def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None, *,
+               capped: bool = False) -> tuple[str | None, str | None]:
+    """(LMCache local_disk directory, shared fs pool directory) of an arm; the cache arms differ only in the root.
+    G4's capped fx server (`capped`) has a directory of its own: a disk tier rebuilds its index from the files it
+    finds, so it must not start with, or evict, what the full-size server wrote."""
     suffix = f"/{run_id}" if run_id else ""
+    if capped and arm == "fx":
+        return f"{settings.paths.fx_mount}/fxpilot/kv{suffix}-capped", None
     if arm == "local_nvme":
         return f"{settings.paths.local_nvme_path}/kv{suffix}", None
     if arm == "fx":
         return f"{settings.paths.fx_mount}/fxpilot/kv{suffix}", f"{settings.paths.shared_pool}{suffix}"
     return None, None
+
+
+def kv_bytes_per_token(settings: DeploymentSettings, simulated: bool) -> int:
+    """The KV bytes one token takes on the deployed model (gates.sizing's model configurations): the dtype of
+    `--kv-cache-dtype` among the extra vLLM flags, else the simulator's default fp8 on a simulated node and the
+    model's activation dtype (vLLM's `auto`) on a real one."""
+    config = MODEL_CONFIGS.get(settings.model)
+    if not config:
+        raise ValueError(f"the KV bytes per token of {settings.model} are not known (gates.sizing.MODEL_CONFIGS): "
+                         "the capacity check cannot cap its tier")
+    dtype = kv_dtype_from_flags(settings.extra_vllm_flags) or ("fp8" if simulated else config["activation_dtype"])
+    if dtype == "auto":
+        dtype = config["activation_dtype"]
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"--kv-cache-dtype {dtype}: its bytes per value are not known")
+    return 2 * config["layers"] * config["kv_heads"] * config["head_dim"] * DTYPE_BYTES[dtype]
+
+
+def disk_size_for(tokens: int, settings: DeploymentSettings, simulated: bool) -> float:
+    """LMCache's `max_local_disk_size` (GB = 10⁹ bytes per TP rank, each rank keeping its share of every chunk)
+    that holds exactly ⌊tokens ÷ chunk_size⌋ chunks: half a rank-chunk above that many, so the whole-chunk count
+    LMCache (and the simulator) derive from it is exactly it."""
+    chunk = settings.sizes.chunk_size
+    rank_chunk = int(chunk * kv_bytes_per_token(settings, simulated) / settings.tensor_parallel_size)
+    chunks = max(int(tokens) // chunk, 1)
+    return round((chunks * rank_chunk + rank_chunk / 2) / 1e9, 9)
 
 
 # One chunk hash on every node and in every process of a run. LMCache 0.3.9–0.5.6 default to
@@ -44,8 +76,10 @@ def chunk_hash() -> dict[str, str]:
 
 
 def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str | None = None, share_pool: bool = False,
-                          simulated: bool = False) -> str:
-    """The LMCache YAML of an arm: the same backend type and sizes for both cache arms, only the disk path differs."""
+                          simulated: bool = False, capacity_tokens: int | None = None) -> str:
+    """The LMCache YAML of an arm: the same backend type and sizes for both cache arms, only the disk path differs.
+    With `capacity_tokens` (G4's capacity check, fx only) the disk tier is capped to hold that many tokens, in a
+    directory of its own, with no shared pool."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")
     header = [f"# LMCache configuration rendered by fxpilot for arm {arm}" + (f", run {run_id}" if run_id else "")]
@@ -56,8 +90,14 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
     for path in (settings.paths.fx_mount, settings.paths.local_nvme_path):
         if path.startswith("~/"):
             raise ValueError(f"{path}: resolve ~/ paths with DeploymentSettings.with_home before rendering")
-    disk_dir, pool_dir = cache_dirs(settings, arm, run_id)
+    capped = capacity_tokens is not None and arm == "fx"
+    disk_dir, pool_dir = cache_dirs(settings, arm, run_id, capped=capped)
+    share_pool = share_pool and not capped
     sizes = settings.sizes
+    disk_size = disk_size_for(capacity_tokens, settings, simulated) if capped else sizes.max_local_disk_size
+    if capped:
+        header.append(f"# capacity check: the disk tier capped at {int(capacity_tokens)} tokens "
+                      f"({int(capacity_tokens) // sizes.chunk_size} chunks of {sizes.chunk_size})")
     lines = header + [
         "# LMCache's DRAM tier holds no cache (its CPU memory only stages transfers): every hit is read from the",
         "# arm's own disk tier, so each retrieval's bandwidth is that tier's (gates.judge: read_bw).",
@@ -65,7 +105,7 @@ def render_lmcache_config(settings: DeploymentSettings, arm: str, *, run_id: str
         "local_cpu: false",
         f"max_local_cpu_size: {sizes.max_local_cpu_size}",
         f"local_disk: {json.dumps('file://' + disk_dir + '/')}",
-        f"max_local_disk_size: {sizes.max_local_disk_size}",
+        f"max_local_disk_size: {disk_size}",
         "# One deterministic chunk hash in every process and on every node (deploy.sh also exports PYTHONHASHSEED).",
         f"pre_caching_hash_algorithm: {CHUNK_HASH_ALGORITHM}",
     ]

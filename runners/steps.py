@@ -36,7 +36,7 @@ from runners.runs import SAMPLE_TRACE_NAME, TRACE_NAME, extend_run
 from runners.teardown import teardown_arm
 
 WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
-                     "replay": "replay", "share": "share", "soak": "soak", "fault": "fault"}
+                     "replay": "replay", "capacity": "replay", "share": "share", "soak": "soak", "fault": "fault"}
 
 
 def _deployment(ctx: StepContext, seq: int | None = None) -> Deployment:
@@ -72,12 +72,42 @@ def run_deploy(ctx: StepContext) -> dict:
             teardown_arm(ctx.job, ctx.step, ctx.node, previous)
         except (ssh.SSHError, DeployError) as exc:
             ctx.say(f"clearing the previous deploy attempt: {exc}")
+    capacity_tokens = None
+    if ctx.step.params.get("capped"):
+        capacity_tokens, said = capped_tokens(ctx.job)
+        ctx.say(f"{ctx.node.name}: {said}")
     try:
         deployment = deploy_arm(ctx.job, ctx.step, ctx.node, ctx.step.arm, time_scale=_time_scale(ctx.job),
-                                share_pool=bool(ctx.step.params.get("share_pool")))
+                                share_pool=bool(ctx.step.params.get("share_pool")), capacity_tokens=capacity_tokens)
     except DeployError as exc:
         raise StepError(str(exc)) from None
     return {"deployment": deployment.to_dict()}
+
+
+def replay_sample(job: Job) -> dict:
+    """What the run's replay step chose and its oracle (the `replay-sample` artifact, re-hashed on read)."""
+    artifact = job.artifacts.filter(kind="replay-sample").order_by("pk").first()
+    if artifact is None:
+        raise StepError("the capacity check needs the replay's sample and oracle, and the run has none: the replay "
+                        "step did not store its replay-sample")
+    return json.loads(read_artifact(artifact))
+
+
+def capped_tokens(job: Job) -> tuple[int, str]:
+    """The tokens G4's capacity check caps the fx tier at (gates.traces.capacity, from the replay's oracle), and a
+    line for the log. Traffic with little or unknown reuse still gets its capped replay (one block): the judge says
+    the check does not apply to it, never that FX failed."""
+    check = ((replay_sample(job).get("oracle") or {}).get("capacity_check")) or {}
+    block = int(check.get("block_tokens") or 512)
+    if not check.get("applicable"):
+        return block, ("capacity check: the replayed traffic's reuse is "
+                       + ("little" if check.get("reason") == "little-reuse" else "unknown")
+                       + f"; the tier is capped at one block ({block} tokens) and the check will not apply")
+    return int(check["capacity_tokens"]), (
+        f"capacity check: the fx tier capped at {int(check['capacity_tokens'])} tokens, "
+        f"{100 * float(check['fraction']):g} % of the {int(check['capacity_for_share_tokens'])} that capture "
+        f"{100 * float(check['share']):g} % of the sample's reuse; the oracle predicts "
+        f"{100 * float(check['predicted_hit_fraction']):.1f} % of the prompt tokens from the tier")
 
 
 def run_collect(ctx: StepContext) -> dict:
@@ -158,7 +188,18 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--repetitions", str(params["repetitions"])]
     if params.get("first_repetition"):
         args += ["--first-repetition", str(params["first_repetition"])]
-    if command == "replay":
+    if step.name == "capacity":
+        # the same sample as the replay (the same bytes: prepare is deterministic), once, one request in flight so
+        # that the tier sees the requests in the order its oracle counted them
+        trace = f"{run_dir}/trace.csv"
+        try:
+            replay_bytes, chosen = tracereplay.prepare(_trace_bytes(ctx), dict(loads.get("replay") or {}))
+        except ValueError as exc:
+            raise StepError(f"the trace cannot be replayed: {exc}") from None
+        conn.upload(replay_bytes, trace)
+        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", "0", "--phase", "capacity",
+                 "--block-tokens", str(chosen["block_tokens"] or 512), "--max-in-flight", "1", "--repetitions", "1"]
+    elif command == "replay":
         trace = f"{run_dir}/trace.csv"
         # the customer's trace in its own format, sampled by whole sessions with content-addressed blocks
         try:

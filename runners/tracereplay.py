@@ -5,12 +5,14 @@ The plan's `workloads.replay` may set `sample_ratio` (share of the sessions; wit
 trace's sessions, else all), `window_s`
 ([start, end] seconds instead of a ratio), `speedup` (default 1), `idle_gap_cap_s` (default none),
 `max_model_len` (the deployment's context, else the `--max-model-len` among the vLLM flags given),
-`over_length` (`cut` or `out`, for prompts over it) and `seed`.
+`over_length` (`cut` or `out`, for prompts over it) and `seed`; `capacity_check` (`fraction`, `share`, `tolerance`)
+sets the capped replay's cap (gates.traces.capacity).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from gates.traces import capacity
 from gates.traces.analysis import analyse, reuse_report
 from gates.traces.formats import TraceFormatError, read_bytes
 from gates.traces.sample import choose, replay_csv
@@ -51,21 +53,34 @@ def prepare(data: bytes, replay: dict[str, Any], *, vllm_flags: list[str] = (), 
     stats = dict(sample.stats, format=trace.format, format_name=trace.format_name,
                  sessions_basis=trace.session_basis, reuse_basis=trace.reuse_basis)
     data = replay_csv(sample).encode()
-    stats["oracle"] = oracle(data, stats.get("block_tokens")) if stats.get("reuse_known") else None
+    stats["oracle"] = (oracle(data, stats.get("block_tokens"), replay.get("capacity_check"))
+                       if stats.get("reuse_known") else None)
+    stats["schema"] = REPLAY_SAMPLE_SCHEMA
     return data, stats
 
 
-def oracle(replay: bytes, block_tokens: int | None) -> dict[str, Any] | None:
+REPLAY_SAMPLE_SCHEMA = "fxpilot.replay-sample/1"   # the judge reads the oracle from it (gates.judge.records)
+
+
+def oracle(replay: bytes, block_tokens: int | None, check: dict[str, Any] | None = None,
+           chunk_tokens: int = 256) -> dict[str, Any] | None:
     """What the replayed requests allow a cache (the analysis of the replay CSV itself, unbounded cache): the
-    hit tokens gates.traces.fidelity compares the records' cached tokens with, overall and per stratum."""
+    hit tokens gates.traces.fidelity compares the records' cached tokens with, overall and per stratum; and the
+    capped replay's cap and the LRU hit share the oracle predicts for it (gates.traces.capacity)."""
     try:
-        found = reuse_report(analyse(read_bytes(replay, "replay.csv", "fxpilot", block_tokens=block_tokens)))
+        analysis = analyse(read_bytes(replay, "replay.csv", "fxpilot", block_tokens=block_tokens))
     except TraceFormatError:
         return None
+    found = reuse_report(analysis)
     if not found.get("known"):
         return None
+    check = dict(check or {})
     return {"ideal_hit_tokens": found["ideal_hit_tokens"], "ideal_hit_fraction": found["ideal_hit_fraction"],
-            "strata": found["strata"]}
+            "input_tokens": analysis.reuse.input_tokens, "strata": found["strata"],
+            "capacity_check": capacity.plan(analysis, share=float(check.get("share", capacity.DEFAULT_SHARE)),
+                                            fraction=float(check.get("fraction", capacity.DEFAULT_FRACTION)),
+                                            chunk_tokens=chunk_tokens)
+                              | {"tolerance": float(check.get("tolerance", capacity.DEFAULT_TOLERANCE))}}
 
 
 def describe(stats: dict) -> str:

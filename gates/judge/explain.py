@@ -7,13 +7,15 @@ from gates.plan import INVENTORY_METRICS
 OPS_ZH = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 OPS_EN = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 VERDICT_ZH = {"pass": "通过", "marginal": "临界", "fail": "未通过", "invalid": "无效"}
-METRIC_EN = {"ttft": "TTFT", "throughput": "throughput", "error_rate": "failed-request rate", "hit_ratio": "hit ratio",
+METRIC_EN = {"capacity_agreement": "distance between the capped tier's external-hit share and the oracle's",
+             "goodput": "goodput (share of requests meeting the TTFT and inter-token objectives)", "ttft": "TTFT", "throughput": "throughput", "error_rate": "failed-request rate", "hit_ratio": "hit ratio",
              "external_hit_ratio": "external-tier share of the prompt tokens HBM missed (/metrics)",
              "read_bw": "cold-read bandwidth per GPU", "output_match": "share of sessions with identical outputs",
              "gpu_count": "GPU count", "gpu_model_match": "GPU model match", "rocm_version": "ROCm version",
              "versions_recorded": "versions recorded", "link_speed_gbps": "slowest RDMA link speed",
              "fx_mounted_writable": "FX mounted writable", "fio_read_gbps": "fio sequential read"}
-METRIC_ZH = {"ttft": "TTFT", "throughput": "吞吐量", "error_rate": "失败请求率", "hit_ratio": "命中率",
+METRIC_ZH = {"capacity_agreement": "限容层级外部命中比例与预测值之差",
+             "goodput": "有效吞吐（满足 TTFT 与词元间隔目标的请求比例）", "ttft": "TTFT", "throughput": "吞吐量", "error_rate": "失败请求率", "hit_ratio": "命中率",
              "external_hit_ratio": "HBM 未命中的提示词元中由外部层级提供的比例（/metrics）",
              "read_bw": "每 GPU 冷读带宽", "output_match": "输出一致的会话比例", "gpu_count": "GPU 数量",
              "gpu_model_match": "GPU 型号匹配", "rocm_version": "ROCm 版本", "versions_recorded": "版本已记录",
@@ -123,6 +125,10 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
     bar_en = f"bar {OPS_EN[spec.op]} {fmt(spec.threshold, unit)}"
     bar_zh = f"门槛 {OPS_ZH[spec.op]} {fmt(spec.threshold, unit)}"
     value = fmt(cell.get("value"), unit)
+    if spec.metric == "capacity_agreement":
+        en, zh = capacity_words(cell, spec)
+        rule_en, rule_zh = CAPACITY_RULE_EN[verdict], CAPACITY_RULE_ZH[verdict]
+        return f"{en} {rule_en}", f"{zh}{rule_zh}"
     if spec.metric in INVENTORY_METRICS:
         nodes = ", ".join(f"{c['node']} {fmt(c['value'], unit)}" for c in cells)
         en = (f"Across {len(cells)} node(s) ({nodes}): {subject(spec, 'en')} = {value}; {bar_en}.")
@@ -173,6 +179,9 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
     else:
         rule_en, rule_zh = SHORT_EN[verdict], SHORT_ZH[verdict]
     en, zh = f"{en} {rule_en[0].upper()}{rule_en[1:]}.", f"{zh}{rule_zh}。"
+    if cell.get("strata"):
+        strata_en, strata_zh = strata_words(cell)
+        en, zh = f"{en} {strata_en}", f"{zh}{strata_zh}"
     levels = [c.get("concurrency") for c in cells if c.get("concurrency") is not None]
     if len(levels) > 1:
         tally = ", ".join(f"{c['concurrency']}: {c['verdict']}" for c in cells)
@@ -183,6 +192,78 @@ def explain(spec, cell: dict, cells: list[dict], verdict: str, confidence: float
         en += " Not judged because the run is invalid: " + "; ".join(invalid_reasons) + "."
         zh += " 因运行无效而未判定：" + "；".join(invalid_reasons) + "。"
     return en, zh
+
+
+CAPACITY_RULE_EN = {
+    "pass": "Pass: within the tolerance, so the capacity curve the sizing rests on holds on the tier.",
+    "marginal": "Marginal: not within the tolerance, but not clearly below the prediction either (or the check "
+                "cannot be made on this traffic); a joint review decides.",
+    "fail": "Fail: the tier served clearly less (more than twice the tolerance) than a cache of its configured "
+            "size must; capacity bought from the curve would under-deliver.",
+    "invalid": "Invalid: the run did not pass its validity checks."}
+CAPACITY_RULE_ZH = {
+    "pass": "通过：在容差之内，容量规划所依据的容量曲线在该层级上成立。",
+    "marginal": "临界：不在容差之内，但也未明显低于预测值（或此流量无法进行该检查）；由双方联合评审决定。",
+    "fail": "未通过：该层级提供的命中明显少于（超过两倍容差）其配置容量的缓存应提供的命中；按曲线采购的容量将达不到预期。",
+    "invalid": "无效：本次运行未通过有效性检查。"}
+
+
+def capacity_words(cell: dict, spec) -> tuple[str, str]:
+    """The capacity check in words: the cap, the measured and predicted shares, their difference, the tolerance."""
+    tolerance = fmt(spec.threshold, "fraction")
+    if not cell.get("applicable"):
+        if cell.get("reason") == "little-reuse":
+            share = fmt(cell.get("ideal_hit_fraction"), "fraction")
+            return (f"Capacity check not made: this traffic has little reuse (at most {share} of its prompt tokens "
+                    f"could ever come from a cache), so a capped tier has nothing to show; this is the traffic, not "
+                    f"an FX failure.",
+                    f"未进行容量检查：此流量的复用很少（其提示词元中最多 {share} 可能来自缓存），限容层级无从体现；"
+                    f"这是流量本身的特点，而非 FX 的失败。")
+        return ("Capacity check not made: the reuse of the replayed traffic is unknown (its format carries no block "
+                "ids), so no capacity can be predicted for it.",
+                "未进行容量检查：所回放流量的复用情况未知（其格式不含块标识），无法为其预测容量。")
+    tokens, needed = f"{cell.get('capacity_tokens'):,}", f"{cell.get('capacity_for_share_tokens'):,}"
+    fraction, share = fmt(cell.get("fraction"), "fraction"), fmt(cell.get("share"), "fraction")
+    predicted = fmt(cell.get("predicted"), "fraction")
+    if cell.get("measured") is None:
+        return (f"With the FX tier capped at {tokens} tokens ({fraction} of the {needed} that capture {share} of the "
+                f"sample's reuse) the oracle predicts {predicted} of the prompt tokens from the tier; no /metrics "
+                f"of the capped replay were recorded.",
+                f"FX 层级限容为 {tokens} 个词元（可捕获样本 {share} 复用所需的 {needed} 个词元的 {fraction}）时，"
+                f"预测 {predicted} 的提示词元来自该层级；未记录限容回放的 /metrics。")
+    measured, difference = fmt(cell.get("measured"), "fraction"), cell.get("difference") or 0.0
+    points = f"{difference * 100:+.1f} points"
+    return (f"With the FX tier capped at {tokens} tokens ({fraction} of the {needed} that capture {share} of the "
+            f"sample's reuse) the tier served {measured} of the prompt tokens (/metrics, n = {cell.get('n_candidate')} "
+            f"tokens); the oracle predicts {predicted} for that capacity: difference {points}, tolerance ± {tolerance}.",
+            f"FX 层级限容为 {tokens} 个词元（可捕获样本 {share} 复用所需的 {needed} 个词元的 {fraction}）时，"
+            f"该层级提供了 {measured} 的提示词元（/metrics，n = {cell.get('n_candidate')} 个词元）；"
+            f"预测该容量下为 {predicted}：相差 {difference * 100:+.1f} 个百分点，容差 ± {tolerance}。")
+
+
+def little_reuse(english: str, chinese: str, ideal: float) -> tuple[str, str]:
+    """A replay criterion on traffic with little reuse says so first: the traffic, never an FX failure."""
+    share = fmt(ideal, "fraction")
+    return (f"This traffic has little reuse: at most {share} of its prompt tokens could ever come from a cache, so "
+            f"the replay cannot show a cache tier's benefit — this is the traffic, not an FX failure (a joint review "
+            f"decides). {english}",
+            f"此流量的复用很少：其提示词元中最多 {share} 可能来自缓存，因此回放无法体现缓存层级的收益 — "
+            f"这是流量本身的特点，而非 FX 的失败（由双方联合评审决定）。{chinese}")
+
+
+def strata_words(cell: dict) -> tuple[str, str]:
+    """Which strata a replay criterion judged, and the mix the replay sent."""
+    names_en = {"first": "first turns", "shared_prefix": "first turns sharing a prefix across sessions",
+                "returning": "returning turns", "unstratified": "unstratified"}
+    names_zh = {"first": "首轮请求", "shared_prefix": "与其他会话共享前缀的首轮请求", "returning": "回访请求",
+                "unstratified": "未分层"}
+    judged = cell.get("strata") or []
+    mix = cell.get("mix") or {}
+    mix_en = ", ".join(f"{names_en.get(k, k)} {v}" for k, v in mix.items())
+    mix_zh = "，".join(f"{names_zh.get(k, k)} {v}" for k, v in mix.items())
+    return (f"Judged on {' and '.join(names_en.get(s, s) for s in judged)} (where the tier can help); the replay "
+            f"sent {mix_en}.",
+            f"按{'与'.join(names_zh.get(s, s) for s in judged)}判定（层级能起作用之处）；回放发送了{mix_zh}。")
 
 
 def gate_explanation(label: str, verdict: str, criteria: list[dict], failed_checks: list[dict]) -> tuple[str, str]:

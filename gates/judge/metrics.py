@@ -11,15 +11,15 @@ from gates.plan import INVENTORY_METRICS
 
 CELL = ["arm", "phase", "concurrency", "repetition"]
 # metrics measured per request (a cell's statistic is taken over its requests) or per repetition
-REQUEST_METRICS = {"ttft", "hit_ratio", "error_rate"}
+REQUEST_METRICS = {"ttft", "hit_ratio", "error_rate", "goodput"}
 REPETITION_METRICS = {"throughput"}
 # statistics of time: positive, multiplicative, judged on the log scale over repetitions (≥ 2 needed)
 TIMING_METRICS = {"ttft", "throughput"}
-PROPORTIONS = {"hit_ratio", "error_rate", "output_match", "external_hit_ratio"}
+PROPORTIONS = {"hit_ratio", "error_rate", "output_match", "external_hit_ratio", "capacity_agreement", "goodput"}
 # metrics read from the phase summaries' /metrics deltas, not from the request records
-SUMMARY_METRICS = {"external_hit_ratio"}
+SUMMARY_METRICS = {"external_hit_ratio", "capacity_agreement"}
 INVENTORY_ONLY = INVENTORY_METRICS
-METRIC_UNITS = {"ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction", "external_hit_ratio": "fraction",
+METRIC_UNITS = {"capacity_agreement": "fraction", "goodput": "fraction", "ttft": "s", "throughput": "tok/s", "error_rate": "fraction", "hit_ratio": "fraction", "external_hit_ratio": "fraction",
                 "read_bw": "GB/s", "output_match": "fraction", "gpu_count": "GPUs", "gpu_model_match": "fraction",
                 "rocm_version": "version", "versions_recorded": "fraction", "link_speed_gbps": "Gb/s",
                 "fx_mounted_writable": "fraction", "fio_read_gbps": "GB/s"}
@@ -46,7 +46,7 @@ def derive(requests: pd.DataFrame) -> pd.DataFrame:
 
 def request_values(frame: pd.DataFrame, metric: str) -> np.ndarray:
     """The per-request values of a metric, sorted ascending (missing values left out)."""
-    column = {"ttft": "ttft", "hit_ratio": "hit", "error_rate": "failed"}[metric]
+    column = {"ttft": "ttft", "hit_ratio": "hit", "error_rate": "failed", "goodput": "good"}[metric]
     values = frame[column].to_numpy(dtype=np.float64)
     return np.sort(values[~np.isnan(values)], kind="stable")
 

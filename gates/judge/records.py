@@ -20,8 +20,11 @@ REQUEST_SCHEMA = "fxpilot.request/1"
 RETRIEVE_SCHEMA = "fxpilot.retrieve/1"
 PHASE_SCHEMA = "fxpilot.phase/1"
 INVENTORY_SCHEMA = "fxpilot.inventory/1"
-SCHEMAS = (REQUEST_SCHEMA, RETRIEVE_SCHEMA, PHASE_SCHEMA, INVENTORY_SCHEMA)
-RECORD_PHASES = ("populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share")
+# what G4's replay step chose and its oracle (runners.tracereplay): the reuse the replayed requests allow, per
+# stratum, and the capped replay's cap and predicted hit share (gates.traces.capacity)
+REPLAY_SAMPLE_SCHEMA = "fxpilot.replay-sample/1"
+SCHEMAS = (REQUEST_SCHEMA, RETRIEVE_SCHEMA, PHASE_SCHEMA, INVENTORY_SCHEMA, REPLAY_SAMPLE_SCHEMA)
+RECORD_PHASES = ("populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "capacity")
 
 # field → (allowed Python types, may be null); ints are accepted where floats are expected
 _INT, _FLOAT, _STR, _BOOL = (int,), (int, float), (str,), (bool,)
@@ -34,6 +37,7 @@ REQUEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 REQUEST_OPTIONAL: dict[str, tuple[tuple[type, ...], bool]] = {
     "output_sha256": (_STR, True), "turn": (_INT, True), "client_cpu_s": (_FLOAT, True),
+    "stratum": (_STR, True),   # a replayed request's stratum: first | shared_prefix | returning (gates.traces)
 }
 RETRIEVE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "schema": (_STR, False), "run_id": (_STR, False), "arm": (_STR, False), "instance": (_STR, False),
@@ -94,6 +98,7 @@ class Inputs:
     inventories: list[dict] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)   # fxpilot.replay-sample/1, by source name
 
     def sources(self, kind: str) -> list[str]:
         return sorted(name for name, k in self.kinds.items() if k == kind)
@@ -350,6 +355,9 @@ def classify(source: str, data: bytes) -> tuple[str, Any]:
             whole = json.loads(stripped)
         except json.JSONDecodeError:
             whole = None  # JSON Lines with more than one line, or broken: read line by line below
+        if isinstance(whole, dict) and (whole.get("schema") == REPLAY_SAMPLE_SCHEMA or (
+                whole.get("schema") is None and "sampled_requests" in whole and "oracle" in whole)):
+            return "replay-sample", whole   # (replay samples stored before the schema was written have none)
         if isinstance(whole, dict) and whole.get("schema") is None and any(
                 key in whole for key in ("max_concurrency", "num_prompts", "ttfts", "completed")):
             return "vllm-bench", whole
@@ -385,6 +393,7 @@ class _Collected:
     inventories: list[dict] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
 
 
 def _add_file(out: _Collected, name: str, data: bytes) -> None:
@@ -405,6 +414,8 @@ def _add_file(out: _Collected, name: str, data: bytes) -> None:
                           "(it needs the arm and run id the log does not carry)")
     elif kind == "phase-summary":
         out.summaries.extend(_phase_rows(name, payload))
+    elif kind == "replay-sample":
+        out.samples.append({**payload, "_source": name})
     else:
         out.inventories.extend(_inventory(name, obj, line=None if len(payload) == 1 else i + 1)
                                for i, obj in enumerate(payload))
@@ -467,11 +478,14 @@ def load_inputs(items: list | tuple) -> Inputs:
             out.requests.append(frame)
         elif isinstance(item, dict):
             name = str(item.get("_source") or f"<object {position}>")
-            kind = {INVENTORY_SCHEMA: "inventory", PHASE_SCHEMA: "phase-summary"}.get(item.get("schema"))
+            kind = {INVENTORY_SCHEMA: "inventory", PHASE_SCHEMA: "phase-summary",
+                    REPLAY_SAMPLE_SCHEMA: "replay-sample"}.get(item.get("schema"))
             if kind is None:
                 raise RecordError(name, f"unknown schema {item.get('schema')!r}", field="schema")
             out.kinds[name] = kind
-            if kind == "inventory":
+            if kind == "replay-sample":
+                out.samples.append({**item, "_source": name})
+            elif kind == "inventory":
                 out.inventories.append(_inventory(name, item))
             else:
                 out.summaries.extend(_phase_rows(name, [(1, item)]))
@@ -488,5 +502,6 @@ def load_inputs(items: list | tuple) -> Inputs:
     summaries = sorted(out.summaries, key=lambda s: (s["arm"], s["phase"], s["concurrency"], s["repetition"],
                                                      s["_source"], s["_line"]))
     inventories = sorted(out.inventories, key=lambda i: (i["node"], i["_source"]))
+    samples = sorted(out.samples, key=lambda sample: sample["_source"])
     return Inputs(requests=requests, retrieves=retrieves, summaries=summaries, inventories=inventories,
-                  digests=dict(sorted(out.digests.items())), kinds=out.kinds)
+                  digests=dict(sorted(out.digests.items())), kinds=out.kinds, samples=samples)

@@ -67,7 +67,7 @@ def cell_frame(arm: str, phase: str, concurrency: int, repetition: int, *, ttft_
         "wall_anchor": WALL_ANCHOR, "status": np.where(failed, "error", "ok"),
         "error": np.where(failed, "HTTP 503 Service Unavailable", None), "simulated": simulated,
         "output_sha256": [None if f or not hashes else output_hash(s, 1) for s, f in zip(sessions, failed, strict=True)],
-        "turn": 1.0, "client_cpu_s": np.nan,
+        "turn": 1.0, "client_cpu_s": np.nan, "stratum": None,
     })
     return frame[REQUEST_COLUMNS]
 
@@ -223,9 +223,37 @@ def gate_frames(gate: int, *, seed: int = 0, slowdown: dict[str, float] | None =
         add("fx", "soak", 16, 12, 11.85, 74.9, requests=340)
         add("fx", "fault", 8, 1, 40.0, 20.0, requests=16, cached_fraction=0.0)
         add("fx", "recovery", 8, 1, 7.53, 56.6, requests=16)
+        # the capacity check: the sample once more on a capped tier, one request in flight (replay_sample predicts it)
+        add("fx", "capacity", 1, 1, 4.0, 30.0, requests=16, prompt_tokens=24000, cached_fraction=CAPPED_HIT_FRACTION,
+            session_prefix="capped-")
     else:
         raise ValueError(f"no gate {gate}")
-    return pd.concat(parts, ignore_index=True)
+    frame = pd.concat(parts, ignore_index=True)
+    if gate == 4:   # the replay's strata: a session's first request of every four, the rest returning turns
+        replayed = frame["phase"] == "replay"
+        frame.loc[replayed, "stratum"] = np.where(np.arange(int(replayed.sum())) % 4 == 0, "first", "returning")
+    return frame
+
+
+CAPPED_HIT_FRACTION = 0.4
+
+
+def replay_sample(frame: pd.DataFrame, *, capped_hit_fraction: float = CAPPED_HIT_FRACTION,
+                  applicable: bool = True) -> dict:
+    """The replay step's fxpilot.replay-sample/1 for a synthetic G4: an oracle that allows what the fx replay's
+    records reached per repetition, and a capped-tier prediction of `capped_hit_fraction`."""
+    fx = frame[(frame["arm"] == "fx") & (frame["phase"] == "replay")]
+    reps = max(int(fx["repetition"].nunique()), 1)
+    allowed = float(fx["cached_tokens"].fillna(0).sum()) / reps
+    prompt = float(fx["prompt_tokens"].sum()) / reps
+    check = {"applicable": applicable, "reason": None if applicable else "little-reuse", "share": 0.95,
+             "fraction": 0.5, "block_tokens": 512, "input_tokens": int(prompt), "ideal_hit_tokens": int(allowed),
+             "ideal_hit_fraction": allowed / prompt, "capacity_for_share_tokens": 4_000_000,
+             "capacity_tokens": 2_000_000, "capacity_blocks": 3906, "predicted_hit_fraction": capped_hit_fraction,
+             "tolerance": 0.05}
+    return {"schema": "fxpilot.replay-sample/1", "format": "fxpilot", "sampled_requests": int(len(fx) / reps),
+            "oracle": {"ideal_hit_tokens": int(allowed), "ideal_hit_fraction": allowed / prompt,
+                       "input_tokens": int(prompt), "strata": {}, "capacity_check": check}, "simulated": True}
 
 
 def gate_inputs(gate: int, *, seed: int = 0, slowdown: dict[str, float] | None = None, noise: float = 0.03,
@@ -237,6 +265,8 @@ def gate_inputs(gate: int, *, seed: int = 0, slowdown: dict[str, float] | None =
              ("records.summary.json", jsonl(phase_summaries(frame)))]
     if gate == 2:
         files.append(("retrieve.jsonl", jsonl(retrieve_records(seed=seed, simulated=simulated))))
+    if gate == 4:
+        files.append(("replay-sample.json", json.dumps(replay_sample(frame), sort_keys=True).encode()))
     for node in nodes:
         files.append((f"{node}/inventory.json", json.dumps(inventory(node, simulated=simulated), indent=1).encode()))
     return files

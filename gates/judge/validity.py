@@ -32,7 +32,9 @@ CACHE_MIN_HIT = 0.5           # a cache arm that recovers less than half its pro
 GPU_COLD_MAX_HIT = 0.05       # after eviction the GPU prefix cache must be cold, or HBM was measured, not the tier
 HIT_PHASES = ("measure",)     # phases that come right after an eviction
 CLIENT_CPU_MAX = 0.9          # a single-threaded client busy 90 % of the time could not keep up
-OPEN_LOOP_PHASES = ("replay",)  # sent at the trace's arrival times: concurrency is a cap, not a target
+OPEN_LOOP_PHASES = ("replay", "capacity")  # sent at the trace's arrival times: concurrency is a cap, not a target
+FIDELITY_SHARE = 0.8          # the replay must reach this share of the reuse its trace allows (workloads.replay)
+LITTLE_REUSE = 0.10           # gates.traces.analysis.LITTLE_REUSE: below it the traffic "has little reuse"
 FAULT_PHASES = ("fault", "recovery")  # G4's path cut: during it and after the path is back
 
 
@@ -871,3 +873,89 @@ def clocks(requests: pd.DataFrame, summaries: list[dict], tolerance: float) -> d
                   said(gettext_noop("clocks agree within %(s)s s (%(n)s comparison(s))"), s=f"{tolerance:g}", n=checked)
                   if checked else said(gettext_noop("not checked: no clock offsets recorded and no cell measured on several "
                                           "instances")))
+
+
+def replay_reached_reuse(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, oracle: dict | None, plan) -> dict:
+    """The replay reached ≥ the plan's share (`workloads.replay.fidelity_share`, 0.8) of the reuse its trace allows
+    (issue 24, item 4): per cache arm of the gate's replay criteria, the prompt tokens served from any cache per
+    repetition — by the server's /metrics (GPU prefix-cache + KV-connector hits of the replay's phase summaries)
+    when it recorded them, else by the records' cached tokens — against the oracle's unbounded-cache hit tokens for
+    exactly the requests replayed (runners.tracereplay.oracle). A replay that missed its trace's reuse (prompts not
+    built from the trace's blocks, a broken chunk hash, a replay sped past its prefills) measures nothing of the
+    tier. Traffic with little reuse has nothing to reach: it passes saying so."""
+    share = float((plan.workloads.get("replay") or {}).get("fidelity_share", FIDELITY_SHARE))
+    if oracle is None:
+        return _check("replay-reached-trace-reuse", [], said(gettext_noop(
+            "not checked: no oracle of the replayed requests (a trace without block reuse information, or a run "
+            "whose replay step kept none)")))
+    allowed = float(oracle.get("ideal_hit_tokens") or 0)
+    ideal = float(oracle.get("ideal_hit_fraction") or 0.0)
+    if ideal < LITTLE_REUSE or allowed <= 0:
+        return _check("replay-reached-trace-reuse", [], said(gettext_noop(
+            "this traffic has little reuse: at most %(share)s of its prompt tokens could ever come from a cache, so "
+            "there is little for the replay to reach (the traffic, not an FX failure)"), share=f"{100 * ideal:.1f} %"))
+    problems, seen = [], []
+    arms = sorted({spec.candidate for spec in gate.criteria if spec.phase == "replay" and spec.candidate
+                   and spec.candidate != RECOMPUTE_ARM})
+    for arm in arms:
+        summaries = [s for s in inputs.summaries if s["arm"] == arm and s["phase"] == "replay"]
+        per_rep: dict[int, float] = {}
+        source = "/metrics"
+        for summary in summaries:
+            hits = counters.metrics_hits(summary)
+            if hits is None:
+                per_rep = {}
+                break
+            per_rep[int(summary["repetition"])] = per_rep.get(int(summary["repetition"]), 0.0) + hits
+        if not per_rep:
+            source = "records"
+            rows = select(frame, arm, "replay")
+            rows = rows[rows["ok"]]
+            per_rep = {int(rep): float(sub["cached_tokens"].fillna(0).sum())
+                       for rep, sub in rows.groupby("repetition", sort=True)}
+        if not per_rep:
+            problems.append(said(gettext_noop("%(arm)s replayed no request: the reuse it reached cannot be told"),
+                                 arm=arm))
+            continue
+        reached = sum(per_rep.values()) / len(per_rep) / allowed
+        values = dict(arm=arm, reached=f"{100 * reached:.1f} %", share=f"{100 * share:g} %", source=source,
+                      allowed=f"{int(allowed):,}")
+        if reached + 1e-9 < share:
+            problems.append(said(gettext_noop(
+                "%(arm)s reached %(reached)s of the %(allowed)s prompt tokens its trace lets a cache serve "
+                "(%(source)s), below the plan's %(share)s: the replay did not reproduce its trace's reuse, so it "
+                "measures nothing of the tier"), **values))
+        else:
+            seen.append(said(gettext_noop("%(arm)s reached %(reached)s of the %(allowed)s prompt tokens its trace lets "
+                                          "a cache serve (%(source)s; the plan asks %(share)s)"), **values))
+    return _check("replay-reached-trace-reuse", problems, seen or said(gettext_noop("no cache arm is replayed")))
+
+
+def capacity_measured(gate: GatePlan, inputs: Inputs, oracle: dict | None) -> dict:
+    """G4's capacity check has what it compares: the oracle's prediction for the cap (the replay-sample) and the
+    capped replay's /metrics (its phase summaries' external-hit deltas). Traffic whose reuse is little or unknown has
+    no prediction to check: the criterion says so (marginal, never fail) and this check passes."""
+    problems, seen = [], []
+    for spec in gate.criteria:
+        if spec.metric != "capacity_agreement":
+            continue
+        check = (oracle or {}).get("capacity_check") or {}
+        if oracle is not None and not check:
+            problems.append(said(gettext_noop("%(criterion)s: cannot be verified: the replay's oracle has no "
+                                              "prediction for a capped tier"), criterion=spec.key))
+            continue
+        if not check.get("applicable"):
+            seen.append(said(gettext_noop("%(criterion)s: not applicable: the replayed traffic's reuse is little or "
+                                          "unknown"), criterion=spec.key))
+            continue
+        rows = [s for s in inputs.summaries if s["arm"] == spec.candidate and s["phase"] == spec.phase]
+        measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
+        if not measured:
+            problems.append(said(gettext_noop("%(criterion)s: cannot be verified: no /metrics for %(cell)s (no phase "
+                                              "summary with its own vllm:external_prefix_cache_hits_total and "
+                                              "vllm:external_prefix_cache_queries_total deltas)"),
+                                 criterion=spec.key, cell=f"{spec.candidate}/{spec.phase}"))
+        else:
+            seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key,
+                             n=len(measured)))
+    return _check("capacity-check-measured", problems, seen)

@@ -31,6 +31,8 @@ from gates.judge.metrics import (
 )
 from gates.judge.records import Inputs, load_inputs
 from gates.plan import CriterionSpec, Plan
+from gates.traces import capacity
+from gates.traces.analysis import LITTLE_REUSE
 
 VERDICT_SCHEMA = "fxpilot.verdict/1"
 # 2: t-intervals over repetitions, exact rate bounds, χ² CV interval, soak drift without warm-up, alpha spending
@@ -39,7 +41,10 @@ VERDICT_SCHEMA = "fxpilot.verdict/1"
 # hit ratios (exact bound), a throughput one request cannot move, completeness, near-copies and clock checks
 # 4: read_bw only from retrievals logged with a bandwidth and attributed to the arm's own tier (check
 # read-bw-measured: LMCache versions that log no bandwidth, or unattributed retrievals, make it invalid)
-JUDGE_VERSION = "4"
+# 5: G4's replay judged on the strata where the tier can help (the plan's workloads.replay.strata) with the mix
+# stated, goodput criteria, the replay's fidelity to its trace's reuse (replay-reached-trace-reuse), the capacity
+# check at pilot scale (capacity_agreement, capacity-check-measured), little reuse never a fail (issue 24)
+JUDGE_VERSION = "5"
 EXTENSION_ALPHA_SHARE = 0.2   # share of α kept for the extensions of a marginal run
 DRIFT_TAIL_REQUESTS = 10      # a window's tail statistic keeps at least this many requests beyond it
 METHODS = {
@@ -148,6 +153,18 @@ class _Judge:
     def __init__(self, plan: Plan, inputs: Inputs, frame: pd.DataFrame, expect: dict, design: Design):
         self.plan, self.inputs, self.frame, self.expect, self.design = plan, inputs, frame, expect, design
         self.seed = int(plan.judging.get("seed", 0))
+        self.oracle = replay_oracle(inputs)
+
+    def stratified(self, spec: CriterionSpec, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+        """A replay criterion's requests in the strata where the tier can help (the plan's `workloads.replay.strata`,
+        default shared_prefix and returning), when the records carry their stratum; and what was kept, with the
+        mix of every stratum the replay sent (docs/judge.md, "Strata and goodput")."""
+        if spec.phase != "replay" or rows is None or "stratum" not in rows or not rows["stratum"].notna().any():
+            return rows, {}
+        judged = judged_strata(self.plan)
+        counts = rows["stratum"].fillna("unstratified").value_counts()
+        mix = {str(name): int(counts.get(name, 0)) for name in sorted(counts.index)}
+        return rows[rows["stratum"].isin(judged)], {"strata": list(judged), "mix": mix}
 
     def confidence(self, spec: CriterionSpec) -> float:
         """The level of this look (docs/judge.md, "Planned looks")."""
@@ -180,9 +197,18 @@ class _Judge:
             return [self.output_match_cell(spec)]
         if spec.metric == "external_hit_ratio":
             return self.external_hit_cells(spec)
+        if spec.metric == "capacity_agreement":
+            return [self.capacity_cell(spec)]
+        candidate_rows, strata = self.stratified(spec, validity.select(self.frame, spec.candidate, spec.phase))
+        baseline_rows = (self.stratified(spec, validity.select(self.frame, spec.baseline, spec.phase))[0]
+                         if spec.baseline else None)
+        if strata:
+            return [{**cell, **strata} for cell in self._level_cells(spec, candidate_rows, baseline_rows)]
+        return self._level_cells(spec, candidate_rows, baseline_rows)
+
+    def _level_cells(self, spec: CriterionSpec, candidate_rows: pd.DataFrame,
+                     baseline_rows: pd.DataFrame | None) -> list[dict]:
         out = []
-        candidate_rows = validity.select(self.frame, spec.candidate, spec.phase)
-        baseline_rows = validity.select(self.frame, spec.baseline, spec.phase) if spec.baseline else None
         if validity.pooled_rate(spec):  # a rate bar over every level: one count of requests and failures
             return [self.absolute_cell(spec, candidate_rows, None)]
         for level in validity.levels(spec, self.frame):
@@ -214,6 +240,9 @@ class _Judge:
             return self.finish(spec, cell, float(rate), float(low), float(high))
         if spec.metric == "hit_ratio":
             return self.session_hit_cell(spec, rows, cell, confidence)
+        if spec.metric == "goodput":
+            cell["objectives"] = goodput_objectives(self.plan)
+            return self.session_hit_cell(spec, rows, cell, confidence, column="good")
         values, n = self.per_repetition(spec, rows)
         cell.update(n_candidate=n, repetitions=len(values), per_repetition=[num(v) for v in values])
         if spec.statistic == "cv":
@@ -232,21 +261,24 @@ class _Judge:
             low, high = max(float(low), 0.0), min(float(high), 1.0)
         return self.finish(spec, cell, float(value), float(low), float(high))
 
-    def session_hit_cell(self, spec: CriterionSpec, rows: pd.DataFrame, cell: dict, confidence: float) -> dict:
+    def session_hit_cell(self, spec: CriterionSpec, rows: pd.DataFrame, cell: dict, confidence: float,
+                         column: str = "hit") -> dict:
         """The session is the unit: a session whose chunks never reach the tier misses every time it returns, so
         its requests are one observation, not many. Each session's hit ratio (mean over its successful requests,
         all repetitions) counts as a share of one session; the bound is Clopper–Pearson's with that (possibly
         fractional) count of hitting sessions: exact when sessions hit or miss whole, conservative otherwise
         (a [0, 1] variable spreads less than a 0/1 one of the same mean). 8 of 8 sessions hitting give a
         95 % lower bound of 0.63, never [0.99, 0.99]."""
-        ok = rows[rows["ok"] & rows["hit"].notna()]
+        # goodput: every request sent counts (one that failed met no objective); a hit ratio: the successful ones
+        ok = rows[rows[column].notna()] if column == "good" else rows[rows["ok"] & rows[column].notna()]
         sessions = self.inputs.requests.loc[ok.index, "session"].astype(str)
-        per_session = ok["hit"].groupby(sessions.to_numpy(), sort=True).mean().to_numpy(dtype=np.float64)
+        per_session = ok[column].groupby(sessions.to_numpy(), sort=True).mean().to_numpy(dtype=np.float64)
         per_session = np.clip(per_session, 0.0, 1.0)
         k, n = float(per_session.sum()), len(per_session)
+        what = "goodput" if column == "good" else "hit ratio"
         cell.update(n_candidate=int(len(rows)), sessions=n, requests=int(len(ok)),
                     repetitions=int(rows["repetition"].nunique()),
-                    method="exact (Clopper–Pearson) bound over sessions, each session's hit ratio a share of one")
+                    method=f"exact (Clopper–Pearson) bound over sessions, each session's {what} a share of one")
         if n == 0:
             return self.finish(spec, cell, math.nan, math.nan, math.nan)
         value, low, high = intervals.clopper_pearson(k, n, confidence)
@@ -392,6 +424,45 @@ class _Judge:
             out.append(self.finish(spec, cell, value, low, high))
         return out
 
+    def capacity_cell(self, spec: CriterionSpec) -> dict:
+        """G4's capacity check (gates.traces.capacity): the external-tier share of the capped replay's prompt tokens
+        (/metrics deltas of its phase, as external_hit_ratio reads them) against the oracle's LRU prediction for
+        the capacity configured; the value is |measured − predicted|, the bar the tolerance. Counts of tokens over
+        one replay, not samples: no interval. Traffic with little or unknown reuse has nothing to check: marginal,
+        said as the traffic (never an FX failure)."""
+        check = (self.oracle or {}).get("capacity_check") or {}
+        cell: dict[str, Any] = {"concurrency": None, "n_candidate": 0, "exact": True,
+                                "method": "/metrics deltas of the capped replay against the LRU oracle at its cap"}
+        if not check.get("applicable"):
+            cell.update(applicable=False, reason=check.get("reason") or ("reuse-unknown" if self.oracle is None
+                                                                         else "no-prediction"),
+                        ideal_hit_fraction=num(check.get("ideal_hit_fraction")), value=None, ci=[None, None],
+                        verdict="marginal")
+            return cell
+        hits = queried = 0.0
+        windows = 0
+        for summary in self.inputs.summaries:
+            if summary["arm"] != spec.candidate or summary["phase"] != spec.phase:
+                continue
+            found = counters.external_hits(summary, self.inputs.summaries)
+            if found is not None:
+                hits, queried, windows = hits + found[0], queried + found[1], windows + 1
+        predicted = float(check["predicted_hit_fraction"])
+        cell.update(applicable=True, predicted=num(predicted), capacity_tokens=int(check["capacity_tokens"]),
+                    capacity_for_share_tokens=int(check["capacity_for_share_tokens"]),
+                    fraction=num(check["fraction"]), share=num(check["share"]), windows=windows,
+                    ideal_hit_fraction=num(check.get("ideal_hit_fraction")))
+        if not windows:  # validity says why (capacity-check-measured)
+            cell.update(measured=None, difference=None, value=None, ci=[None, None], verdict="invalid")
+            return cell
+        measured = hits / queried
+        decided = capacity.judge(num(measured), num(predicted), float(spec.threshold))
+        difference = num(decided["difference"])
+        cell.update(measured=num(measured), difference=difference, n_candidate=int(queried),
+                    external_hit_tokens=num(hits), value=num(abs(difference)), ci=[num(abs(difference))] * 2,
+                    verdict=decided["verdict"])
+        return cell
+
     def inventory_cells(self, spec: CriterionSpec) -> list[dict]:
         out = []
         for inventory in self.inputs.inventories:
@@ -437,6 +508,70 @@ def look_confidence(confidence: float, look: int, max_extra: int, share: float) 
     return 1.0 - alpha * share / max_extra
 
 
+DEFAULT_STRATA = ("shared_prefix", "returning")   # where a cache tier can help (gates.traces.analysis.STRATA)
+
+
+def judged_strata(plan: Plan) -> tuple[str, ...]:
+    """The strata a replay criterion is judged on: the plan's `workloads.replay.strata`, else where a tier can help."""
+    found = (plan.workloads.get("replay") or {}).get("strata")
+    return tuple(str(s) for s in found) if found else DEFAULT_STRATA
+
+
+def goodput_objectives(plan: Plan) -> dict:
+    """The replay's service objectives in seconds of the modelled (or real) clock: `ttft_objective_s` and
+    `itl_objective_s` (mean time between output tokens after the first) of `workloads.replay`."""
+    replay = plan.workloads.get("replay") or {}
+    return {"ttft_s": num(replay.get("ttft_objective_s")), "itl_s": num(replay.get("itl_objective_s"))}
+
+
+def time_scale_of(summaries: list[dict], arm: str, phase: str) -> float:
+    """Wall seconds per modelled second of an arm's phase: the simulator's `fxpilot_sim_time_scale` gauge in its
+    phase summaries' /metrics (records of a simulated server are wall seconds at that scale), else 1."""
+    for summary in summaries:
+        if summary["arm"] == arm and summary["phase"] == phase:
+            value = (summary.get("metrics_after") or {}).get("fxpilot_sim_time_scale")
+            if isinstance(value, (int, float)) and value > 0:
+                return float(value)
+    return 1.0
+
+
+def with_goodput(frame: pd.DataFrame, requests: pd.DataFrame, plan: Plan, summaries: list[dict]) -> pd.DataFrame:
+    """The working frame with `stratum` (replayed requests) and `good`: 1 when a request answered with its first
+    token within the TTFT objective and a mean inter-token time within the ITL objective (each only when the
+    plan states it), 0 otherwise — a failed request meets no objective — as the serving benchmarks count goodput."""
+    stratum = requests["stratum"] if "stratum" in requests else pd.Series(None, index=requests.index, dtype=object)
+    frame = frame.assign(stratum=stratum.reindex(frame.index))
+    objectives = goodput_objectives(plan)
+    if objectives["ttft_s"] is None and objectives["itl_s"] is None:
+        return frame.assign(good=np.nan)
+    good = frame["ok"].to_numpy(dtype=bool).copy()
+    scale = np.ones(len(frame))
+    for (arm, phase), index in frame.groupby(["arm", "phase"], observed=True).groups.items():
+        scale[frame.index.get_indexer(index)] = time_scale_of(summaries, str(arm), str(phase))
+    if objectives["ttft_s"] is not None:
+        good &= np.nan_to_num(frame["ttft"].to_numpy(dtype=np.float64), nan=np.inf) <= objectives["ttft_s"] * scale
+    if objectives["itl_s"] is not None:
+        first = requests["t_first_token"].reindex(frame.index).to_numpy(dtype=np.float64)
+        steps = np.maximum(frame["output_tokens"].to_numpy(dtype=np.float64) - 1, 1)
+        itl = (frame["t_end"].to_numpy(dtype=np.float64) - first) / steps
+        good &= np.nan_to_num(itl, nan=np.inf) <= objectives["itl_s"] * scale
+    return frame.assign(good=good.astype(np.float64))
+
+
+def replay_oracle(inputs: Inputs) -> dict | None:
+    """The oracle of the replayed sample (runners.tracereplay: fxpilot.replay-sample/1), or None. Every replay step
+    of a run samples the same trace with the same settings, so their oracles are one; the first is read."""
+    for sample in inputs.samples:
+        if sample.get("oracle"):
+            return sample["oracle"]
+    return None
+
+
+def little_reuse(oracle: dict | None) -> bool:
+    """The replayed traffic has little reuse (below gates.traces.analysis.LITTLE_REUSE of its prompt tokens)."""
+    return bool(oracle) and float(oracle.get("ideal_hit_fraction") or 0.0) < LITTLE_REUSE
+
+
 def soak_warmup(plan: Plan) -> int:
     return int((plan.workloads.get("soak") or {}).get("warmup_windows", 1))
 
@@ -462,10 +597,18 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
                                                                             "verdict": "marginal"}
         n = int(worst.get("n_candidate", 0)) + int(worst.get("n_baseline", 0))
     verdict = "invalid" if invalid_reasons else worst["verdict"]
+    little = spec.phase in ("replay", "capacity") and little_reuse(judge.oracle)
+    if little and verdict == "fail":
+        # the tier has nothing to show on traffic that does not come back: the traffic, never an FX failure
+        verdict = "marginal"
     metric_unit = METRIC_UNITS.get(spec.metric, "")
     english, chinese = explain.explain(spec, worst, cells, verdict, confidence, metric_unit, invalid_reasons)
+    if little:
+        english, chinese = explain.little_reuse(english, chinese, float(judge.oracle["ideal_hit_fraction"]))
     rule_en, rule_zh = explain.rule(verdict, spec.op, spec.threshold, worst.get("ci"), confidence,
                                     exact=spec.metric in INVENTORY_ONLY)
+    if spec.metric == "capacity_agreement":
+        rule_en, rule_zh = explain.CAPACITY_RULE_EN[verdict], explain.CAPACITY_RULE_ZH[verdict]
     return {
         "key": spec.key, "description": spec.description, "description_zh": spec.description_zh,
         "metric": spec.metric, "statistic": spec.statistic, "comparison": spec.comparison,
@@ -473,6 +616,7 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
         "concurrency": list(spec.concurrency), "op": spec.op, "threshold": num(spec.threshold), "unit": spec.unit,
         "confidence": num(confidence), "verdict": verdict, "value": worst.get("value"), "ci": worst.get("ci"), "n": n,
         "cells": cells, "rule": rule_en, "rule_zh": rule_zh, "explanation": english, "explanation_zh": chinese,
+        **({"little_reuse": True} if little else {}),
     }
 
 
@@ -537,7 +681,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     gate = plan.gate(gate_number)
     inputs = files_or_frames if isinstance(files_or_frames, Inputs) else load_inputs(files_or_frames)
     inputs, counter_check = counters.reconcile(inputs)
-    full = derive(inputs.requests)
+    full = with_goodput(derive(inputs.requests), inputs.requests, plan, inputs.summaries)
     validity.require_inputs(gate, inputs, full)
     judging = {"min_requests_per_cell": 8, "min_cell_seconds": 0.0, **plan.judging}
     design = Design(plan, gate.number, int(planned) if planned else None, prior_runs)
@@ -553,7 +697,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     summaries = [s for s in inputs.summaries if not (s["phase"] == main_phase(gate)
                                                       and int(s["repetition"]) > judged_reps)]
     inputs = Inputs(requests=inputs.requests, retrieves=inputs.retrieves, summaries=summaries,
-                    inventories=inputs.inventories, digests=inputs.digests, kinds=inputs.kinds)
+                    inventories=inputs.inventories, digests=inputs.digests, kinds=inputs.kinds, samples=inputs.samples)
     judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, design)
     checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
                             confidence_of=judge.confidence, final=design.look == len(design.looks))
@@ -562,6 +706,10 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
                                     every_summary),
                validity.clocks(inputs.requests, inputs.summaries, float(judging.get("clock_tolerance_s", 2.0))),
                counter_check]
+    if any(spec.phase == "replay" for spec in gate.criteria):
+        checks.append(validity.replay_reached_reuse(gate, inputs, frame, judge.oracle, plan))
+    if any(spec.metric == "capacity_agreement" for spec in gate.criteria):
+        checks.append(validity.capacity_measured(gate, inputs, judge.oracle))
     failed = [c for c in checks if not c["ok"]]
     reasons = [f"{c['name']}: {c['detail']}" for c in failed]
     criteria = [_criterion(judge, spec, reasons) for spec in gate.criteria]

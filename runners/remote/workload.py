@@ -64,7 +64,7 @@ from urllib.parse import urlsplit
 
 REQUEST_SCHEMA = "fxpilot.request/1"
 PHASE_SCHEMA = "fxpilot.phase/1"
-PHASES = ("populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share")
+PHASES = ("populate", "measure", "probe", "replay", "soak", "fault", "recovery", "share", "capacity")
 # Defaults mirror the published test (seed Table 1; gates/plans/default.yaml workloads.*); the
 # orchestrator passes the plan's values as flags (plan_args), these are for standalone use.
 DEFAULT_SEED = 20260629
@@ -1726,7 +1726,7 @@ async def cmd_replay(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTu
     for rep in range(1, a.repetitions + 1):
         if rep > 1:
             await _evict(ctx, a)
-        ctx.say(f"PHASE replay repetition={rep} sessions={len(chosen)}")
+        ctx.say(f"PHASE {a.phase} repetition={rep} sessions={len(chosen)}")
         loop = asyncio.get_running_loop()
         before, error_before, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
         stats: dict[tuple, PhaseStats] = {}
@@ -1757,12 +1757,12 @@ async def _replay_session(ctx: RunContext, a: argparse.Namespace, sid: str, turn
         else:
             prompt = token_ids(key, t.prompt_tokens)
         req = PlannedRequest(sid, _ids_json(prompt), t.prompt_tokens, t.output_tokens,
-                  phase="replay", repetition=rep, concurrency=a.max_in_flight, turn=t.turn, stratum=t.stratum or None)
+                  phase=a.phase, repetition=rep, concurrency=a.max_in_flight, turn=t.turn, stratum=t.stratum or None)
         if gate is None:
-            await send_one(ctx, client_for(ctx, clients, req), req, "replay", stats_for(stats, "replay", req))
+            await send_one(ctx, client_for(ctx, clients, req), req, a.phase, stats_for(stats, a.phase, req))
         else:
             async with gate:
-                await send_one(ctx, client_for(ctx, clients, req), req, "replay", stats_for(stats, "replay", req))
+                await send_one(ctx, client_for(ctx, clients, req), req, a.phase, stats_for(stats, a.phase, req))
     for client in clients.values():
         client.close()
 
@@ -1857,6 +1857,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--time-scale", type=_positive(float), default=1.0, help="multiplies arrival offsets")
     g.add_argument("--block-tokens", type=_positive(int), default=512,
                    help="tokens per block id of the trace's block_ids column (default 512)")
+    g.add_argument("--phase", choices=("replay", "capacity"), default="replay",
+                   help="the records' phase: capacity for G4's replay against a capped tier (default replay)")
     g = p.add_argument_group("share")
     g.add_argument("--url-b", help="instance B (reads what instance A wrote)")
     g.add_argument("--instance-b")

@@ -17,6 +17,8 @@ def files_of(frame, *, summaries: bool = True, inventory: dict | None = None) ->
              ("node1/inventory.json", json.dumps(inventory or synthetic.inventory()).encode())]
     if summaries:
         files.append(("records.summary.json", synthetic.jsonl(synthetic.phase_summaries(frame))))
+    if (frame["phase"] == "replay").any():   # G4: the replay step's oracle (the fidelity and capacity checks)
+        files.append(("replay-sample.json", json.dumps(synthetic.replay_sample(frame)).encode()))
     return files
 
 

@@ -65,3 +65,18 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     fx = next(c for c in fidelity["checks"] if c["arm"] == "fx")
     assert fx["reached"] and fx["reached"] > 0.5, fx
     assert set(fidelity["strata"]["strata"]) >= {"first", "returning"}, fidelity["strata"]
+    # the capacity check at pilot scale: the sample once more on an fx server capped below what its reuse asks for
+    assert ("fx", "capacity") in phases and job.steps.filter(name="capacity", status="successful").exists()
+    capped = job.artifacts.filter(kind="config", name__contains="/fx-").order_by("pk").last()
+    from runners.artifacts import read_artifact
+    assert "capacity check: the disk tier capped at" in read_artifact(capped).decode()
+    assert checks["replay-reached-trace-reuse"]["ok"] and checks["capacity-check-measured"]["ok"], checks
+    check = next(c for c in verdict["criteria"] if c["key"] == "g4-capacity-check")
+    cell = check["cells"][0]
+    assert cell["applicable"] and cell["measured"] is not None, check
+    assert abs(cell["difference"]) <= 0.05, check["explanation"]     # within 5 points of the oracle at the cap
+    assert check["verdict"] in ("pass", "invalid"), check           # invalid only when another check failed
+    speedup = next(c for c in verdict["criteria"] if c["key"] == "g4-replay-speedup")
+    assert speedup["cells"][0]["strata"] == ["shared_prefix", "returning"], speedup
+    print([c for c in verdict["validity"]["checks"] if not c["ok"]], check["explanation"], speedup["explanation"],
+          next(c for c in verdict["criteria"] if c["key"] == "g4-replay-goodput")["explanation"], sep="\n")

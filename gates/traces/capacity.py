@@ -3,9 +3,12 @@
 The procurement report sizes FX from the LRU curve of the customer's trace: the capacity that captures the plan's
 share (`reuse_share`, 0.95) of the reuse the trace allows. That figure rests on the oracle's model of a cache (an
 LRU of blocks, docs/traces.md "The counting"). G4 checks the model on the tier itself: it replays the sampled
-requests once more with the FX tier capped at `fraction` of the capacity the oracle says captures that share of
-the **sample's** reuse (the sample's own curve: scaled to what is replayed), and compares the external-hit share
-the server measured (its /metrics) with the oracle's prediction for exactly the capacity configured.
+requests once more with the FX tier capped at the capacity the oracle says captures `fraction` (half) of the
+**sample's** reachable reuse (the sample's own curve: scaled to what is replayed), and compares the external-hit
+share the server measured (its /metrics) with the oracle's prediction for exactly the capacity configured. The cap
+is read off the curve, not a fixed share of the size: a curve that rises in one step (a generated sample whose
+sessions all come back after the same distance) would put half the size below the step, predict no hits at all and
+make a check that cannot fail; at the capacity that captures half the reuse the prediction is at least half of it.
 
 Pure: the replay CSV's analysis (`gates.traces.analysis`) in, figures out; `runners` renders the cap into LMCache's
 `max_local_disk_size` and `gates.judge` compares.
@@ -16,7 +19,7 @@ from typing import Any
 
 from gates.traces.analysis import LITTLE_REUSE, Analysis
 
-DEFAULT_FRACTION = 0.5        # the tier is capped at half the capacity that captures the share
+DEFAULT_FRACTION = 0.5        # the tier is capped at the capacity that captures half of the reachable reuse
 DEFAULT_SHARE = 0.95          # the share of the reachable reuse the capacity is sized for (gates.sizing reuse_share)
 DEFAULT_TOLERANCE = 0.05      # |measured − predicted| within 5 points of the prompt tokens: the check passes
 
@@ -25,11 +28,13 @@ def plan(analysis: Analysis, *, share: float = DEFAULT_SHARE, fraction: float = 
          chunk_tokens: int = 256) -> dict[str, Any]:
     """The capped replay's figures for the replayed requests' analysis.
 
-    `capacity_tokens` is `fraction` × the capacity that captures `share` of the sample's reuse, rounded down to
-    whole blocks of the trace (and so to whole LMCache chunks when a block is a multiple of a chunk), at least
-    one block; `predicted_hit_fraction` is the oracle's LRU hit share at exactly that capacity. `applicable` is
-    false — with the reason — when the reuse is unknown, little (below LITTLE_REUSE of the prompt tokens) or
-    nil: such traffic has nothing for a capped tier to show, which is the traffic, not an FX failure."""
+    `capacity_tokens` is the fewest whole blocks of the trace whose LRU captures `fraction` of the sample's
+    reachable reuse (rounded up to whole LMCache chunks when a block is not a multiple of a chunk);
+    `predicted_hit_fraction` is the oracle's LRU hit share at exactly that capacity; `capacity_for_share_tokens`
+    the capacity that captures `share` of it (what the sizing buys). `applicable` is false — with the reason —
+    when the reuse is unknown, little (below LITTLE_REUSE of the prompt tokens) or nil, or when the prediction at
+    the cap is within two tolerances of nothing (a check that could not fail): such traffic has nothing for a
+    capped tier to show, which is the traffic, not an FX failure."""
     out: dict[str, Any] = {"share": share, "fraction": fraction, "applicable": False, "reason": None}
     reuse = analysis.reuse
     if reuse is None:
@@ -47,11 +52,14 @@ def plan(analysis: Analysis, *, share: float = DEFAULT_SHARE, fraction: float = 
     if not needed:
         out["reason"] = "little-reuse"
         return out
-    blocks = max(1, int(fraction * needed))
-    if bt % chunk_tokens:                 # a block that is not whole chunks: the cap in whole chunks instead
-        tokens = max(chunk_tokens, (blocks * bt) // chunk_tokens * chunk_tokens)
+    blocks = max(1, reuse.capacity_for(fraction) or 1)
+    if bt % chunk_tokens:                 # a block that is not whole chunks: the cap in whole chunks (rounded up)
+        tokens = -(-blocks * bt // chunk_tokens) * chunk_tokens
         blocks = tokens // bt
     hits = int(reuse.lru_hit_tokens(blocks))
+    if hits / total <= 2 * DEFAULT_TOLERANCE:
+        out["reason"] = "little-reuse"    # the prediction leaves no room below it to fail in
+        return out
     out.update(applicable=True, capacity_for_share_tokens=int(needed * bt), capacity_blocks=int(blocks),
                capacity_tokens=int(blocks * bt), predicted_hit_tokens=hits, predicted_hit_fraction=hits / total)
     return out

@@ -33,10 +33,14 @@ def test_the_prediction_is_the_reference_lru_at_exactly_the_cap():
         ordered = sorted(range(len(requests)), key=lambda i: requests[i]["timestamp"])
         args = ([requests[i]["timestamp"] for i in ordered], [requests[i]["input_length"] for i in ordered],
                 [requests[i]["hash_ids"] for i in ordered], 512)
-        assert found["capacity_tokens"] == max(1, int(0.5 * found["capacity_for_share_tokens"] // 512)) * 512
         assert found["predicted_hit_tokens"] == reference.lru_hit_tokens(*args, found["capacity_tokens"])
-        # the capacity it is a fraction of captures the share; one block less does not
+        # the cap is the fewest blocks that capture half the reuse, and its prediction leaves room to fail below it
         ideal = reference.ideal_hit_tokens(*args)
+        cap = found["capacity_tokens"]
+        assert found["predicted_hit_tokens"] >= 0.5 * ideal - 1e-9
+        assert cap == 512 or reference.lru_hit_tokens(*args, cap - 512) < 0.5 * ideal
+        assert found["predicted_hit_fraction"] > 2 * capacity.DEFAULT_TOLERANCE
+        # the capacity the sizing buys captures the share; one block less does not
         needed = found["capacity_for_share_tokens"]
         assert reference.lru_hit_tokens(*args, needed) >= 0.95 * ideal - 1e-9
         assert needed == 512 or reference.lru_hit_tokens(*args, needed - 512) < 0.95 * ideal
@@ -131,3 +135,13 @@ def test_a_capped_replay_on_the_simulated_server_hits_what_the_oracle_predicts_f
     _, unbounded = _replay(tmp_path, "unbounded", data, 50.0)
     assert abs(_external_share(unbounded) - check["ideal_hit_fraction"]) <= 0.05
     assert _external_share(unbounded) > measured + 0.1
+
+
+def test_a_reuse_curve_that_rises_in_one_step_is_capped_at_the_step_not_below_it():
+    # 40 sessions of one block each, all coming back after the other 39: an LRU below 40 blocks keeps nothing.
+    # Half of the size would predict no hits (a check no tier could fail); the cap that captures half the reuse is
+    # the step itself, and its prediction is the whole reuse.
+    requests = [{"timestamp": i, "input_length": 512, "output_length": 1, "hash_ids": [i % 40 + 1]} for i in range(80)]
+    found = capacity.plan(analyse(read_bytes(mooncake_lines(requests).encode(), "step.jsonl")))
+    assert found["applicable"] and found["capacity_tokens"] == 40 * 512
+    assert found["predicted_hit_fraction"] == pytest.approx(0.5)  # the second visits hit, the first ones cannot

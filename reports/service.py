@@ -132,16 +132,26 @@ def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluat
     signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
     _require_verified(signed, what)
-    path, sha256 = _store(pilot, code, signed)
-    report = Report.objects.create(
-        code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
-        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1, created=created,
-        version=context["signing"]["version"], supersedes=supersedes, basis_sha256=stated,
-    )
-    audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind, gate=gate.number if gate else None,
-          language=language, sha256=sha256, simulated=report.simulated, version=report.version,
-          supersedes=str(supersedes.code) if supersedes else "")
+    with transaction.atomic():
+        if supersedes is not None:  # two workers rendering the same subject at once: one new version, not two
+            Report.objects.select_for_update().get(pk=supersedes.pk)
+            if Report.objects.filter(supersedes=supersedes).exists():
+                raise SupersededMeanwhile(f"report {supersedes.code} (version {supersedes.version}) was superseded "
+                                          "while this version was rendered; nothing was stored")
+        path, sha256 = _store(pilot, code, signed)
+        report = Report.objects.create(
+            code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language,
+            path=path, sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1,
+            created=created, version=context["signing"]["version"], supersedes=supersedes, basis_sha256=stated,
+        )
+        audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind,
+              gate=gate.number if gate else None, language=language, sha256=sha256, simulated=report.simulated,
+              version=report.version, supersedes=str(supersedes.code) if supersedes else "")
     return report
+
+
+class SupersededMeanwhile(ReportError):
+    """Another worker stored a version superseding the same one first (`offered_version` then looks again)."""
 
 
 def _name(user) -> str:
@@ -256,11 +266,20 @@ def new_version(report: Report, *, who=None) -> Report:
                  language=latest.language, who=who, supersedes=latest)
 
 
-def offered_version(report: Report, *, who=None) -> Report:
+def offered_version(report: Report, *, who=None, attempts: int = 3) -> Report:
     """The version to read and countersign: the latest one while it still states what the database says, else a
-    new rendering that does."""
-    latest = latest_version(report)
-    return latest if what_changed(latest) is None else new_version(latest, who=who)
+    new rendering that does. When another worker stored a new version meanwhile (two decisions in a row render at
+    once), that one is looked at again in turn."""
+    for attempt in range(attempts):
+        latest = latest_version(report)
+        if what_changed(latest) is None:
+            return latest
+        try:
+            return new_version(latest, who=who)
+        except SupersededMeanwhile:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def countersign(report: Report, user, *, sha256: str) -> Report:

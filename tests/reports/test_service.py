@@ -269,3 +269,16 @@ def test_every_reason_a_report_went_stale_is_a_catalogue_sentence_said_in_chines
         for value in reason["values"].values():
             without_values = without_values.replace(value, "")
         assert not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", without_values), said_zh
+
+
+def test_two_workers_rendering_the_same_report_store_one_new_version(signed_pilot, g3):
+    """Two decisions in a row queue two renderings that a worker with several processes runs at once: the one that
+    stores second finds the version it supersedes superseded already, stores nothing, and looks again."""
+    first = service.create_gate_report(g3.gate, g3)
+    second = service.new_version(first)
+    stored = sorted(p.name for p in service.report_path(first).parent.iterdir())
+    with pytest.raises(service.SupersededMeanwhile):  # the other worker, which had read `first` as the latest
+        service._make(service._context_now(first), pilot=signed_pilot.pilot, gate=first.gate,
+                      evaluation=first.evaluation, language="en", who=None, supersedes=first)
+    assert Report.objects.count() == 2 and sorted(p.name for p in service.report_path(first).parent.iterdir()) == stored
+    assert service.offered_version(first) == second  # looking again finds the version now current

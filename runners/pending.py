@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db.models import OuterRef, Subquery
+
 from gates.lifecycle import FINAL, NextAction
 from gates.lifecycle import pending_actions_by_pilot as plan_and_gate_actions
 from gates.models import Gate, Party, Pilot, Report, Role, SignOff
@@ -59,21 +61,22 @@ def awaiting_countersignature(pilots: Iterable[Pilot]) -> dict[int, Report]:
 
 def gate_reports_awaiting_countersignature(pilots: Iterable[Pilot]) -> dict[int, list[Report]]:
     """Pilot id → the latest version of each signed-off gate's report (of the evaluation the customer approver
-    approved, any language) that carries the vendor's signature only, by gate number (three queries at most,
-    however many pilots)."""
-    pilot_ids = [p.pk for p in pilots]
-    approved = dict(SignOff.objects.filter(
-        pilot_id__in=pilot_ids, gate__state=Gate.State.SIGNED_OFF, party=Party.CUSTOMER,
-        decision=SignOff.Decision.APPROVE).order_by("created", "id").values_list("gate_id", "evaluation_id"))
-    found: dict[int, list[Report]] = {}
-    if not approved:
-        return found
+    approved, any language) that carries the vendor's signature only, by gate number (one query, however many
+    pilots; none when no pilot is past G1 or ended: only then can a gate be signed off)."""
+    candidates = [p.pk for p in pilots if p.state in FINAL or (p.current_gate or 0) > 1]
+    if not candidates:
+        return {}
+    approved = SignOff.objects.filter(gate_id=OuterRef("gate_id"), party=Party.CUSTOMER,
+                                      decision=SignOff.Decision.APPROVE).order_by("-created", "-id")
     latest: dict[int, Report] = {}
-    for report in Report.objects.filter(gate_id__in=approved, kind=Report.Kind.GATE).select_related("gate").only(
-            "id", "code", "pilot_id", "gate_id", "gate__number", "evaluation_id", "version", "created",
-            "countersigned_by_id", "language", "sha256").order_by("created", "id"):
-        if report.evaluation_id == approved[report.gate_id]:
-            latest[report.gate_id] = report
+    for report in (Report.objects.filter(pilot_id__in=candidates, kind=Report.Kind.GATE,
+                                         gate__state=Gate.State.SIGNED_OFF)
+                   .filter(evaluation_id=Subquery(approved.values("evaluation_id")[:1]))
+                   .select_related("gate").only("id", "code", "pilot_id", "gate_id", "gate__number", "evaluation_id",
+                                                "version", "created", "countersigned_by_id", "language", "sha256")
+                   .order_by("created", "id")):
+        latest[report.gate_id] = report
+    found: dict[int, list[Report]] = {}
     for report in sorted(latest.values(), key=lambda r: r.gate.number):
         if report.countersigned_by_id is None:
             found.setdefault(report.pilot_id, []).append(report)

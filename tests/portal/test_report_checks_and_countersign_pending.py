@@ -123,6 +123,7 @@ def _signed_off(world) -> None:
     lifecycle.sign_off_gate(world.gate, world.alice, decision="approve")
     lifecycle.sign_off_gate(world.gate, world.bob, decision="approve")
     world.gate.refresh_from_db()
+    world.pilot.refresh_from_db()
     assert world.gate.state == "signed_off"
 
 
@@ -140,6 +141,7 @@ def test_a_signed_off_gates_report_waits_for_the_approvers_countersignature(clie
     lifecycle.sign_off_gate(world.gate, world.bob, decision="approve")
     assert not [a for a in pending_actions(world.pilot) if a["action"] == "countersign_gate_report"]
     lifecycle.sign_off_gate(world.gate, world.alice, decision="approve")
+    world.pilot.refresh_from_db()  # G2 is open now
     actions = [a for a in pending_actions(world.pilot) if a["action"] == "countersign_gate_report"]
     assert [(a["role"], a["subject"]) for a in actions] == [("customer_approver", world.report)]
 

@@ -55,6 +55,7 @@ def test_a_countersignature_is_added_by_the_worker_to_exactly_the_version_read(c
         client.force_login(person)
         client.post(reverse("gate_signoff", args=[pilot.code, 1]), {"decision": "approve", "comment": ""})
     gate.refresh_from_db()
+    pilot.refresh_from_db()  # G2 is open now
     assert gate.state == "signed_off"
     renders = list(ReportJob.objects.filter(kind=ReportJob.Kind.RENDER))
     assert len(renders) == 2

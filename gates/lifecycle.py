@@ -396,6 +396,7 @@ class NextAction(models.TextChoices):
     REVIEW_GATE = "review_gate", _("Review the marginal gate")
     ACCEPT_HOST_KEY = "accept_host_key", _("Accept a host key")
     COUNTERSIGN_REPORT = "countersign_report", _("Countersign the procurement report")
+    COUNTERSIGN_GATE_REPORT = "countersign_gate_report", _("Countersign the gate report")
 
 
 def current_gates(pilots: Iterable[Pilot]) -> dict[int, Gate]:

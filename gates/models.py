@@ -586,8 +586,10 @@ class ReportJob(models.Model):
                                      related_name="+")
     state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
     result = models.ForeignKey(Report, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    # stale: why, in English (the page says it in the reader's language by `state`); error: the worker's reason
+    # stale: why, in English (for logs and the admin); error: the worker's reason
     error = models.TextField(blank=True)
+    # stale: why, as it was made (reports.findings: a catalogue sentence and its values), said in the reader's language
+    reason = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
 
@@ -750,9 +752,11 @@ class ApiToken(models.Model):
 
 
 class UploadVerification(models.Model):
-    """A PDF someone uploaded to be verified: kept in the upload area with its SHA-256, checked by a worker.
+    """A PDF someone uploaded to be verified: kept in the upload area with its SHA-256, checked by a worker; or a
+    stored report someone asked to check (`report`: read from the evidence store and hashed again by the worker,
+    `path` blank). Both are the same checks on the same queue, counted against the same hourly limit.
 
-    Only the person who uploaded it may see it. `error` is infrastructure trouble (no trust root, the file gone,
+    Only the person who asked may see it. `error` is infrastructure trouble (no trust root, the file gone,
     the worker failing), never a verdict on the PDF; `done` carries the verification result as JSON.
     """
 
@@ -771,7 +775,8 @@ class UploadVerification(models.Model):
     filename = models.CharField(max_length=255, blank=True)
     size = models.PositiveBigIntegerField(default=0)
     sha256 = models.CharField(max_length=64)
-    path = models.CharField(max_length=500)
+    path = models.CharField(max_length=500, blank=True)
+    report = models.ForeignKey(Report, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)

@@ -26,7 +26,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from gates.lifecycle import FINAL, NextAction
-from gates.models import Membership, Notification, Pilot, Profile, Report
+from gates.models import Membership, Notification, Pilot, Profile
 from runners.models import FINISHED, Job, Node
 from runners.pending import pending_actions_by_pilot
 
@@ -121,6 +121,13 @@ def _action_notice(action: str, pilot: Pilot, subject) -> tuple[str, Callable[[]
             % {"pilot": pilot.name, "number": subject.version},
             reverse("reports", args=[pilot.code]),
         )
+    if action == NextAction.COUNTERSIGN_GATE_REPORT:
+        return (
+            f"countersign_gate_report:{subject.code}",
+            lambda: _("%(pilot)s: read and countersign the %(gate)s report (version %(number)s)")
+            % {"pilot": pilot.name, "gate": subject.gate.label, "number": subject.version},
+            reverse("reports", args=[pilot.code]),
+        )
     if action == NextAction.SIGN_PLAN:
         return (
             f"sign_plan:{subject.pk}",
@@ -159,8 +166,8 @@ def _subject_again(note: Notification) -> str | None:
     if note.kind == "run_finished":
         job = Job.objects.filter(code=ident).select_related("gate").first() if _is_uuid(ident) else None
         return _run_subject(job, pilot) if job is not None else None
-    if note.kind == NextAction.COUNTERSIGN_REPORT:
-        report = pilot.reports.filter(code=ident).first() if _is_uuid(ident) else None
+    if note.kind in (NextAction.COUNTERSIGN_REPORT, NextAction.COUNTERSIGN_GATE_REPORT):
+        report = pilot.reports.filter(code=ident).select_related("gate").first() if _is_uuid(ident) else None
         return _action_notice(kind, pilot, report)[1]() if report is not None else None
     if note.kind == NextAction.SIGN_PLAN and ident.isdigit():
         version = pilot.plan_versions.filter(pk=int(ident)).first()
@@ -193,10 +200,9 @@ def relocalise(user, language: str, limit: int = 100) -> int:
 
 def sweep(pilots: Iterable[Pilot] | None = None) -> int:
     """Notify everyone who must act now, and everyone concerned by a run that ended. Returns how many were created."""
-    if pilots is None:  # live pilots, and ended ones whose procurement report may still await a countersignature
+    if pilots is None:  # live pilots, and ended ones whose procurement or gate report may still await a countersignature
         pilots = list(Pilot.objects.exclude(state__in=FINAL)) + list(
-            Pilot.objects.filter(state__in=FINAL, reports__kind=Report.Kind.PROCUREMENT,
-                                 reports__countersigned_by__isnull=True).distinct())
+            Pilot.objects.filter(state__in=FINAL, reports__countersigned_by__isnull=True).distinct())
     pilots = list(pilots)
     by_id = {p.pk: p for p in pilots}
     count = 0

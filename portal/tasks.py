@@ -1,6 +1,7 @@
-"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF (the checks' queue,
-FXPILOT_CHECK_QUEUE, served by the control worker: at most FXPILOT_CHECKS_AT_ONCE run at once, the others wait their
-turn in the queue, so checks never hold every slot the gate runs' control work needs).
+"""Portal work done by workers: notify whoever must act (Celery beat), verify an uploaded PDF or a stored report (the
+checks' queue, FXPILOT_CHECK_QUEUE, served by the control worker: at most FXPILOT_CHECKS_AT_ONCE run at once, the
+others wait their turn in the queue, so checks never hold every slot the gate runs' control work needs). Both kinds of
+check are `UploadVerification` rows, counted together against FXPILOT_CHECKS_PER_HOUR a person (`checks_left`).
 
 `verify_upload` imports `reports.service` when it runs: every worker, a site worker on a jump host too,
 imports this module at start, and must not need the PDF renderer and signer for that."""
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
 # The start of the reason when the worker itself failed; the view shows it translated, the detail as it was.
 NOT_CARRIED_OUT = gettext_noop("The verification could not be carried out:")
+# The start of the reason when a stored report's file no longer matches its row (the detail as it was).
+STORED_UNREADABLE = gettext_noop("The stored report cannot be checked:")
+REASON_STARTS = (NOT_CARRIED_OUT, STORED_UNREADABLE)
 
 
 @shared_task(name="gates.tasks.notify", ignore_result=True)
@@ -51,13 +55,32 @@ def queue_upload_verification(upload, user) -> UploadVerification:
             out.write(chunk)
     row = UploadVerification.objects.create(requested_by=user, filename=(upload.name or "")[:255], size=size,
                                             sha256=digest.hexdigest(), path=str(path))
-    transaction.on_commit(lambda: verify_upload.apply_async((row.pk,), queue=settings.FXPILOT_CHECK_QUEUE))
+    _send(row)
     return row
 
 
+def queue_report_check(report, user) -> UploadVerification:
+    """Record a check of a stored report queued (the worker reads it from the evidence store and hashes it again)
+    and send it to the checks' queue: the same task, queue, turn and hourly limit as an uploaded PDF."""
+    row = UploadVerification.objects.create(requested_by=user, report=report, filename=Path(report.path).name[:255],
+                                            size=report.size, sha256=report.sha256, path="")
+    _send(row)
+    return row
+
+
+def _send(row: UploadVerification) -> None:
+    transaction.on_commit(lambda: verify_upload.apply_async((row.pk,), queue=settings.FXPILOT_CHECK_QUEUE))
+
+
 def checks_this_hour(user) -> int:
+    """Checks the person asked for in the last hour: uploads and stored reports alike."""
     return UploadVerification.objects.filter(requested_by=user,
                                              created__gte=timezone.now() - timedelta(hours=1)).count()
+
+
+def checks_left(user) -> bool:
+    """May the person ask for one more check now (FXPILOT_CHECKS_PER_HOUR a person, every kind of check)?"""
+    return checks_this_hour(user) < settings.FXPILOT_CHECKS_PER_HOUR
 
 
 # A check running longer than the hard time limit is not running any more (its worker died): it holds no turn.
@@ -100,16 +123,23 @@ def verify_upload(pk: int) -> str:
         return claim
     # Imported here: a site worker imports this module too (task discovery), and must not need WeasyPrint,
     # pyHanko, Pango or fonts to start.
-    from reports.service import trust_roots, verify_report_bytes
+    from reports.service import ReportError, report_bytes, trust_roots, verify_report_bytes
 
-    row = UploadVerification.objects.get(pk=pk)
+    row = UploadVerification.objects.select_related("report").get(pk=pk)
     state, result, error = UploadVerification.State.ERROR, None, ""
     try:
         missing = [str(root) for root in trust_roots() if not Path(root).is_file()]
+        data = None
         if missing:
             error = gettext_noop("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+        elif row.report_id is not None:  # a stored report, as it is in the evidence store now, hashed again
+            try:
+                data = report_bytes(row.report)
+            except ReportError as exc:
+                error = f"{STORED_UNREADABLE} {exc}"
         else:
             data = Path(row.path).read_bytes()
+        if data is not None:
             if hashlib.sha256(data).hexdigest() != row.sha256:
                 error = gettext_noop("The uploaded file changed in the upload area after it was received; upload it again.")
             else:
@@ -123,5 +153,6 @@ def verify_upload(pk: int) -> str:
         error = f"{NOT_CARRIED_OUT} {type(exc).__name__}: {exc}"
     UploadVerification.objects.filter(pk=pk).update(state=state, result=result, error=error,
                                                     finished=timezone.now())
-    Path(row.path).unlink(missing_ok=True)
+    if row.path:  # an upload is checked and not kept; a stored report stays where it is
+        Path(row.path).unlink(missing_ok=True)
     return state

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from gates import policy
 from gates.lifecycle import audit
@@ -22,6 +23,7 @@ from gates.models import AuditAction, Evaluation, Gate, Membership, Pilot, Repor
 from gates.policy import Act
 from reports import sign
 from reports.context import gate_report_context, procurement_report_context, root_certificate
+from reports.findings import Finding, english, said
 from reports.render import ReportError, render_pdf
 from reports.verify import VerificationResult, verify_pdf
 from runners.artifacts import ArtifactMismatch, evidence_storage, get_bytes, put_bytes
@@ -130,16 +132,26 @@ def _make(context: dict, *, pilot: Pilot, gate: Gate | None, evaluation: Evaluat
     signed = sign.sign_pdf(pdf, signer, field_name=sign.VENDOR_FIELD, certify=True, tsa_url=settings.FXPILOT_TSA_URL or None,
                            reason=f"fxpilot {what} of {pilot.name}", location=pilot.vendor.name)
     _require_verified(signed, what)
-    path, sha256 = _store(pilot, code, signed)
-    report = Report.objects.create(
-        code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language, path=path,
-        sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1, created=created,
-        version=context["signing"]["version"], supersedes=supersedes, basis_sha256=stated,
-    )
-    audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind, gate=gate.number if gate else None,
-          language=language, sha256=sha256, simulated=report.simulated, version=report.version,
-          supersedes=str(supersedes.code) if supersedes else "")
+    with transaction.atomic():
+        if supersedes is not None:  # two workers rendering the same subject at once: one new version, not two
+            Report.objects.select_for_update().get(pk=supersedes.pk)
+            if Report.objects.filter(supersedes=supersedes).exists():
+                raise SupersededMeanwhile(f"report {supersedes.code} (version {supersedes.version}) was superseded "
+                                          "while this version was rendered; nothing was stored")
+        path, sha256 = _store(pilot, code, signed)
+        report = Report.objects.create(
+            code=code, pilot=pilot, gate=gate, evaluation=evaluation, kind=context["kind"], language=language,
+            path=path, sha256=sha256, size=len(signed), simulated=bool(context["simulated"]), signatures=1,
+            created=created, version=context["signing"]["version"], supersedes=supersedes, basis_sha256=stated,
+        )
+        audit(pilot, who or "reports", AuditAction.REPORT_CREATED, report, kind=report.kind,
+              gate=gate.number if gate else None, language=language, sha256=sha256, simulated=report.simulated,
+              version=report.version, supersedes=str(supersedes.code) if supersedes else "")
     return report
+
+
+class SupersededMeanwhile(ReportError):
+    """Another worker stored a version superseding the same one first (`offered_version` then looks again)."""
 
 
 def _name(user) -> str:
@@ -180,11 +192,12 @@ def _approver_signer(user, pilot: Pilot):
 
 class ReportChanged(ReportError):
     """What the signer read is no longer what the report would state, or not the version offered: nothing is
-    signed. `.reason` says what changed, in English (the page says it in the reader's language)."""
+    signed. `.finding` says what changed as it was made (a catalogue sentence and its values, reports.findings:
+    the page says it in the reader's language), `.reason` the same in English."""
 
-    def __init__(self, report: Report, reason: str):
-        super().__init__(f"report {report.code} (version {report.version}): {reason}; nothing was signed")
-        self.report, self.reason = report, reason
+    def __init__(self, report: Report, finding: Finding):
+        self.report, self.finding, self.reason = report, finding, english(finding)
+        super().__init__(f"report {report.code} (version {report.version}): {self.reason}; nothing was signed")
 
 
 def versions_of(report: Report):
@@ -210,34 +223,38 @@ def _context_now(report: Report) -> dict:
     return procurement_report_context(Pilot.objects.get(pk=report.pilot_id))
 
 
-def quick_change(report: Report) -> str | None:
+def quick_change(report: Report) -> Finding | None:
     """What a request can tell at once (a few queries, no rendering): a later version, or a decision or an
-    evaluation recorded after the report was made. None does not mean current: `what_changed` says."""
+    evaluation recorded after the report was made, as a finding (reports.findings). None does not mean current:
+    `what_changed` says."""
     newer = latest_version(report)
     if newer.pk != report.pk:
-        return f"version {newer.version} ({newer.code}) was made after it"
+        return said(gettext_noop("version %(number)s (%(code)s) was made after it"), number=newer.version,
+                    code=newer.code)
     scope = {"gate_id": report.gate_id} if report.kind == Report.Kind.GATE else {}
     if (SignOff.objects.filter(pilot_id=report.pilot_id, created__gt=report.created, **scope).exists()
             or Evaluation.objects.filter(gate__pilot_id=report.pilot_id, created__gt=report.created,
                                          **({"gate_id": report.gate_id} if scope else {})).exists()):
-        return "a decision or an evaluation was recorded after it was made"
+        return said(gettext_noop("a decision or an evaluation was recorded after it was made"))
     return None
 
 
-def what_changed(report: Report) -> str | None:
+def what_changed(report: Report) -> Finding | None:
     """Why `report` is no longer what it would state now, or None when it still is: a later version, stored
-    bytes that no longer hash to its row, or its content made again from the database differing."""
+    bytes that no longer hash to its row, or its content made again from the database differing. A finding
+    (a catalogue sentence and its values, reports.findings), said in the reader's language where it is shown."""
     reason = quick_change(report)
     if reason:
         return reason
     try:
         report_bytes(report)
     except ReportError as error:
-        return f"its stored file differs from the one made ({error})"
+        return said(gettext_noop("its stored file differs from the one made (%(error)s)"), error=error)
     if not report.basis_sha256:  # made before bases were kept: only the quick checks can speak for it
         return None
     if basis(_context_now(report)) != report.basis_sha256:
-        return "what it states changed since it was made (the gate's state, a decision, the evidence or the sizing)"
+        return said(gettext_noop("what it states changed since it was made (the gate's state, a decision, the "
+                                 "evidence or the sizing)"))
     return None
 
 
@@ -249,11 +266,20 @@ def new_version(report: Report, *, who=None) -> Report:
                  language=latest.language, who=who, supersedes=latest)
 
 
-def offered_version(report: Report, *, who=None) -> Report:
+def offered_version(report: Report, *, who=None, attempts: int = 3) -> Report:
     """The version to read and countersign: the latest one while it still states what the database says, else a
-    new rendering that does."""
-    latest = latest_version(report)
-    return latest if what_changed(latest) is None else new_version(latest, who=who)
+    new rendering that does. When another worker stored a new version meanwhile (two decisions in a row render at
+    once), that one is looked at again in turn."""
+    for attempt in range(attempts):
+        latest = latest_version(report)
+        if what_changed(latest) is None:
+            return latest
+        try:
+            return new_version(latest, who=who)
+        except SupersededMeanwhile:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def countersign(report: Report, user, *, sha256: str) -> Report:
@@ -269,8 +295,8 @@ def countersign(report: Report, user, *, sha256: str) -> Report:
     if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
         raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
     if (sha256 or "").strip().lower() != report.sha256:
-        raise ReportChanged(report, f"the version read has SHA-256 {(sha256 or '')[:16]}…, not this one's "
-                                    f"{report.sha256[:16]}…")
+        raise ReportChanged(report, said(gettext_noop("the version read has SHA-256 %(named)s…, not this one's "
+                                                      "%(sha256)s…"), named=(sha256 or "")[:16], sha256=report.sha256[:16]))
     if report.countersigned_by_id is not None:
         raise ReportError(f"report {report.code} is countersigned already")
     reason = what_changed(report)
@@ -291,7 +317,7 @@ def countersign(report: Report, user, *, sha256: str) -> Report:
     with transaction.atomic():
         Report.objects.select_for_update().get(pk=report.pk)  # one countersignature per version, however sent
         if Report.objects.filter(supersedes=report).exists():
-            raise ReportChanged(report, "another version was made from it meanwhile")
+            raise ReportChanged(report, said(gettext_noop("another version was made from it meanwhile")))
         path, digest = _store(pilot, code, signed)
         countersigned = Report.objects.create(
             code=code, pilot=pilot, gate=report.gate, evaluation=report.evaluation, kind=report.kind,
@@ -322,15 +348,16 @@ def _render(job: ReportJob) -> Report:
 def carry_out(job: ReportJob) -> ReportJob:
     """Do one report job (a worker's part, reports.tasks): render, or countersign the version the approver named.
     The row ends `done` (result: the report made or countersigned), `stale` (nothing signed; result: the version
-    to read now, reason in `error`) or `error` (the reason) — never left running."""
-    state, result, error = ReportJob.State.ERROR, None, ""
+    to read now, the reason as made in `reason`, in English in `error`) or `error` (the reason) — never left
+    running."""
+    state, result, error, reason = ReportJob.State.ERROR, None, "", None
     try:
         if job.kind == ReportJob.Kind.COUNTERSIGN:
             try:
                 result = countersign(job.source, job.requested_by, sha256=job.sha256)
                 state = ReportJob.State.DONE
             except ReportChanged as changed:
-                state, error = ReportJob.State.STALE, changed.reason
+                state, error, reason = ReportJob.State.STALE, changed.reason, changed.finding
                 result = offered_version(changed.report, who=job.requested_by or "reports")
         else:
             result, state = _render(job), ReportJob.State.DONE
@@ -338,7 +365,8 @@ def carry_out(job: ReportJob) -> ReportJob:
         error = f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
         if state != ReportJob.State.STALE:
             state = ReportJob.State.ERROR
-    ReportJob.objects.filter(pk=job.pk).update(state=state, result=result, error=error[:4000], finished=timezone.now())
+    ReportJob.objects.filter(pk=job.pk).update(state=state, result=result, error=error[:4000], reason=reason,
+                                               finished=timezone.now())
     job.refresh_from_db()
     return job
 

@@ -7,7 +7,6 @@ every state change goes through gates.lifecycle; what a role may not do is not o
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from uuid import UUID
 
 from django.conf import settings
@@ -62,21 +61,13 @@ from portal.forms import (
     TraceUploadForm,
     max_report_bytes,
 )
-from portal.tasks import NOT_CARRIED_OUT, checks_this_hour, queue_upload_verification
+from portal.tasks import REASON_STARTS, checks_left, queue_report_check, queue_upload_verification
 from portal.templatetags.portal import simulated_pilot_ids
 from portal.uploads import receive_upload
 from reports import charts
 from reports import tasks as report_tasks
 from reports.context import TRACE_GATE, trace_of_job
-from reports.service import (
-    ReportError,
-    latest_version,
-    procurement_report_of,
-    quick_change,
-    report_bytes,
-    trust_roots,
-    verify_report_bytes,
-)
+from reports.service import latest_version, procurement_report_of, quick_change
 from runners import orchestration
 from runners.evaluation import extension_history
 from runners.models import Job
@@ -752,28 +743,23 @@ def _versions(queryset) -> list[Report]:
     return sorted(reports, key=lambda r: (r.superseded, -r.created.timestamp()))
 
 
-def _verify(data: bytes) -> tuple[object | None, str | None]:
-    """(verification result, None) or (None, what prevented checking)."""
-    if not all(Path(root).is_file() for root in trust_roots()):
-        return None, _("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
-    try:
-        return verify_report_bytes(data), None
-    except Exception as exc:  # a damaged file gets a message, not a server error
-        return None, _("The file could not be read as a signed PDF (%(error)s).") % {"error": type(exc).__name__}
+def _throttled(request: HttpRequest, report: Report | None = None) -> HttpResponse:
+    """429: the person asked for FXPILOT_CHECKS_PER_HOUR checks (uploads and stored reports) in the last hour."""
+    limit = settings.FXPILOT_CHECKS_PER_HOUR
+    throttled = translation.ngettext(
+        "You have asked for %(n)d check in the last hour, the most one person may. Try again later.",
+        "You have asked for %(n)d checks in the last hour, the most one person may. Try again later.",
+        limit) % {"n": limit}
+    return render(request, "gates/verify.html", {"form": PdfUploadForm(), "throttled": throttled, "report": report,
+                                                 "max_mb": max_report_bytes() // 2**20}, status=429)
 
 
 @login_required
 def report_verify(request: HttpRequest) -> HttpResponse:
     """Upload a PDF: kept in the upload area with its SHA-256 and verified by a worker; the page follows it.
     A person may ask for FXPILOT_CHECKS_PER_HOUR checks an hour; beyond, 429 and the time to wait."""
-    if request.method == "POST" and checks_this_hour(request.user) >= settings.FXPILOT_CHECKS_PER_HOUR:
-        limit = settings.FXPILOT_CHECKS_PER_HOUR
-        throttled = translation.ngettext(
-            "You have asked for %(n)d check in the last hour, the most one person may. Try again later.",
-            "You have asked for %(n)d checks in the last hour, the most one person may. Try again later.",
-            limit) % {"n": limit}
-        return render(request, "gates/verify.html", {"form": PdfUploadForm(), "throttled": throttled,
-                                                     "max_mb": max_report_bytes() // 2**20}, status=429)
+    if request.method == "POST" and not checks_left(request.user):
+        return _throttled(request)
     form = PdfUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         row = queue_upload_verification(form.cleaned_data["file"], request.user)
@@ -783,16 +769,23 @@ def report_verify(request: HttpRequest) -> HttpResponse:
 
 def _error_text(error: str) -> str:
     """A worker's reason in the reader's language: a known sentence whole, else its known start and the detail."""
-    if error.startswith(NOT_CARRIED_OUT):
-        return _(NOT_CARRIED_OUT) + error[len(NOT_CARRIED_OUT):]
+    for start in REASON_STARTS:
+        if error.startswith(start):
+            return _(start) + error[len(start):]
     return _(error)
 
 
 @login_required
 def report_verification(request: HttpRequest, code: UUID) -> HttpResponse:
-    """One uploaded PDF's verification: "verifying…" until the worker is done, then its result. Only the uploader's."""
-    row = get_object_or_404(UploadVerification, code=code, requested_by=request.user)
+    """One check's page — an uploaded PDF or a stored report: "verifying…" (polled with htmx) until the worker is
+    done, then its result. Only the person who asked (404 for anyone else, and for a stored report of a pilot he
+    no longer belongs to)."""
+    row = get_object_or_404(UploadVerification.objects.select_related("report__pilot", "report__gate"), code=code,
+                            requested_by=request.user)
+    if row.report_id is not None and not Report.objects.for_user(request.user).filter(pk=row.report_id).exists():
+        raise Http404
     context = {"form": PdfUploadForm(), "max_mb": max_report_bytes() // 2**20, "verification": row,
+               "report": row.report,
                "result": row.result if row.state == UploadVerification.State.DONE else None,
                "error": _error_text(row.error) if row.state == UploadVerification.State.ERROR else None,
                "poll_seconds": 2}
@@ -803,25 +796,17 @@ def report_verification(request: HttpRequest, code: UUID) -> HttpResponse:
 
 @login_required
 def report_check(request: HttpRequest, code: UUID) -> HttpResponse:
-    """The same checks on a stored report, as it is on disk now."""
+    """The same checks on a stored report, as it is in the evidence store now, by a worker on the checks' queue:
+    GET offers the check, POST queues it (counted against the same hourly limit as an upload) and the page of the
+    check follows the worker. Every member of the report's pilot (404 for anyone else)."""
     report = access.get_report_for_user(request, code)
-    try:
-        data = report_bytes(report)  # from the evidence store, hashed again
-    except ReportError as exc:
-        result, error = None, _("The stored report cannot be checked: %(error)s") % {"error": exc}
-    else:
-        result, error = _verify(data)
-    return render(
-        request,
-        "gates/verify.html",
-        {
-            "form": PdfUploadForm(),
-            "result": result,
-            "error": error,
-            "max_mb": max_report_bytes() // 2**20,
-            "report": report,
-        },
-    )
+    if request.method == "POST":
+        if not checks_left(request.user):
+            return _throttled(request, report)
+        row = queue_report_check(report, request.user)
+        return redirect("report_verification", code=row.code)
+    return render(request, "gates/verify.html", {"form": PdfUploadForm(), "max_mb": max_report_bytes() // 2**20,
+                                                 "report": report, "offer_check": True})
 
 
 # ── The audit log ─────────────────────────────────────────────────────────────────────────────

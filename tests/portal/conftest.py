@@ -167,7 +167,9 @@ def build_world(demo) -> SimpleNamespace:
     report_job = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=Report.Kind.GATE,
                                           gate=gate, evaluation=evaluation, source=report, sha256=report.sha256,
                                           requested_by=demo.bob, state=ReportJob.State.STALE, result=report,
-                                          error="a fixture row: a decision was recorded after it was made")
+                                          error="a decision or an evaluation was recorded after it was made",
+                                          reason={"template": "a decision or an evaluation was recorded after it "
+                                                              "was made", "values": {}})
     from runners import traces
 
     trace = traces.upload(pilot.gate(4), b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"

@@ -239,10 +239,15 @@ def test_every_portal_page_in_chinese_leaves_no_english_sentence(signed_pilot, c
                                            gate=pilot.gate(4), evaluation=g4, source=first, sha256=first.sha256,
                                            requested_by=world.bob, state=state,
                                            result=None if state == ReportJob.State.QUEUED else final,
-                                           error="version 2 was made after it")
-        read(f"report job ({state})", reverse("report_job", args=[job_row.code]))
+                                           error="version 2 was made after it",
+                                           reason={"template": "version %(number)s (%(code)s) was made after it",
+                                                   "values": {"number": "2", "code": str(final.code)}})
+        page = read(f"report job ({state})", reverse("report_job", args=[job_row.code]))
+        if state == ReportJob.State.STALE:  # why, in Chinese too (it was shown on English pages only)
+            assert 'id="report-job-reason"' in page and str(final.code) in page
     assert "关卡已签核" in read("audit", reverse("audit", args=[code]))  # the action in words, its code beside it
     read("verify", reverse("report_verify"))
+    read("check a stored report", reverse("report_check", args=[final.code]))
     done = UploadVerification.objects.create(requested_by=world.bob, filename="g4.pdf", sha256="0" * 64, path="none",
                                              state=UploadVerification.State.DONE, result=_verified(pilot, final),
                                              finished=timezone.now())

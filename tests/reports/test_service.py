@@ -1,6 +1,7 @@
 """Reports made from the database: a G3 report from the real judge, countersigning, the procurement report."""
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import sys
@@ -8,12 +9,14 @@ import sys
 import pytest
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.utils import translation
 
 from gates.judge import synthetic, verdicts
 from gates.models import AuditEvent, Evaluation, Report
 from gates.plan import load_plan
 from reports import service
 from reports.context import interpolate, procurement_report_context
+from reports.findings import english, in_language
 from reports.verify import verify_pdf
 from runners.artifacts import store_bytes
 from runners.models import Job
@@ -202,13 +205,18 @@ def test_a_sizing_changed_behind_the_report_is_refused_and_the_new_version_offer
     read = service.create_procurement_report(pilot)
     pilot.sizing = {**(pilot.sizing or {}), "fx_unit_usable_tb": 0.5}
     pilot.save(update_fields=["sizing"])
-    assert service.quick_change(read) is None and "what it states changed" in service.what_changed(read)
+    assert service.quick_change(read) is None and "what it states changed" in english(service.what_changed(read))
     job = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
                                    language=read.language, requested_by=signed_pilot.bob, source=read,
                                    sha256=read.sha256)
     assert run_report_job(job.pk) == ReportJob.State.STALE
     job.refresh_from_db()
     assert "what it states changed" in job.error and job.result.supersedes == read and job.result.version == 2
+    # why, as made (a catalogue sentence and its values): said in Chinese on a Chinese page, not only in English
+    assert job.reason["template"].startswith("what it states changed")
+    with translation.override("zh-hans"):
+        said_zh = in_language(job.reason)
+    assert said_zh != english(job.reason) and not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", said_zh), said_zh
     assert not Report.objects.filter(countersigned_by__isnull=False).exists()  # nothing was signed
     assert job.result.basis_sha256 != read.basis_sha256 and service.what_changed(job.result) is None
     again = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
@@ -228,3 +236,49 @@ def test_stored_bytes_that_differ_from_the_row_are_not_countersigned(signed_pilo
     with pytest.raises(service.ReportChanged, match="stored file differs"):
         service.countersign(report, signed_pilot.bob, sha256=report.sha256)
     assert Report.objects.count() == 1
+
+
+def test_every_reason_a_report_went_stale_is_a_catalogue_sentence_said_in_chinese(signed_pilot, g3):
+    """Why nothing was signed is made as a sentence of the catalogue and its values where it is found, so a
+    Chinese page says it in Chinese (issue 27: the reason was shown on English pages only)."""
+    report = service.create_gate_report(g3.gate, g3)
+    reasons = []
+    with pytest.raises(service.ReportChanged) as named_another:
+        service.countersign(report, signed_pilot.bob, sha256="f" * 64)
+    reasons.append(named_another.value.finding)
+    later = service.new_version(report)
+    reasons.append(service.quick_change(report))
+    _evaluate(signed_pilot.pilot, 3)
+    reasons.append(service.what_changed(later))
+    path = service.report_path(later)
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes() + b"%% appended\n")
+    Report.objects.filter(pk=later.pk).update(created=later.created.replace(year=later.created.year + 1))
+    later.refresh_from_db()
+    reasons.append(service.what_changed(later))
+    templates = [reason["template"] for reason in reasons]
+    assert templates == ["the version read has SHA-256 %(named)s…, not this one's %(sha256)s…",
+                         "version %(number)s (%(code)s) was made after it",
+                         "a decision or an evaluation was recorded after it was made",
+                         "its stored file differs from the one made (%(error)s)"]
+    for reason in reasons:
+        with translation.override("zh-hans"):
+            said_zh = in_language(reason)
+        assert said_zh != english(reason), f"{reason['template']!r} is not translated"
+        without_values = said_zh
+        for value in reason["values"].values():
+            without_values = without_values.replace(value, "")
+        assert not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", without_values), said_zh
+
+
+def test_two_workers_rendering_the_same_report_store_one_new_version(signed_pilot, g3):
+    """Two decisions in a row queue two renderings that a worker with several processes runs at once: the one that
+    stores second finds the version it supersedes superseded already, stores nothing, and looks again."""
+    first = service.create_gate_report(g3.gate, g3)
+    second = service.new_version(first)
+    stored = sorted(p.name for p in service.report_path(first).parent.iterdir())
+    with pytest.raises(service.SupersededMeanwhile):  # the other worker, which had read `first` as the latest
+        service._make(service._context_now(first), pilot=signed_pilot.pilot, gate=first.gate,
+                      evaluation=first.evaluation, language="en", who=None, supersedes=first)
+    assert Report.objects.count() == 2 and sorted(p.name for p in service.report_path(first).parent.iterdir()) == stored
+    assert service.offered_version(first) == second  # looking again finds the version now current

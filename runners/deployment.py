@@ -11,9 +11,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
+
 from runners import ssh
 from runners.artifacts import ArtifactMismatch, EvidenceStoreError
-from runners.config import DEFAULT_SIMULATED, DeploymentSettings, validate_deployment
+from runners.config import (
+    DEFAULT_SIMULATED,
+    DeploymentSettings,
+    DeploymentSettingsError,
+    health_timeout,
+    validate_deployment,
+)
 from runners.models import Job, Node, Step
 from runners.output import system_line
 
@@ -95,10 +103,31 @@ class Deployment:
 
 def settings_for(job: Job, node: Node) -> DeploymentSettings:
     """The pilot's deployment settings, validated; a simulated node with none set gets DEFAULT_SIMULATED."""
-    data = job.pilot.deployment
+    return settings_of_pilot(job.pilot, node)
+
+
+def settings_of_pilot(pilot, node: Node) -> DeploymentSettings:
+    data = pilot.deployment
     if not data and node.simulated:
         data = DEFAULT_SIMULATED
     return validate_deployment(data)
+
+
+def start_up(pilot, node: Node) -> dict[str, Any]:
+    """What the node page says about starting the planned model: G1's measured cold start (`cold_start`, with its
+    model-time seconds on a simulated node), and the /health wait of the node's next deploy (`timeout`, a
+    runners.config.HealthTimeout, at the time scale the cold start was measured at), or the settings' `error`."""
+    measured = dict(node.cold_start or {})
+    if measured.get("seconds") and measured.get("time_scale"):
+        measured["model_seconds"] = float(measured["seconds"]) / float(measured["time_scale"])
+    if isinstance(measured.get("measured_at"), str):
+        measured["measured_at"] = parse_datetime(measured["measured_at"])
+    try:
+        settings = settings_of_pilot(pilot, node)
+    except DeploymentSettingsError as exc:
+        return {"cold_start": measured, "timeout": None, "error": str(exc)}
+    return {"cold_start": measured, "settings": settings,
+            "timeout": health_timeout(settings, node.cold_start, time_scale=measured.get("time_scale"))}
 
 
 def save_deployment(step: Step | None, deployment: Deployment) -> None:

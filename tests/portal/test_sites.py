@@ -232,14 +232,14 @@ def test_a_real_nodes_measured_cold_start_sets_the_wait_and_before_g1_the_fixed_
     Node.objects.filter(pk=world.node.pk).update(simulated=False)
     world.pilot.deployment = {**default_simulated(), "health_timeout_s": 1500}
     world.pilot.save()
-    section = start_up_section(node_page(client, world, **{**COLD, "seconds": 412.25, "time_scale": None,
+    section = start_up_section(node_page(client, world, **{**COLD, "seconds": 412.24, "time_scale": None,
                                                              "simulated": False}))
     assert "412.2 s from launch to /health" in section and "Simulated" not in section
     assert "<strong>825 s</strong>" in section and "2 × the measured cold start (412.2 s)" in section
     section = start_up_section(node_page(client, world))
     assert "Not measured yet: G1 measures the cold start" in section
-    assert "<strong>1500 s</strong>" in section and "until G1 has measured this node&#x27;s cold start" in section
-    other = {**COLD, "seconds": 412.25, "model": "org/another-model"}
+    assert "<strong>1500 s</strong>" in section and "until G1 has measured this node's cold start" in section
+    other = {**COLD, "seconds": 412.24, "model": "org/another-model"}
     section = start_up_section(node_page(client, world, **other))
     assert "<strong>1500 s</strong>" in section and "measured for another model" in section
 

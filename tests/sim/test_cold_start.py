@@ -25,9 +25,9 @@ def started(server: SimServer) -> float:
 def test_a_cold_start_takes_the_modelled_time_and_the_next_start_is_warm(node, tmp_path):
     modelled = COLD_START.cold_seconds(QWEN3_CODER_480B)
     assert 380 < modelled < 400                      # weights 192 s + compile 150 s + graph capture 45 s
-    env = {**caches(tmp_path / "compile"), "FXPILOT_SIM_TIME_SCALE": str(SCALE)}
+    env, scale = caches(tmp_path / "compile"), ("--sim-time-scale", str(SCALE))
     (tmp_path / "compile" / "vllm").mkdir(parents=True)          # named and empty: cold
-    cold = SimServer(node, "recompute", env=env, name="cold")
+    cold = SimServer(node, "recompute", env=env, args=scale, name="cold")
     try:
         took = started(cold)
     finally:
@@ -39,7 +39,7 @@ def test_a_cold_start_takes_the_modelled_time_and_the_next_start_is_warm(node, t
     assert (tmp_path / "compile" / "vllm" / "torch_compile_cache" / "fxpilot-sim-compiled.json").is_file()
     assert (tmp_path / "compile" / "triton" / "fxpilot-sim-compiled.json").is_file()
 
-    warm = SimServer(node, "recompute", env=env, name="warm")
+    warm = SimServer(node, "recompute", env=env, args=scale, name="warm")
     try:
         took = started(warm)
     finally:
@@ -49,7 +49,7 @@ def test_a_cold_start_takes_the_modelled_time_and_the_next_start_is_warm(node, t
 
 
 def test_without_named_compile_caches_the_server_starts_at_once(node):
-    server = SimServer(node, "recompute", env={"FXPILOT_SIM_TIME_SCALE": "1"}, name="plain")
+    server = SimServer(node, "recompute", args=("--sim-time-scale", "1"), name="plain")
     try:
         took = started(server)
     finally:

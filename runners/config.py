@@ -253,7 +253,7 @@ def health_timeout(settings: DeploymentSettings, cold_start: dict | None, *, tim
                                                                             settings.tensor_parallel_size):
         return HealthTimeout(fixed, "fixed", why="other-model")
     measured_scale = cold_start.get("time_scale")
-    if measured_scale and time_scale:
+    if isinstance(measured_scale, (int, float)) and measured_scale > 0 and time_scale:
         seconds = seconds * float(time_scale) / float(measured_scale)
     wanted = int(-(-COLD_START_FACTOR * seconds // 1))  # whole seconds, rounded up
     if wanted > HEALTH_TIMEOUT_MAX_S:

@@ -227,6 +227,8 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
 
 
 def _cold_start_of(stdout: str) -> dict | None:
+    """deploy.sh's FXPILOT_COLD_START line, its figures checked for their types (the node keeps it, its page shows
+    it and later deploys' waits follow from it): None when there is none or it does not hold up."""
     match = re.search(r"^FXPILOT_COLD_START=(\{.*\})$", stdout, re.MULTILINE)
     if not match:
         return None
@@ -234,8 +236,18 @@ def _cold_start_of(stdout: str) -> dict | None:
         found = json.loads(match.group(1))
     except ValueError:
         return None
-    seconds = found.get("seconds") if isinstance(found, dict) else None
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+    if not isinstance(found, dict):
+        return None
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+    if not number(found.get("seconds")) or found["seconds"] < 0:
+        return None
+    scale = found.get("time_scale")
+    if scale is not None and (not number(scale) or scale <= 0):
+        return None
+    if not isinstance(found.get("model"), str) or not number(found.get("tensor_parallel_size")):
         return None
     return found
 

@@ -118,7 +118,7 @@ def start_up(pilot, node: Node) -> dict[str, Any]:
     model-time seconds on a simulated node), and the /health wait of the node's next deploy (`timeout`, a
     runners.config.HealthTimeout, at the time scale the cold start was measured at), or the settings' `error`."""
     measured = dict(node.cold_start or {})
-    if measured.get("seconds") and measured.get("time_scale"):
+    if all(isinstance(measured.get(key), (int, float)) and measured[key] > 0 for key in ("seconds", "time_scale")):
         measured["model_seconds"] = float(measured["seconds"]) / float(measured["time_scale"])
     if isinstance(measured.get("measured_at"), str):
         measured["measured_at"] = parse_datetime(measured["measured_at"])

@@ -236,3 +236,17 @@ def test_a_server_slower_than_the_wait_fails_naming_where_the_wait_came_from(sim
             deploy_arm(sim_nodes.job, None, node, "recompute", time_scale=0.001)
     finally:
         update_state(server.root, lambda state: state["faults"].pop("slow_start_seconds", None))
+
+
+@pytest.mark.parametrize(("line", "kept"), [
+    ('FXPILOT_COLD_START={"seconds": 12.5, "model": "m/x", "tensor_parallel_size": 8, "time_scale": 0.03}', True),
+    ('FXPILOT_COLD_START={"seconds": "12.5", "model": "m/x", "tensor_parallel_size": 8}', False),
+    ('FXPILOT_COLD_START={"seconds": 12.5, "model": "m/x", "tensor_parallel_size": 8, "time_scale": "fast"}', False),
+    ('FXPILOT_COLD_START={"seconds": -1, "model": "m/x", "tensor_parallel_size": 8}', False),
+    ('FXPILOT_COLD_START=[12.5]', False),
+    ("fxpilot: healthy on port 8000", False),
+])
+def test_what_a_node_says_of_its_cold_start_is_kept_only_when_its_figures_hold_up(line, kept):
+    from runners.deploy import _cold_start_of
+
+    assert (_cold_start_of(f"fxpilot: cold start\n{line}\n") is not None) == kept

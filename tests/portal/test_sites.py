@@ -245,11 +245,10 @@ def test_a_real_nodes_measured_cold_start_sets_the_wait_and_before_g1_the_fixed_
 
 
 def test_the_start_up_reads_in_chinese(client, world):
-    from tests.portal.test_zh_pages import page_sentences
-
     from django.conf import settings
 
     from gates.models import Profile
+    from tests.portal.test_zh_pages import page_sentences
 
     Profile.objects.update_or_create(user=world.alice, defaults={"language": "zh-hans"})
     client.cookies.load({settings.LANGUAGE_COOKIE_NAME: "zh-hans"})

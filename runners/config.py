@@ -49,6 +49,13 @@ _RESERVED_ENV_PREFIXES = ("LMCACHE_", "FXPILOT_", "BASH_FUNC_")
 # refused as too slow by the wait itself, with the server log's tail, not cut off by the step's time limit.
 DEPLOY_TIME_LIMIT_S = 3600
 HEALTH_TIMEOUT_MAX_S = 3000
+# Once G1 has measured a node's cold start of the planned model (first start, compile caches empty), every later
+# deploy on that node waits max(COLD_START_FLOOR_S, COLD_START_FACTOR × that cold start) for /health, at most
+# HEALTH_TIMEOUT_MAX_S, instead of the fixed `health_timeout_s` (which stays the wait before G1 measured, and G1's
+# own wait). A later start may be a cold one again (the default compile caches may be empty), so the factor is on
+# the cold start; the floor keeps a quick start (a small model, a simulated node) from a wait a busy node misses.
+COLD_START_FACTOR = 2
+COLD_START_FLOOR_S = 300
 # A prefix word that sets a variable: `env NAME=value`, `docker run -e NAME=value`, `-eNAME=value`, `--env=NAME=value`.
 _PREFIX_ASSIGNMENT = re.compile(r"^(?:--env=|-e)?([A-Za-z_][A-Za-z0-9_]*)=")
 
@@ -201,6 +208,59 @@ class DeploymentSettings:
             "kv_connector": self.kv_connector,
             **({"engine_test_tier": True} if self.engine_test_tier else {}),
         }
+
+
+@dataclass(frozen=True)
+class HealthTimeout:
+    """How long a deploy waits for /health, and why: `basis` is "fixed" (the setting `health_timeout_s`: nothing
+    measured yet, or `why` says the measurement is not for these settings), "measured" (COLD_START_FACTOR × the cold
+    start G1 measured), "floor" (COLD_START_FLOOR_S, above that product) or "cap" (HEALTH_TIMEOUT_MAX_S, below it).
+    `cold_start_s` is the measured cold start at the deploy's time scale."""
+
+    seconds: int
+    basis: str
+    cold_start_s: float | None = None
+    why: str = ""           # with basis "fixed": "not-measured", "cold-start" (this deploy measures it), "other-model"
+
+    @property
+    def sentence(self) -> str:
+        """The wait in one English sentence, for the run's live log (the node page says it in the reader's words)."""
+        if self.basis == "fixed":
+            reason = {"cold-start": "this start is the cold start G1 measures",
+                      "other-model": "the cold start G1 measured was of another model or tensor-parallel size",
+                      }.get(self.why, "G1 has not measured this node's cold start")
+            return f"{self.seconds} s (deployment.health_timeout_s: {reason})"
+        product = f"{COLD_START_FACTOR} × the measured cold start of {self.cold_start_s:.1f} s"
+        if self.basis == "floor":
+            return f"{self.seconds} s (the floor; {product} is less)"
+        if self.basis == "cap":
+            return f"{self.seconds} s (the most a deploy may wait; {product} is more)"
+        return f"{self.seconds} s ({product})"
+
+
+def health_timeout(settings: DeploymentSettings, cold_start: dict | None, *, time_scale: float | None = None,
+                   measuring: bool = False) -> HealthTimeout:
+    """The /health wait of a deploy with these settings on a node whose measured cold start is `cold_start` (the
+    Node's record: seconds, model, tensor_parallel_size, time_scale). A measurement counts only for the model and
+    tensor-parallel size it was made with; a simulated node's, made at one time scale, is rescaled to the deploy's."""
+    fixed = settings.health_timeout_s
+    if measuring:
+        return HealthTimeout(fixed, "fixed", why="cold-start")
+    seconds = (cold_start or {}).get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
+        return HealthTimeout(fixed, "fixed", why="not-measured")
+    if (cold_start.get("model"), cold_start.get("tensor_parallel_size")) != (settings.model,
+                                                                            settings.tensor_parallel_size):
+        return HealthTimeout(fixed, "fixed", why="other-model")
+    measured_scale = cold_start.get("time_scale")
+    if isinstance(measured_scale, (int, float)) and measured_scale > 0 and time_scale:
+        seconds = seconds * float(time_scale) / float(measured_scale)
+    wanted = int(-(-COLD_START_FACTOR * seconds // 1))  # whole seconds, rounded up
+    if wanted > HEALTH_TIMEOUT_MAX_S:
+        return HealthTimeout(HEALTH_TIMEOUT_MAX_S, "cap", cold_start_s=seconds)
+    if wanted < COLD_START_FLOOR_S:
+        return HealthTimeout(COLD_START_FLOOR_S, "floor", cold_start_s=seconds)
+    return HealthTimeout(wanted, "measured", cold_start_s=seconds)
 
 
 def shell_env_file(values: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ runners.collect, runners.teardown (which a failed deploy calls).
 """
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 from runners import detached, ssh
 from runners.artifacts import store_bytes
-from runners.config import ARMS, DeploymentSettings, shell_env_file
+from runners.config import ARMS, DeploymentSettings, HealthTimeout, health_timeout, shell_env_file
 from runners.deployment import (
     DeployError,
     Deployment,
@@ -70,8 +71,14 @@ def _fx_params(settings: DeploymentSettings, run_dir: str) -> dict[str, Any]:
 
 
 def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale: float | None = None,
-               share_pool: bool = False, capacity_tokens: int | None = None) -> Deployment:
-    """Ship, attach FX when the arm needs it, start the server detached and wait for /health; tear down on failure."""
+               share_pool: bool = False, capacity_tokens: int | None = None, cold_start: bool = False) -> Deployment:
+    """Ship, attach FX when the arm needs it, start the server detached and wait for /health; tear down on failure.
+
+    `cold_start` (G1): the server starts with empty compile caches and deploy.sh measures the seconds from launch to
+    /health on the node (`Deployment.cold_start`, the manifest's `cold_start`); the wait is the fixed
+    `health_timeout_s`. Any other deploy waits as long as `runners.config.health_timeout` says for the node's
+    measured cold start (`Node.cold_start`). `capacity_tokens` (G4's capacity check): the fx arm's disk tier capped
+    at that many tokens, without the shared pool."""
     if arm not in ARMS:
         raise DeployError(f"node {node.name}: unknown arm {arm!r}; arms are {', '.join(ARMS)}")
     settings = settings_for(job, node)
@@ -84,7 +91,7 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
         deployment = Deployment(run_id=run_id, arm=arm, node=node.name, deploy_id=secrets.token_hex(3), run_dir=run_dir,
                                 arm_dir="", share_pool=share_pool and arm == "fx" and capacity_tokens is None,
                                 capacity_tokens=capacity_tokens if arm == "fx" else None, simulated=node.simulated,
-                                host=settings.bind_address(node.name))
+                                host=settings.bind_address(node.name), cold_start_measured=cold_start)
         deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
         try:
             _deploy(job, step, node, conn, settings, deployment, time_scale)
@@ -142,7 +149,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "SIM_TIME_SCALE": time_scale if (node.simulated and time_scale) else None,
         "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
         "CHUNK_HASH": CHUNK_HASH_ALGORITHM if deployment.config_path else "", "HASH_SEED": PYTHONHASHSEED,
-        "LMCACHE_FAILED": LMCACHE_TROUBLE,
+        "LMCACHE_FAILED": LMCACHE_TROUBLE, "COLD_START": deployment.cold_start_measured,
         **settings.launcher.params(),
     }
     conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")
@@ -163,21 +170,44 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
     command = f"exec bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} serve {ssh.shell_path(deployment.arm_dir)}"
     deployment.server = detached.start(conn, f"{deployment.arm_dir}/server", command, job=job, step=step).to_dict()
     save_deployment(step, deployment)
-    say(job, step, node, f"{arm}: server starting on port {deployment.port} (pid {deployment.server.get('pid')})")
-    _wait_healthy(job, step, node, conn, settings, deployment)
-    deployment.healthy = True
+    say(job, step, node, f"{arm}: server starting on port {deployment.port} (pid {deployment.server.get('pid')})"
+                         + (" with empty compile caches (cold start)" if deployment.cold_start_measured else ""))
+    timeout = wait_for_health(node, settings, time_scale, measuring=deployment.cold_start_measured)
+    deployment.health_timeout_s = timeout.seconds
     save_deployment(step, deployment)
-    say(job, step, node, f"{arm}: healthy at {deployment.url}")
+    say(job, step, node, f"{arm}: waiting for /health up to {timeout.sentence}")
+    measured = _wait_healthy(job, step, node, conn, timeout, deployment)
+    deployment.healthy = True
+    if deployment.cold_start_measured:
+        if not measured:
+            raise DeployError(f"node {node.name}: {arm}: the server is healthy but deploy.sh reported no cold start",
+                              deployment=deployment)
+        deployment.cold_start = measured
+        store_bytes(job, f"{deployment.name_prefix}/cold-start.json", json.dumps(measured, indent=1, sort_keys=True)
+                    .encode(), kind="cold-start", step=step, node=node, simulated=node.simulated)
+    save_deployment(step, deployment)
+    say(job, step, node, f"{arm}: healthy at {deployment.url}"
+                         + (f"; cold start {measured['seconds']:.1f} s from launch to /health" if measured else ""))
 
 
-def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
-                  deployment: Deployment) -> None:
+def wait_for_health(node: Node, settings: DeploymentSettings, time_scale: float | None, *,
+                    measuring: bool = False) -> HealthTimeout:
+    """How long a deploy on this node waits for /health: from the cold start G1 measured there (read fresh: another
+    run may have measured it since this node was loaded), else the fixed setting."""
+    measured = Node.objects.filter(pk=node.pk).values_list("cold_start", flat=True).first() if node.pk else None
+    return health_timeout(settings, measured, time_scale=time_scale if node.simulated else None, measuring=measuring)
+
+
+def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, timeout: HealthTimeout,
+                  deployment: Deployment) -> dict | None:
     """Wait for /health from the node, a few seconds per look. Between looks: a cancel of the run stops the
     wait (the caller tears the server down), the server log's new lines go to the run's live log, and every
     HEALTH_PROGRESS_S the wait says how long it has waited. deploy.sh exits 5 when the server answers but its
-    log shows LMCache failing to initialise or running degraded: the deploy fails with that line."""
+    log shows LMCache failing to initialise or running degraded: the deploy fails with that line.
+    Returns the cold start deploy.sh measured (its FXPILOT_COLD_START line), if it measured one."""
     started = time.monotonic()
-    deadline = started + settings.health_timeout_s
+    timeout_s = timeout.seconds
+    deadline = started + timeout_s
     said = started
     health = f"bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} health {ssh.shell_path(deployment.arm_dir)}"
     where = f"node {node.name}: {deployment.arm}"
@@ -190,7 +220,7 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
         deployment.server = {**deployment.server, **status.proc.to_dict()}
         save_deployment(step, deployment)
         if result.exit_code == 0:
-            return
+            return _cold_start_of(result.stdout)
         if result.exit_code == 5:
             reason = error_lines_of(result.stderr_tail) or "LMCache did not initialise"
             raise DeployError(f"{where}: the server answers /health but {reason}", deployment=deployment,
@@ -204,12 +234,38 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
         now = time.monotonic()
         if now >= deadline:
             raise DeployError(f"{where}: /health on port {deployment.port} did not answer within "
-                              f"{settings.health_timeout_s} s (deployment.health_timeout_s)", deployment=deployment,
+                              f"{timeout.sentence}", deployment=deployment,
                               log_tail=server_log_tail(conn, deployment))
         if now - said >= HEALTH_PROGRESS_S:
             said = now
             say(job, step, node, f"{deployment.arm}: waiting for /health on port {deployment.port}: "
-                                  f"{now - started:.0f} s of {settings.health_timeout_s} s")
+                                  f"{now - started:.0f} s of {timeout_s} s")
+
+
+def _cold_start_of(stdout: str) -> dict | None:
+    """deploy.sh's FXPILOT_COLD_START line, its figures checked for their types (the node keeps it, its page shows
+    it and later deploys' waits follow from it): None when there is none or it does not hold up."""
+    match = re.search(r"^FXPILOT_COLD_START=(\{.*\})$", stdout, re.MULTILINE)
+    if not match:
+        return None
+    try:
+        found = json.loads(match.group(1))
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+    if not number(found.get("seconds")) or found["seconds"] < 0:
+        return None
+    scale = found.get("time_scale")
+    if scale is not None and (not number(scale) or scale <= 0):
+        return None
+    if not isinstance(found.get("model"), str) or not number(found.get("tensor_parallel_size")):
+        return None
+    return found
 
 
 def _cancel_requested(job: Job) -> bool:

@@ -11,9 +11,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
+
 from runners import ssh
 from runners.artifacts import ArtifactMismatch, EvidenceStoreError
-from runners.config import DEFAULT_SIMULATED, DeploymentSettings, validate_deployment
+from runners.config import (
+    DEFAULT_SIMULATED,
+    DeploymentSettings,
+    DeploymentSettingsError,
+    health_timeout,
+    validate_deployment,
+)
 from runners.models import Job, Node, Step
 from runners.output import system_line
 
@@ -50,6 +58,9 @@ class Deployment:
     torn_down: bool = False
     host: str = "127.0.0.1"         # where the server listens: the node's loopback or its fabric address
     log_checked: dict = field(default_factory=dict)  # server log path → bytes already looked at for LMCache trouble
+    cold_start_measured: bool = False  # G1's cold start: empty compile caches, the start measured on the node
+    cold_start: dict = field(default_factory=dict)    # what deploy.sh measured (seconds, caches, measured_at, …)
+    health_timeout_s: int = 0       # how long this deploy waited at most for /health (runners.config.health_timeout)
 
     @property
     def url(self) -> str:
@@ -93,10 +104,31 @@ class Deployment:
 
 def settings_for(job: Job, node: Node) -> DeploymentSettings:
     """The pilot's deployment settings, validated; a simulated node with none set gets DEFAULT_SIMULATED."""
-    data = job.pilot.deployment
+    return settings_of_pilot(job.pilot, node)
+
+
+def settings_of_pilot(pilot, node: Node) -> DeploymentSettings:
+    data = pilot.deployment
     if not data and node.simulated:
         data = DEFAULT_SIMULATED
     return validate_deployment(data)
+
+
+def start_up(pilot, node: Node) -> dict[str, Any]:
+    """What the node page says about starting the planned model: G1's measured cold start (`cold_start`, with its
+    model-time seconds on a simulated node), and the /health wait of the node's next deploy (`timeout`, a
+    runners.config.HealthTimeout, at the time scale the cold start was measured at), or the settings' `error`."""
+    measured = dict(node.cold_start or {})
+    if all(isinstance(measured.get(key), (int, float)) and measured[key] > 0 for key in ("seconds", "time_scale")):
+        measured["model_seconds"] = float(measured["seconds"]) / float(measured["time_scale"])
+    if isinstance(measured.get("measured_at"), str):
+        measured["measured_at"] = parse_datetime(measured["measured_at"])
+    try:
+        settings = settings_of_pilot(pilot, node)
+    except DeploymentSettingsError as exc:
+        return {"cold_start": measured, "timeout": None, "error": str(exc)}
+    return {"cold_start": measured, "settings": settings,
+            "timeout": health_timeout(settings, node.cold_start, time_scale=measured.get("time_scale"))}
 
 
 def save_deployment(step: Step | None, deployment: Deployment) -> None:

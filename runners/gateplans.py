@@ -6,8 +6,10 @@ a gate compares, for a share of the concurrency levels; nodes then work in paral
 comparison ever mixes two machines. On one node, arms run one after another (one server holds
 the node's GPUs at a time).
 
-  G1  probe every node (in parallel) → recompute baseline at concurrency 16 × repetitions on the
-      first node (the stability of one machine across repetitions).
+  G1  probe every node (in parallel) → on every node, in parallel, a cold start of the planned model (the recompute
+      arm with empty compile caches: deploy.sh measures launch → /health, the node keeps it and later gates' health
+      waits follow from it); on the first node that server then measures the recompute baseline at concurrency
+      16 × repetitions (the stability of one machine across repetitions), on the others it is torn down at once.
   G2  on the first node: fx cold recovery (hit ratio; LMCache retrievals → read_bw) and the probe
       prompts on fx, then the probe prompts on recompute (output equivalence on one machine).
   G3  fx and local_nvme at 8, 16, 32 and recompute at 16, cold recovery, levels spread over nodes.
@@ -83,7 +85,9 @@ class Lane:
         self.arm_name = ""
 
     def open(self, arm: str, *, share_pool: bool = False, **deploy) -> int:
-        """Deploy an arm's server once the node's previous arm is torn down; returns the deploy's seq."""
+        """Deploy an arm's server once the node's previous arm is torn down; returns the deploy's seq. `deploy` goes
+        into the deploy step's parameters: `cold_start=True` (G1: empty compile caches, its start measured),
+        `capacity_tokens` (G4's capped tier)."""
         before = [self.last] if self.last else []
         self.arm_name = arm
         self.deploy = self.previous = self.steps.add("deploy", node=self.node, arm=arm,
@@ -118,6 +122,14 @@ class Lane:
             self.phase(name, params)
         self.close()
         return deploy
+
+    def start_only(self, arm: str, *, cold_start: bool = False) -> int:
+        """deploy → teardown: a server started (and its start measured) with no workload; returns the teardown's seq.
+        The deploy step itself keeps what it measured (the cold start's artifact), so there is nothing to collect."""
+        self.open(arm, **({"cold_start": True} if cold_start else {}))
+        self.last = self.steps.add("teardown", node=self.node, arm=arm, after_done=list(self.arm_steps), always=True,
+                                   deploy=self.deploy)
+        return self.last
 
 
 def _reps(job: Job, section: dict) -> int:
@@ -154,9 +166,15 @@ def _probe_prompts(loads: dict) -> tuple[str, dict]:
 
 def _g1(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
     probes = [steps.add("probe", node=node) for node in nodes]
-    lane = Lane(steps, nodes[0], after=probes)
-    lane.arm("recompute", _cold_recovery(job, loads, [int(job.params.get("concurrency", G1_CONCURRENCY))]))
-    return [lane]
+    first = Lane(steps, nodes[0], after=probes)
+    first.arm("recompute", _cold_recovery(job, loads, [int(job.params.get("concurrency", G1_CONCURRENCY))]),
+              cold_start=True)
+    lanes = [first]
+    for node in nodes[1:]:  # every other node's cold start, in parallel with the first node's baseline
+        lane = Lane(steps, node, after=probes)
+        lane.start_only("recompute", cold_start=True)
+        lanes.append(lane)
+    return lanes
 
 
 def _g2(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:

@@ -97,6 +97,11 @@ class Node(models.Model):
     contacted_at = models.DateTimeField(null=True, blank=True, editable=False)
     inventory = models.JSONField(default=dict, blank=True, editable=False, help_text="Parsed from the last probe")
     inventory_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # G1's measured cold start of the planned model (deploy.sh's record: seconds, caches "empty", measured_at, model,
+    # tensor_parallel_size, simulated, time_scale) and the run that measured it; later deploys' /health waits follow
+    # from it (runners.config.health_timeout).
+    cold_start = models.JSONField(default=dict, blank=True, editable=False,
+                                  help_text="G1's measured cold start of the planned model (compile caches empty)")
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -29,7 +29,7 @@ from runners.deployment import DeployError, Deployment, run_id_of, settings_for
 from runners.evaluation import PlanTamperedError, evaluate_job
 from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
 from runners.lmcache import lmcache_trouble, lmcache_trouble_message, save_log_checked
-from runners.models import Artifact, Job
+from runners.models import Artifact, Job, Node
 from runners.probe import ProbeSettingsError, probe_node
 from runners.remote.workload import plan_args
 from runners.runs import SAMPLE_TRACE_NAME, TRACE_NAME, extend_run
@@ -76,12 +76,23 @@ def run_deploy(ctx: StepContext) -> dict:
     if ctx.step.params.get("capped"):
         capacity_tokens, said = capped_tokens(ctx.job)
         ctx.say(f"{ctx.node.name}: {said}")
+    cold = bool(ctx.step.params.get("cold_start"))
     try:
         deployment = deploy_arm(ctx.job, ctx.step, ctx.node, ctx.step.arm, time_scale=_time_scale(ctx.job),
-                                share_pool=bool(ctx.step.params.get("share_pool")), capacity_tokens=capacity_tokens)
+                                share_pool=bool(ctx.step.params.get("share_pool")), capacity_tokens=capacity_tokens,
+                                cold_start=cold)
     except DeployError as exc:
         raise StepError(str(exc)) from None
-    return {"deployment": deployment.to_dict()}
+    if cold:
+        record_cold_start(ctx, deployment)
+    return {"deployment": deployment.to_dict(), **({"cold_start": deployment.cold_start} if cold else {})}
+
+
+def record_cold_start(ctx: StepContext, deployment: Deployment) -> None:
+    """G1's measured cold start becomes the node's (Node.cold_start): later deploys' /health waits follow from it."""
+    measured = {**deployment.cold_start, "job": str(ctx.job.code), "simulated": bool(deployment.simulated)}
+    Node.objects.filter(pk=ctx.node.pk).update(cold_start=measured)
+    ctx.node.cold_start = measured
 
 
 def replay_sample(job: Job) -> dict:

@@ -28,8 +28,9 @@ from gates.policy import Act
 from portal import access, notifications
 from portal.access import get_for_user, get_gate_for_user, get_pilot_for_user
 from portal.forms import CredentialForm, NodeForm, SiteForm
-from runners.config import DeploymentSettingsError
+from runners.config import COLD_START_FACTOR, COLD_START_FLOOR_S, HEALTH_TIMEOUT_MAX_S, DeploymentSettingsError
 from runners.credentials import create_credential
+from runners.deployment import start_up
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
 from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder, same_parties
@@ -336,6 +337,10 @@ def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "pilot": pilot,
             "node": node,
             "inventory": node.inventory or {},
+            "start": start_up(pilot, node),
+            "cold_start_factor": COLD_START_FACTOR,
+            "cold_start_floor_s": COLD_START_FLOOR_S,
+            "health_timeout_max_s": HEALTH_TIMEOUT_MAX_S,
             "probes": probes,
             "can_operate": access.offers(pilot, request.user, Act.OPERATE_NODES, pilot),
         },

@@ -14,7 +14,10 @@
 # (CHUNK_HASH: the algorithm the LMCache YAML names, HASH_SEED: the PYTHONHASHSEED exported to vLLM), the lines
 # that show LMCache failing (LMCACHE_FAILED, runners.lmcache.LMCACHE_TROUBLE), and how vLLM is
 # launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
-# LAUNCH_ENV (array of NAME=value).
+# LAUNCH_ENV (array of NAME=value); COLD_START=1 for G1's measured cold start: vLLM's, TorchInductor's and Triton's
+# compile caches are fresh empty directories under ARM_DIR/compile-cache, `serve` notes when it launched and the
+# first healthy `health` writes the seconds from launch to /health into manifest.json (`cold_start`) and prints
+# them as FXPILOT_COLD_START=<json>.
 set -euo pipefail
 
 fail() { echo "fxpilot: error: $*" >&2; exit 1; }
@@ -24,7 +27,7 @@ action=${1:-}
 arm_dir=${2:-}
 [[ -n "$action" && -f "$arm_dir/params.env" ]] || fail "usage: deploy.sh preflight|serve|health|cleanup ARM_DIR"
 EXTRA_VLLM_FLAGS=()
-LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR="" CHUNK_HASH="" HASH_SEED="" LMCACHE_FAILED=""
+LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR="" CHUNK_HASH="" HASH_SEED="" LMCACHE_FAILED="" COLD_START=0
 LAUNCH_PREFIX=()
 LAUNCH_ENV=()
 # shellcheck source=/dev/null
@@ -34,6 +37,12 @@ source "$arm_dir/params.env"
 [[ "$HASH_SEED" =~ ^[0-9]+$ ]] || fail "params.env sets no numeric HASH_SEED (the PYTHONHASHSEED of every arm)"
 [[ -n "$LMCACHE_FAILED" ]] || fail "params.env sets no LMCACHE_FAILED (the lines that show LMCache failing)"
 port_file="$arm_dir/port"
+# G1's cold start: the compile caches it starts with (empty), when it was launched, its measurement.
+compile_cache="$arm_dir/compile-cache"
+COMPILE_CACHE_VARS=(VLLM_CACHE_ROOT TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR)
+declare -A COMPILE_CACHE_DIRS=([VLLM_CACHE_ROOT]=vllm [TORCHINDUCTOR_CACHE_DIR]=torchinductor [TRITON_CACHE_DIR]=triton)
+launched_file="$arm_dir/launched_at"
+cold_start_file="$arm_dir/cold-start.json"
 # Where the server listens: the node's loopback, or its fabric address so the other node's client reaches it.
 BIND_HOST=${BIND_HOST:-127.0.0.1}
 if [[ "$BIND_HOST" == *:* ]]; then url_host="[$BIND_HOST]"; else url_host="$BIND_HOST"; fi
@@ -74,19 +83,35 @@ launch_words() {
 }
 
 # A container does not inherit the shell's environment: `docker|podman|nerdctl … run` gets `-e PYTHONHASHSEED`
-# right after `run` (the value exported here), unless the prefix passes it on already. Any other prefix inherits
-# it or not; the health check refuses a server whose log shows the seed missing (LMCACHE_FAILED).
+# right after `run` (the value exported here), unless the prefix passes it on already; for G1's cold start also
+# `-e` of each compile-cache variable (the container must see the run directory at the same path), and a prefix
+# that sets one of those itself is refused: the start would not be cold. Any other prefix inherits them or not; the
+# health check refuses a server whose log shows the seed missing (LMCACHE_FAILED).
 container_env() {
-    local i word runtime=""
-    for word in "${launch[@]}"; do
-        [[ "$word" == PYTHONHASHSEED || "$word" == PYTHONHASHSEED=* || "$word" == -ePYTHONHASHSEED* || "$word" == --env=PYTHONHASHSEED* ]] && return 0
+    local i word name runtime="" passed
+    local names=(PYTHONHASHSEED) wanted=()
+    [[ "$COLD_START" == 1 ]] && names+=("${COMPILE_CACHE_VARS[@]}")
+    for name in "${names[@]}"; do
+        passed=0
+        for word in "${launch[@]}"; do
+            if [[ "$word" == "$name" ]]; then
+                passed=1
+            elif [[ "$word" == "$name"=* || "$word" == -e"$name"=* || "$word" == --env="$name"=* ]]; then
+                [[ "$name" == PYTHONHASHSEED ]] || fail "deployment.launcher.prefix sets $name itself: G1's cold start needs its own empty compile caches"
+                passed=1
+            elif [[ "$word" == -e"$name" || "$word" == --env="$name" ]]; then
+                passed=1
+            fi
+        done
+        [[ "$passed" == 1 ]] || wanted+=(-e "$name")
     done
+    [[ ${#wanted[@]} -gt 0 ]] || return 0
     for i in "${!launch[@]}"; do
         word=${launch[$i]##*/}
         if [[ -z "$runtime" ]]; then
             case "$word" in docker|podman|nerdctl) runtime=$word ;; esac
         elif [[ "${launch[$i]}" == run ]]; then
-            launch=("${launch[@]:0:$((i + 1))}" -e PYTHONHASHSEED "${launch[@]:$((i + 1))}")
+            launch=("${launch[@]:0:$((i + 1))}" "${wanted[@]}" "${launch[@]:$((i + 1))}")
             return 0
         fi
     done
@@ -210,6 +235,14 @@ preflight() {
     fi
     rm -rf "$arm_dir/prometheus"
     mkdir -p "$arm_dir/prometheus"
+    rm -f -- "$launched_file" "$cold_start_file"
+    if [[ "$COLD_START" == 1 ]]; then
+        local name
+        rm -rf -- "$compile_cache"
+        for name in "${COMPILE_CACHE_VARS[@]}"; do
+            mkdir -p "$compile_cache/${COMPILE_CACHE_DIRS[$name]}" || fail "cannot create the empty compile cache $compile_cache/${COMPILE_CACHE_DIRS[$name]}"
+        done
+    fi
 
     local versions
     versions=$(versions_json)
@@ -218,7 +251,7 @@ preflight() {
     VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
     TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" KV_CONNECTOR="$KV_CONNECTOR" CHUNK_HASH="$CHUNK_HASH" LAUNCHER="$(launch_what)" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
     DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
-    CACHE_MOUNT="${CACHE_MOUNT:-}" python3 - "$arm_dir/manifest.json" <<'PY'
+    CACHE_MOUNT="${CACHE_MOUNT:-}" SIM_TIME_SCALE="${SIM_TIME_SCALE:-}" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
 env = os.environ
 manifest = {
@@ -233,7 +266,7 @@ manifest = {
     "page_cache": {"use_odirect": env["USE_ODIRECT"] == "1", "drop_page_cache": env["DROP_PAGE_CACHE"] == "1",
                    "method": env["PAGE_CACHE_METHOD"]},
     "command": json.loads(env["ARGV_JSON"]),
-    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "FXPILOT_SIM_TIME_SCALE") if env.get(k)},
+    "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "FXPILOT_SIM_TIME_SCALE", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if env.get(k)},
     "versions": json.loads(env["VERSIONS"]), "prepared_at": time.time(),
 }
 if env.get("SIM_TIME_SCALE"):
@@ -275,8 +308,12 @@ export_environment() {
     if [[ -n "${SIM_TIME_SCALE:-}" ]]; then
         export FXPILOT_SIM_TIME_SCALE="$SIM_TIME_SCALE"
     fi
-    local pair
+    local pair name
     for pair in "${LAUNCH_ENV[@]}"; do export "${pair?}"; done
+    # after launcher.env: a cold start's caches are its own empty ones, whatever the settings name
+    if [[ "$COLD_START" == 1 ]]; then
+        for name in "${COMPILE_CACHE_VARS[@]}"; do export "$name=$compile_cache/${COMPILE_CACHE_DIRS[$name]}"; done
+    fi
 }
 
 serve() {
@@ -284,7 +321,16 @@ serve() {
     build_argv "$(cat "$port_file")"
     export_environment
     launch_words
+    if [[ "$COLD_START" == 1 ]]; then
+        local name dir
+        for name in "${COMPILE_CACHE_VARS[@]}"; do
+            dir="$compile_cache/${COMPILE_CACHE_DIRS[$name]}"
+            [[ -d "$dir" && -z "$(ls -A -- "$dir")" ]] || fail "the compile cache $dir is not empty: this start would not be cold"
+        done
+        say "cold start: empty compile caches under $compile_cache"
+    fi
     say "starting: ${launch[*]}${launch[*]:+ }${argv[*]}"
+    date +%s.%N > "$launched_file"
     exec "${launch[@]}" "${argv[@]}"
 }
 
@@ -320,8 +366,39 @@ healthy() {
             exit 5
         fi
     fi
+    [[ "$COLD_START" == 1 ]] && cold_start_measured
     say "healthy on port $1"
     exit 0
+}
+
+# The first healthy look of a cold start: the seconds from serve's launch to this answer, measured here on the node
+# (the looks are a second apart; the runner's own polling adds nothing), into manifest.json and cold-start.json.
+cold_start_measured() {
+    local healthy_at
+    healthy_at=$(date +%s.%N)
+    if [[ ! -s "$cold_start_file" ]]; then
+        [[ -s "$launched_file" ]] || fail "the server answers but serve noted no launch time ($launched_file)"
+        LAUNCHED_AT=$(cat "$launched_file") HEALTHY_AT="$healthy_at" COMPILE_CACHE="$compile_cache" \
+        python3 - "$arm_dir/manifest.json" "$cold_start_file" <<'PY'
+import json, os, sys, time
+launched, healthy = float(os.environ["LAUNCHED_AT"]), float(os.environ["HEALTHY_AT"])
+with open(sys.argv[1]) as handle:
+    manifest = json.load(handle)
+root = os.environ["COMPILE_CACHE"]
+record = {"seconds": round(healthy - launched, 3), "caches": "empty", "launched_at": launched, "healthy_at": healthy,
+          "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(healthy)),
+          "compile_caches": {name: f"{root}/{sub}" for name, sub in (("VLLM_CACHE_ROOT", "vllm"),
+                             ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"), ("TRITON_CACHE_DIR", "triton"))},
+          "model": manifest["model"], "tensor_parallel_size": manifest["tensor_parallel_size"],
+          "simulated": manifest["simulated"], "time_scale": manifest.get("time_scale")}
+manifest["cold_start"] = record
+for path, data in ((sys.argv[2], record), (sys.argv[1], manifest)):
+    with open(path + ".tmp", "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+PY
+    fi
+    echo "FXPILOT_COLD_START=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])), sort_keys=True))' "$cold_start_file")"
 }
 
 cleanup() {

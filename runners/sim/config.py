@@ -335,6 +335,14 @@ class ServeConfig:
     dev_mode: bool
     prompt_tokens_details: bool = False
     vllm_version: str = DEFAULT_VLLM_VERSION
+    # VLLM_CACHE_ROOT when it names a directory: empty → a cold start is modelled (and the cache is filled);
+    # holding files → warm. Unset → the server starts at once, as before (the warm start is not modelled).
+    compile_cache: Path | None = None
+
+    @property
+    def cold_start(self) -> bool:
+        cache = self.compile_cache
+        return cache is not None and (not cache.is_dir() or not any(cache.iterdir()))
 
 
 def parse_serve(argv: list[str], environ: dict | None = None) -> ServeConfig:
@@ -397,4 +405,5 @@ def parse_serve(argv: list[str], environ: dict | None = None) -> ServeConfig:
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        kv_cache_bytes=2.0 if args.kv_cache_dtype in ("auto", "bfloat16") else 1.0,
                        time_scale=scale, node=node, dev_mode=dev, prompt_tokens_details=args.prompt_tokens_details,
-                       vllm_version=version)
+                       vllm_version=version,
+                       compile_cache=Path(environ["VLLM_CACHE_ROOT"]) if environ.get("VLLM_CACHE_ROOT") else None)

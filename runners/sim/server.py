@@ -32,7 +32,16 @@ from aiohttp import web
 
 from runners.sim.config import ServeConfig
 from runners.sim.engine import Engine, SimRequest
-from runners.sim.model import GB, GIB, Hardware, ModelSpec, hbm_kv_capacity_tokens
+from runners.sim.model import (
+    COLD_START,
+    GB,
+    GIB,
+    QWEN3_CODER_480B,
+    Hardware,
+    ModelSpec,
+    StartupSpec,
+    hbm_kv_capacity_tokens,
+)
 from runners.sim.tiers import DiskTier, FsPool, LruTier, Writer, chunk_keys
 from runners.simnode.storage import fx_read_gbps, local_read_gbps
 
@@ -783,6 +792,30 @@ def describe(server: SimServer) -> str:
     return "simulated server: " + ", ".join(parts)
 
 
+def cold_start(config: ServeConfig, spec: StartupSpec = COLD_START, model: ModelSpec = QWEN3_CODER_480B) -> float:
+    """A first start with empty compile caches (runners.sim.model.StartupSpec), at the time scale: nothing listens
+    until it is done, as with vLLM. The caches are then filled (a marker per cache), so the next start is warm.
+    Returns the model seconds it took."""
+    steps = (("Loading weights took %.2f seconds", spec.load_seconds(model)),
+             ("torch.compile takes %.2f s in total", spec.compile_seconds),
+             ("Graph capturing finished in %.0f secs", spec.graph_capture_seconds))
+    vllm_log("INFO", f"cold start (simulated): compile caches empty at {config.compile_cache}")
+    for said, seconds in steps:
+        time.sleep(seconds * config.time_scale)
+        vllm_log("INFO", said % seconds + " (simulated, model time)")
+    for variable, sub in (("VLLM_CACHE_ROOT", "torch_compile_cache"), ("TORCHINDUCTOR_CACHE_DIR", ""),
+                          ("TRITON_CACHE_DIR", "")):
+        root = os.environ.get(variable)
+        if root:
+            where = os.path.join(root, sub) if sub else root
+            os.makedirs(where, exist_ok=True)
+            with open(os.path.join(where, "fxpilot-sim-compiled.json"), "w") as handle:
+                json.dump({"simulated": True, "model": config.model}, handle)
+    total = sum(seconds for _, seconds in steps)
+    vllm_log("INFO", f"cold start done in {total:.0f} s of model time (simulated)")
+    return total
+
+
 def run(config: ServeConfig) -> None:
     """Serve until killed (as `vllm serve` does)."""
     faults = config.node.faults()
@@ -797,6 +830,8 @@ def run(config: ServeConfig) -> None:
                     level="ERROR", where="manager.py:107:lmcache.v1.manager",
                     prefix=worker_prefix(0, config.tensor_parallel))
         config.lmcache = None
+    if config.cold_start:
+        cold_start(config)
     server = SimServer(config)
     vllm_log("INFO", describe(server))
     app = build_app(server)

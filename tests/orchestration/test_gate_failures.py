@@ -62,7 +62,7 @@ def test_a_worker_killed_during_measure_is_replaced_and_no_step_or_record_is_rep
     cluster.worker("second", [cluster.control, sim_site.site.queue], concurrency=3)
     job = wait_for(job, 240)
     assert_judged(job, cluster)
-    assert [s.attempts for s in job.steps.order_by("seq")] == [1] * 10, explain(job, cluster)
+    assert [s.attempts for s in job.steps.order_by("seq")] == [1] * 12, explain(job, cluster)
     rows = records_of(job)
     assert Counter(r["phase"] for r in rows) == cold_recovery_records(SLOW_MEASURE)
     assert len({request_key(r) for r in rows}) == len(rows)
@@ -94,7 +94,7 @@ def test_a_server_crash_ends_the_run_in_error_naming_the_step_and_leaves_the_pil
     assert job.status == Status.ERROR, explain(job, cluster)
     assert job.error.startswith("step 6 measure [recompute] on node1: "
                                 "the recompute server on node1 exited during measure")
-    statuses = dict(job.steps.values_list("name", "status"))
+    statuses = dict(job.steps.exclude(node__name="node2").values_list("name", "status"))  # node2: its cold start
     assert statuses["teardown"] == Status.SUCCESSFUL
     assert statuses["evaluate"] == Status.CANCELED
     assert not Evaluation.objects.filter(job=job).exists()
@@ -111,7 +111,7 @@ def test_cancel_during_measure_ends_canceled_with_no_process_left_on_the_nodes(c
     request_cancel(job, sim_site.people.alice)
     job = wait_for(job, 120)
     assert job.status == Status.CANCELED, explain(job, cluster)
-    statuses = dict(job.steps.values_list("name", "status"))
+    statuses = dict(job.steps.exclude(node__name="node2").values_list("name", "status"))  # node2: its cold start
     assert statuses["measure"] == Status.CANCELED and statuses["teardown"] == Status.SUCCESSFUL
     assert statuses["evaluate"] == Status.CANCELED
     for server in sim_site.servers:

@@ -66,8 +66,11 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     assert Counter(r["phase"] for r in rows) == {"populate": 16 * 2, "measure": 16 * 2}
     assert len({request_key(r) for r in rows}) == len(rows)
     steps = list(job.steps.order_by("seq"))
+    # every node's cold start: the first node's server then measures the baseline, the second's is torn down
     assert [s.name for s in steps] == ["probe", "probe", "deploy", "populate", "evict", "measure", "collect",
-                                       "teardown", "evaluate", "report"]
+                                       "teardown", "deploy", "teardown", "evaluate", "report"]
+    assert [(s.node.name, s.params.get("cold_start")) for s in steps if s.name == "deploy"] == [
+        ("node1", True), ("node2", True)]
     assert all(s.attempts == 1 for s in steps), [(s.seq, s.name, s.attempts) for s in steps if s.attempts != 1]
     # two fast repetitions on the simulator spread widely: the CV bar may fail (an evaluate step that fails)
     assert all(s.status == Status.SUCCESSFUL for s in steps[:-1] if s.name != "evaluate")
@@ -75,7 +78,16 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     measure = steps[5]
     assert measure.requests_done == measure.requests_total == 32 + 16  # repetition 2's sessions populated too
     progress = job_progress(job)
-    assert progress["steps_finished"] == progress["steps_total"] == 10
+    assert progress["steps_finished"] == progress["steps_total"] == 12
+    # each node's cold start, measured on the node with empty compile caches, is the node's and is evidence
+    kept = {a.name.split("/")[0]: json.loads(read_artifact(a)) for a in job.artifacts.filter(kind="cold-start")}
+    assert set(kept) == {"node1", "node2"}
+    for node in sim_site.site.nodes.all():
+        cold = node.cold_start
+        assert cold["caches"] == "empty" and cold["simulated"] is True and cold["job"] == str(job.code)
+        assert cold["seconds"] == kept[node.name]["seconds"] > 0 and cold["time_scale"] == FAST_RUN["time_scale"]
+    manifest = json.loads(read_artifact(job.artifacts.get(kind="manifest", name__startswith="node1/")))
+    assert manifest["cold_start"]["seconds"] == kept["node1"]["seconds"]
 
 
 def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(cluster, sim_site):

@@ -44,6 +44,23 @@ def test_every_step_depends_only_on_earlier_steps_and_ends_with_evaluate_and_rep
     assert job.params["time_scale"] > 0 and all(s.status == Status.PENDING for s in steps)
 
 
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_g1_measures_the_cold_start_on_every_node_in_parallel(signed_pilot, site_of, nodes):
+    job = start_gate_run(signed_pilot.pilot.gate(1), signed_pilot.alice, site=site_of(nodes))
+    steps = {s.seq: s for s in job.steps.select_related("node")}
+    probes = sorted(seq for seq, s in steps.items() if s.name == "probe")
+    deploys = [s for s in steps.values() if s.name == "deploy"]
+    # one deploy per node, each with empty compile caches, each waiting only for the probes (never for another node)
+    assert sorted(s.node.name for s in deploys) == [f"node{i}" for i in range(1, nodes + 1)]
+    assert all(s.params.get("cold_start") is True and s.arm == "recompute" for s in deploys)
+    assert all(s.params["after"] == probes and "after_done" not in s.params for s in deploys)
+    # the baseline is measured on the first node only; the others' servers are torn down at once
+    assert {steps[s.params["deploy"]].node.name for s in steps.values() if s.name == "measure"} == {"node1"}
+    evaluate = next(s for s in steps.values() if s.name == "evaluate")
+    teardowns = [seq for seq, s in steps.items() if s.name == "teardown"]
+    assert sorted(evaluate.params["after_done"]) == sorted(teardowns) and len(teardowns) == nodes
+
+
 def test_g3_measures_every_compared_pair_of_cells_on_one_node(signed_pilot, site_of):
     open_gate(signed_pilot.pilot, 3, signed_pilot)
     job = start_gate_run(signed_pilot.pilot.gate(3), signed_pilot.alice, site=site_of(2))

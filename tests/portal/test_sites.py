@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from gates.models import AuditEvent
+from runners.config import default_simulated
 from runners.engine import contact_node
 from runners.models import Credential, Node, Site
 from tests.portal.conftest import private_key_text
@@ -198,3 +199,62 @@ def test_the_site_form_and_the_model_refuse_the_control_queue(world, settings):
     assert not SiteForm({"name": "Control", "queue": "control-7"}).is_valid()
     assert SiteForm({"name": "Lab", "queue": "fxpilot-lab"}).is_valid()
     Site(pilot=world.pilot, name="Lab", queue="lab-7").full_clean()
+
+
+COLD = {"seconds": 11.613, "caches": "empty", "measured_at": "2026-12-01T10:00:00Z", "time_scale": 0.03,
+        "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "tensor_parallel_size": 8, "simulated": True}
+
+
+def node_page(client, world, who=None, **cold) -> str:
+    Node.objects.filter(pk=world.node.pk).update(cold_start=cold)
+    client.force_login(who or world.carol)
+    return client.get(reverse("node", args=[world.node.code])).content.decode()
+
+
+def start_up_section(page: str) -> str:
+    return page.split('id="start-up"', 1)[1].split("</section>", 1)[0]
+
+
+def test_the_node_page_says_the_cold_start_g1_measured_and_the_health_wait_it_gives(client, world):
+    world.pilot.deployment = {}
+    world.pilot.save()
+    job = world.pilot.jobs.first()
+    section = start_up_section(node_page(client, world, **COLD, job=str(job.code)))
+    assert "11.6 s from launch to /health, compile caches empty" in section
+    assert "Simulated — not evidence" in section and "simulated at time scale ×0.03: 387 s of model time" in section
+    assert "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8, tensor parallel 8" in section and f"/runs/{job.code}/" in section
+    # 2 × 11.6 s is less than the floor: the next deploys wait the floor
+    assert "<strong>300 s</strong>" in section
+    assert "the floor of 300 s, since 2 × the measured cold start (11.6 s) is less" in section
+
+
+def test_a_real_nodes_measured_cold_start_sets_the_wait_and_before_g1_the_fixed_setting_holds(client, world):
+    Node.objects.filter(pk=world.node.pk).update(simulated=False)
+    world.pilot.deployment = {**default_simulated(), "health_timeout_s": 1500}
+    world.pilot.save()
+    section = start_up_section(node_page(client, world, **{**COLD, "seconds": 412.24, "time_scale": None,
+                                                             "simulated": False}))
+    assert "412.2 s from launch to /health" in section and "Simulated" not in section
+    assert "<strong>825 s</strong>" in section and "2 × the measured cold start (412.2 s)" in section
+    section = start_up_section(node_page(client, world))
+    assert "Not measured yet: G1 measures the cold start" in section
+    assert "<strong>1500 s</strong>" in section and "until G1 has measured this node's cold start" in section
+    other = {**COLD, "seconds": 412.24, "model": "org/another-model"}
+    section = start_up_section(node_page(client, world, **other))
+    assert "<strong>1500 s</strong>" in section and "measured for another model" in section
+
+
+def test_the_start_up_reads_in_chinese(client, world):
+    from django.conf import settings
+
+    from gates.models import Profile
+    from tests.portal.test_zh_pages import page_sentences
+
+    Profile.objects.update_or_create(user=world.alice, defaults={"language": "zh-hans"})
+    client.cookies.load({settings.LANGUAGE_COOKIE_NAME: "zh-hans"})
+    for cold in (COLD, {**COLD, "seconds": 2000.0, "time_scale": None, "simulated": False}, {}):
+        page = node_page(client, world, world.alice, **cold)
+        section = start_up_section(page)
+        assert "冷启动" in section, section
+        found = page_sentences(section, ["Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"])
+        assert not found, found

@@ -175,8 +175,12 @@ def build_world(demo) -> SimpleNamespace:
     trace = traces.upload(pilot.gate(4), b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"
                           + b"".join(f"s{i},1,{20000 + 1000 * i},100,{i}.0\n".encode() for i in range(8)),
                           "customer-trace.csv", demo.bob, "customer")
+    from gates.models import ApiToken
+
+    token, _ = ApiToken.issue(demo.alice, "tenancy walk")  # alice's own: revoking it is hers alone
     return SimpleNamespace(
         **vars(demo),
+        token=token,
         verification=verification,
         report_job=report_job,
         trace=trace,

@@ -159,11 +159,13 @@ def test_the_worker_command_serves_the_control_queue_and_every_sites_queue(clust
     import subprocess
     import sys
 
-    from runners.queues import all_queues
+    from runners.queues import CHECK_QUEUE, all_queues
     from tests.orchestration.conftest import ROOT
 
     site, _ = local_site
-    assert all_queues() == [cluster.control, site.queue]
+    # the control queue, the PDF checks' own (a check never waits behind a gate run's steps, nor they behind it),
+    # then every site's
+    assert all_queues() == [cluster.control, CHECK_QUEUE, site.queue]
     proc = subprocess.Popen([sys.executable, "manage.py", "worker", "--concurrency", "1", "--hostname", "cmd@%h"],
                             cwd=ROOT, env=cluster.environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, text=True)
@@ -174,7 +176,7 @@ def test_the_worker_command_serves_the_control_queue_and_every_sites_queue(clust
             if " ready." in line:
                 break
         text = "".join(lines)
-        assert f"worker on {cluster.control}, {site.queue}" in text
+        assert f"worker on {cluster.control}, {CHECK_QUEUE}, {site.queue}" in text
         assert f".> {site.queue}" in text and "cmd@" in text
     finally:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -638,17 +638,23 @@ def _external_hits(gate: GatePlan, inputs: Inputs) -> dict:
     for spec in gate.criteria:
         if spec.metric != "external_hit_ratio":
             continue
-        rows = [s for s in inputs.summaries if s["arm"] == spec.candidate
-                and (spec.phase == "any" or s["phase"] == spec.phase)]
-        measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
-        if not measured:
-            problems.append(said(gettext_noop("%(criterion)s: cannot be verified: no /metrics for %(cell)s (no phase "
-                                              "summary with its own vllm:external_prefix_cache_hits_total and "
-                                              "vllm:external_prefix_cache_queries_total deltas)"),
-                                 criterion=spec.key, cell=f"{spec.candidate}/{spec.phase}"))
-        else:
-            seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key, n=len(measured)))
+        _external_windows(spec, inputs, problems, seen)
     return _check("external-hits-measured", problems, seen)
+
+
+def _external_windows(spec: CriterionSpec, inputs: Inputs, problems: list, seen: list) -> None:
+    """The /metrics windows with external-hit deltas of a criterion's candidate and phase: counted in `seen`, or
+    their absence in `problems` (an external-tier share comes from those counters alone)."""
+    rows = [s for s in inputs.summaries if s["arm"] == spec.candidate
+            and (spec.phase == "any" or s["phase"] == spec.phase)]
+    measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
+    if not measured:
+        problems.append(said(gettext_noop("%(criterion)s: cannot be verified: no /metrics for %(cell)s (no phase "
+                                          "summary with its own vllm:external_prefix_cache_hits_total and "
+                                          "vllm:external_prefix_cache_queries_total deltas)"),
+                             criterion=spec.key, cell=f"{spec.candidate}/{spec.phase}"))
+    else:
+        seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key, n=len(measured)))
 
 
 def bandwidth_retrievals(retrieves: pd.DataFrame, arm: str | None) -> pd.DataFrame:
@@ -948,14 +954,5 @@ def capacity_measured(gate: GatePlan, inputs: Inputs, oracle: dict | None) -> di
             seen.append(said(gettext_noop("%(criterion)s: not applicable: the replayed traffic's reuse is little or "
                                           "unknown"), criterion=spec.key))
             continue
-        rows = [s for s in inputs.summaries if s["arm"] == spec.candidate and s["phase"] == spec.phase]
-        measured = [s for s in rows if counters.external_hits(s, inputs.summaries) is not None]
-        if not measured:
-            problems.append(said(gettext_noop("%(criterion)s: cannot be verified: no /metrics for %(cell)s (no phase "
-                                              "summary with its own vllm:external_prefix_cache_hits_total and "
-                                              "vllm:external_prefix_cache_queries_total deltas)"),
-                                 criterion=spec.key, cell=f"{spec.candidate}/{spec.phase}"))
-        else:
-            seen.append(said(gettext_noop("%(criterion)s: %(n)s /metrics window(s)"), criterion=spec.key,
-                             n=len(measured)))
+        _external_windows(spec, inputs, problems, seen)
     return _check("capacity-check-measured", problems, seen)

@@ -98,6 +98,18 @@ class Reconciler:
             self.proc.wait(timeout=15)
 
 
+def wait_finished(row, cluster, seconds: float, every: float = 0.5):
+    """A row a worker carries to its end (a report job, a PDF check: `is_finished`), followed from the test as the
+    pages follow it by polling; fails with the cluster's logs when it is not done within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        row.refresh_from_db()
+        if row.is_finished:
+            return row
+        time.sleep(every)
+    raise AssertionError(f"{type(row).__name__} still {row.state} after {seconds}s\n{cluster.logs()}")
+
+
 @pytest.fixture
 def fast_settings(settings):
     for name, value in FAST.items():

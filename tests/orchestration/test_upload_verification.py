@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from gates.models import UploadVerification
 from portal.tasks import verify_upload
+from tests.orchestration.conftest import wait_finished
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +30,7 @@ def _upload(client, data: bytes, name: str = "report.pdf"):
 
 
 def _wait_finished(row: UploadVerification, cluster, seconds: float = 90) -> UploadVerification:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        row.refresh_from_db()
-        if row.is_finished:
-            return row
-        time.sleep(0.25)
-    raise AssertionError(f"still {row.state} after {seconds}s\n{cluster.logs()}")
+    return wait_finished(row, cluster, seconds, every=0.25)
 
 
 def test_the_upload_returns_at_once_and_stays_queued_without_a_worker(client, demo, signed_report):

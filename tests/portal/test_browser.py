@@ -30,6 +30,7 @@ from reports.service import report_bytes, verify_report_bytes
 from runners import artifacts, output
 from runners.evaluation import evaluate_job
 from runners.models import Job, Node, Site, Status, Step
+from tests.orchestration.conftest import wait_finished
 from tests.portal.conftest import add_lab, verdict
 from tests.portal.test_zh_pages import english_sentences, root_names
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
@@ -200,13 +201,7 @@ def pass_and_sign_off(pilot, number: int, people) -> None:
 
 def wait_for_job(job: ReportJob, cluster, seconds: float = JOB_SECONDS) -> ReportJob:
     """A report job the worker carries out, followed from the test (the pages follow it by polling)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.is_finished:
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"report job still {job.state} after {seconds}s\n{cluster.logs()}")
+    return wait_finished(job, cluster, seconds)
 
 
 def finish_run_as_the_workers_would(job: Job) -> Evaluation:

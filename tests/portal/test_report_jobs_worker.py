@@ -18,19 +18,14 @@ from reports.service import (
     verify_report_bytes,
 )
 from runners.pending import pending_actions
+from tests.orchestration.conftest import wait_finished
 from tests.reports.test_service import _evaluate
 
 WAIT_SECONDS = 400  # a render and a signature on a loaded two-core machine
 
 
 def _finished(job: ReportJob, cluster) -> ReportJob:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.is_finished:
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"report job still {job.state} after {WAIT_SECONDS}s\n{cluster.logs()}")
+    return wait_finished(job, cluster, WAIT_SECONDS)
 
 
 def _countersign(client, report: Report, sha256: str) -> tuple[ReportJob, str]:

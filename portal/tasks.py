@@ -25,11 +25,13 @@ from reports.findings import english, said
 
 log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
-# The start of the reason when the worker itself failed; the view shows it translated, the detail as it was.
-NOT_CARRIED_OUT = gettext_noop("The verification could not be carried out:")
-# The start of the reason when a stored report's file no longer matches its row (the detail as it was).
-STORED_UNREADABLE = gettext_noop("The stored report cannot be checked:")
-REASON_STARTS = (NOT_CARRIED_OUT, STORED_UNREADABLE)
+# Why a check ended in `error`, as made (a sentence and its values, reports.findings): kept in the row's `result`
+# as {"reason": said} for the page to say in the reader's language; `error` keeps the English for logs and admin.
+NOT_CARRIED_OUT = gettext_noop("The verification could not be carried out: %(detail)s")
+STORED_UNREADABLE = gettext_noop("The stored report cannot be checked: %(detail)s")
+NO_TRUST_ROOT = gettext_noop("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+CHANGED_IN_UPLOAD_AREA = gettext_noop("The uploaded file changed in the upload area after it was received; upload it "
+                                      "again.")
 
 
 @shared_task(name="gates.tasks.notify", ignore_result=True)
@@ -126,22 +128,22 @@ def verify_upload(pk: int) -> str:
     from reports.service import ReportError, report_bytes, trust_roots, verify_report_bytes
 
     row = UploadVerification.objects.select_related("report").get(pk=pk)
-    state, result, error = UploadVerification.State.ERROR, None, ""
+    state, result, reason = UploadVerification.State.ERROR, None, None
     try:
         missing = [str(root) for root in trust_roots() if not Path(root).is_file()]
         data = None
         if missing:
-            error = gettext_noop("No trust root is configured (FXPILOT_SIGNING_ROOT); nothing can be trusted.")
+            reason = said(NO_TRUST_ROOT)
         elif row.report_id is not None:  # a stored report, as it is in the evidence store now, hashed again
             try:
                 data = report_bytes(row.report)
             except ReportError as exc:
-                error = f"{STORED_UNREADABLE} {exc}"
+                reason = said(STORED_UNREADABLE, detail=exc)
         else:
             data = Path(row.path).read_bytes()
         if data is not None:
             if hashlib.sha256(data).hexdigest() != row.sha256:
-                error = gettext_noop("The uploaded file changed in the upload area after it was received; upload it again.")
+                reason = said(CHANGED_IN_UPLOAD_AREA)
             else:
                 try:
                     result = verify_report_bytes(data).to_dict()
@@ -150,9 +152,12 @@ def verify_upload(pk: int) -> str:
                 state = UploadVerification.State.DONE
     except Exception as exc:  # the upload area or the trust root unreadable: infrastructure trouble
         log.exception("verifying upload %s", row.code)
-        error = f"{NOT_CARRIED_OUT} {type(exc).__name__}: {exc}"
-    UploadVerification.objects.filter(pk=pk).update(state=state, result=result, error=error,
-                                                    finished=timezone.now())
+        reason = said(NOT_CARRIED_OUT, detail=f"{type(exc).__name__}: {exc}")
+    if state == UploadVerification.State.ERROR:
+        reason = reason or said(NOT_CARRIED_OUT, detail="no reason given")
+        result = {"reason": reason}
+    UploadVerification.objects.filter(pk=pk).update(state=state, result=result,
+                                                    error=english(reason) if reason else "", finished=timezone.now())
     if row.path:  # an upload is checked and not kept; a stored report stays where it is
         Path(row.path).unlink(missing_ok=True)
     return state

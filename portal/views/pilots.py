@@ -61,10 +61,10 @@ from portal.forms import (
     TraceUploadForm,
     max_report_bytes,
 )
-from portal.tasks import REASON_STARTS, checks_left, queue_report_check, queue_upload_verification
+from portal.tasks import checks_left, queue_report_check, queue_upload_verification
 from portal.templatetags.portal import simulated_pilot_ids
 from portal.uploads import receive_upload
-from reports import charts
+from reports import charts, findings
 from reports import tasks as report_tasks
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import latest_version, procurement_report_of, quick_change
@@ -767,12 +767,11 @@ def report_verify(request: HttpRequest) -> HttpResponse:
     return render(request, "gates/verify.html", {"form": form, "max_mb": max_report_bytes() // 2**20})
 
 
-def _error_text(error: str) -> str:
-    """A worker's reason in the reader's language: a known sentence whole, else its known start and the detail."""
-    for start in REASON_STARTS:
-        if error.startswith(start):
-            return _(start) + error[len(start):]
-    return _(error)
+def _error_text(row: UploadVerification) -> str:
+    """A check's reason for `error` in the reader's language, as the worker made it (a sentence and its values, in
+    `result`); a row stored before reasons were kept so shows its English."""
+    reason = (row.result or {}).get("reason") if isinstance(row.result, dict) else None
+    return findings.in_language(reason) if isinstance(reason, dict) and "template" in reason else row.error
 
 
 @login_required
@@ -787,7 +786,7 @@ def report_verification(request: HttpRequest, code: UUID) -> HttpResponse:
     context = {"form": PdfUploadForm(), "max_mb": max_report_bytes() // 2**20, "verification": row,
                "report": row.report,
                "result": row.result if row.state == UploadVerification.State.DONE else None,
-               "error": _error_text(row.error) if row.state == UploadVerification.State.ERROR else None,
+               "error": _error_text(row) if row.state == UploadVerification.State.ERROR else None,
                "poll_seconds": 2}
     if request.headers.get("HX-Request"):
         return render(request, "gates/_verification.html", context)

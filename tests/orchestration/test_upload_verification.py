@@ -102,9 +102,13 @@ def test_infrastructure_trouble_is_an_error_with_its_reason_never_verified(clien
     assert verify_upload(gone.pk) == "error"
     for row, reason in ((no_root, "No trust root"), (gone, "could not be carried out")):
         row.refresh_from_db()
-        assert row.state == "error" and row.result is None and reason in row.error
+        assert row.state == "error" and set(row.result) == {"reason"} and reason in row.error
         page = client.get(reverse("report_verification", args=[row.code])).content.decode()
         assert reason in page and "Verified" not in page and "hx-get" not in page
+    # the reasons are said in the reader's language from what the worker made, the detail as it was
+    client.post(reverse("set_language"), {"language": "zh-hans"})
+    page = client.get(reverse("report_verification", args=[gone.code])).content.decode()
+    assert "could not be carried out" not in page and "FileNotFoundError" in page
     assert verify_upload(no_root.pk) == "not queued"  # a second delivery changes nothing
 
 

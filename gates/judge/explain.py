@@ -226,17 +226,17 @@ def capacity_words(cell: dict, spec) -> tuple[str, str]:
     fraction, share = fmt(cell.get("fraction"), "fraction"), fmt(cell.get("share"), "fraction")
     predicted = fmt(cell.get("predicted"), "fraction")
     if cell.get("measured") is None:
-        return (f"With the FX tier capped at {tokens} tokens ({fraction} of the {needed} that capture {share} of the "
-                f"sample's reuse) the oracle predicts {predicted} of the prompt tokens from the tier; no /metrics "
+        return (f"With the FX tier capped at {tokens} tokens (what captures {fraction} of the sample's reuse; {needed} "
+                f"capture {share}) the oracle predicts {predicted} of the prompt tokens from the tier; no /metrics "
                 f"of the capped replay were recorded.",
-                f"FX 层级限容为 {tokens} 个词元（可捕获样本 {share} 复用所需的 {needed} 个词元的 {fraction}）时，"
+                f"FX 层级限容为 {tokens} 个词元（可捕获样本 {fraction} 复用的容量；捕获 {share} 需 {needed} 个词元）时，"
                 f"预测 {predicted} 的提示词元来自该层级；未记录限容回放的 /metrics。")
     measured, difference = fmt(cell.get("measured"), "fraction"), cell.get("difference") or 0.0
     points = f"{difference * 100:+.1f} points"
-    return (f"With the FX tier capped at {tokens} tokens ({fraction} of the {needed} that capture {share} of the "
-            f"sample's reuse) the tier served {measured} of the prompt tokens (/metrics, n = {cell.get('n_candidate')} "
+    return (f"With the FX tier capped at {tokens} tokens (what captures {fraction} of the sample's reuse; {needed} "
+            f"capture {share}) the tier served {measured} of the prompt tokens (/metrics, n = {cell.get('n_candidate')} "
             f"tokens); the oracle predicts {predicted} for that capacity: difference {points}, tolerance ± {tolerance}.",
-            f"FX 层级限容为 {tokens} 个词元（可捕获样本 {share} 复用所需的 {needed} 个词元的 {fraction}）时，"
+            f"FX 层级限容为 {tokens} 个词元（可捕获样本 {fraction} 复用的容量；捕获 {share} 需 {needed} 个词元）时，"
             f"该层级提供了 {measured} 的提示词元（/metrics，n = {cell.get('n_candidate')} 个词元）；"
             f"预测该容量下为 {predicted}：相差 {difference * 100:+.1f} 个百分点，容差 ± {tolerance}。")
 

@@ -28,6 +28,8 @@ SHIPPED = {
     + [ROOT / "runners" / "remote" / "lmcache_inspect.py"],
     "judge/gates": [ROOT / "gates" / "plan.py"],
     "judge/gates/judge": sorted((ROOT / "gates" / "judge").glob("*.py")),
+    # the judge's trace oracle (G4's fidelity, strata and capacity check): numpy and the standard library only
+    "judge/gates/traces": sorted((ROOT / "gates" / "traces").glob("*.py")),
 }
 JUDGE_REQUIREMENTS = ("pandas", "numpy", "PyYAML")
 

@@ -245,7 +245,7 @@ def demos(tmp_path_factory):
     root = tmp_path_factory.mktemp("demos")
     started = {"nominal": Demo(root / "nominal"),
                "degraded": Demo(root / "degraded", "--scenario", "degraded-fx", "--no-serve"),
-               "hangup": Demo(root / "hangup", "--time-scale", "0.002")}
+               "hangup": Demo(root / "hangup", "--time-scale", "0.005")}
     scenarios = {"nominal": Scenario(started["nominal"], nominal_steps),
                  "hangup": Scenario(started["hangup"], hangup_steps)}
     for scenario in scenarios.values():

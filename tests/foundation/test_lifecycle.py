@@ -6,6 +6,7 @@ import pytest
 from gates import lifecycle
 from gates.lifecycle import TransitionRefused
 from gates.models import AuditEvent, Evaluation, Gate, Pilot, PlanVersion, SignOff
+from gates.plan import load_plan
 
 
 def _evaluate(gate: Gate, verdict: str) -> Evaluation:
@@ -30,7 +31,8 @@ def test_a_new_pilot_is_a_draft_with_four_pending_gates(demo):
     assert demo.pilot.state == Pilot.State.DRAFT
     assert [(g.number, g.state, g.week_start, g.week_end) for g in demo.pilot.gates.all()] == [
         (1, "pending", 1, 2), (2, "pending", 3, 4), (3, "pending", 5, 7), (4, "pending", 8, 10)]
-    assert demo.pilot.latest_plan.criteria.count() == 24
+    # every criterion of the default plan, one row each
+    assert demo.pilot.latest_plan.criteria.count() == sum(len(g.criteria) for g in load_plan("default").gates) == 26
 
 
 def test_signing_the_plan_by_both_parties_freezes_it_and_opens_g1(demo):

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from runners.agentapi import discard_file, flush_output, received_file
 from runners.artifacts import EvidenceStoreError, sha256_file
-from runners.models import AgentCall, Job, Node, SiteAgent, Step, active_agent
+from runners.models import AgentCall, Credential, Job, Node, SiteAgent, Step, active_agent
 from runners.output import system_line
 from runners.ssh import (
     DEFAULT_TIMEOUTS,
@@ -119,7 +119,7 @@ class AgentConnection(NodeConnection):
                 raise InvalidNodeSettings("; ".join(exc.messages), node=node) from None
             if node.credential_id is None:
                 raise InvalidNodeSettings("no credential is assigned", node=node)
-            credential = node.credential
+            credential = Credential.objects.select_related("sealed_to").get(pk=node.credential_id)  # as it is now
             if not credential.sealed_key:
                 raise InvalidNodeSettings(f"credential {credential.name} is not sealed to the site agent yet (the "
                                           "agent reseals the site's keys when it says hello)", node=node)
@@ -146,7 +146,9 @@ class AgentConnection(NodeConnection):
             raise Interrupted(f"{what} not started: {why}", node=self.node)
         pickup = float(settings.FXPILOT_AGENT_PICKUP_SECONDS)
         silence = float(settings.FXPILOT_AGENT_SILENCE_SECONDS)
-        within = (timeout + silence) if timeout else float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
+        # The answer deadline the agent is given (and the API enforces when no waiter is left to): later than the
+        # waiter's own limit below, so that a waiter still here is the one that gives up and says why.
+        within = (timeout + 2 * silence) if timeout else float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
         call = AgentCall.objects.create(
             site_id=self.node.site_id, node=self.node, job=job, step=step, op=op, payload=payload,
             request={"args": args, "answer_within": within}, deadline=timezone.now() + timedelta(seconds=pickup))
@@ -165,6 +167,9 @@ class AgentConnection(NodeConnection):
                 call.refresh_from_db()
                 return self._answer(call, what=what, command=command)
             if state in (AgentCall.State.CANCELED, AgentCall.State.EXPIRED):
+                if timeout and row["taken_at"] and (now - row["taken_at"]).total_seconds() >= timeout:
+                    raise CommandTimeout(f"`{_short(command)}` still running after {timeout:g} s; given up",
+                                         node=self.node, result=self._partial(call, command))
                 raise ConnectionLost(f"{what}: the site agent's call {call.pk} was {state} before it was answered",
                                      node=self.node, result=self._partial(call, command))
             if state == AgentCall.State.QUEUED and time.monotonic() - started >= pickup:

@@ -206,6 +206,8 @@ def _expire_overdue(agent: SiteAgent) -> None:
     if ids:
         AgentCall.objects.filter(pk__in=ids, state__in=(AgentCall.State.QUEUED, AgentCall.State.TAKEN),
                                  deadline__lte=now).update(state=AgentCall.State.EXPIRED, finished=now)
+        for call in AgentCall.objects.filter(pk__in=ids, op=AgentCall.Op.GET).only("pk", "result"):
+            discard_file(call)
 
 
 def _take(agent: SiteAgent, slots: int) -> list[dict]:
@@ -334,6 +336,7 @@ def _locked_taken(agent: SiteAgent, call_id: int) -> tuple[AgentCall | None, Htt
     if call.state != AgentCall.State.TAKEN:
         return None, _gone(call)
     if call.deadline <= timezone.now():
+        discard_file(call)
         _feed(call, {}, final=True)
         AgentCall.objects.filter(pk=call.pk, state=AgentCall.State.TAKEN).update(
             state=AgentCall.State.EXPIRED, finished=timezone.now(), output_state=call.output_state,
@@ -453,6 +456,17 @@ def discard_file(call: AgentCall) -> None:
         found.unlink(missing_ok=True)
 
 
+def _sweep_received(older_than: float = 24 * 3600.0) -> None:
+    """Files received for calls nobody collected (their waiter died with its worker) go after a day."""
+    limit = time.time() - older_than
+    for found in tmp_dir().glob("agent-call-*.part"):
+        try:
+            if found.stat().st_mtime < limit:
+                found.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 @agent_endpoint("PUT")
 def upload(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse:
     call = AgentCall.objects.filter(pk=call_id, site_id=agent.site_id).only("pk", "op", "state", "site_id").first()
@@ -470,6 +484,7 @@ def upload(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse
         raise _BadRequest("Content-Length is not a number") from None
     if length > limit:
         return _error(413, f"the file has {length} bytes; at most {limit} are accepted (FXPILOT_AGENT_MAX_FILE)")
+    _sweep_received()
     digest, size = hashlib.sha256(), 0
     handle = tempfile.NamedTemporaryFile(dir=tmp_dir(), prefix=f"agent-call-{call.pk}-", suffix=".part", delete=False)
     target = Path(handle.name)

@@ -1,7 +1,7 @@
 """The control plane's end of a site agent: a node of an enrolled site is reached through work units.
 
-``runners.ssh.connect(node)`` hands out an ``AgentConnection`` when the node's site has an active agent with a
-registered key (``runners.models.active_agent``). It has NodeConnection's interface and raises the same
+``runners.ssh.connect(node)`` hands out an ``AgentConnection`` (through ``route``, which RunnersConfig.ready
+registers there) when the node's site has an active agent with a registered key (``runners.models.active_agent``). It has NodeConnection's interface and raises the same
 exceptions, so the engine, deploy, probe and collection code does not know the difference: each command, file
 write, file read or connection becomes an ``AgentCall`` row that the agent takes (runners.agentapi), and the
 caller waits on that row:
@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 import paramiko
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from runners.agentapi import discard_file, flush_output, received_file
@@ -54,6 +55,7 @@ from runners.ssh import (
     _short,
     shell_path,
 )
+from runners.validators import validate_host, validate_port, validate_username
 
 MAX_PAYLOAD = 64 * 1024 * 1024  # a put's bytes travel in the row
 FIRST_SLEEP, MAX_SLEEP = 0.05, 0.25
@@ -103,10 +105,6 @@ class AgentConnection(NodeConnection):
 
     def _check_node(self) -> None:
         """What the control plane can tell before the agent tries: the node's settings and its credential."""
-        from django.core.exceptions import ValidationError
-
-        from runners.validators import validate_host, validate_port, validate_username
-
         agent = self._agent()
         for node in (self.node, self.node.jump_host if self.node.jump_host_id else None):
             if node is None:
@@ -338,3 +336,10 @@ def _offered_key(text) -> paramiko.PKey | None:
         return paramiko.PKey.from_type_string(kind, base64.b64decode(blob.split()[0]))
     except (ValueError, paramiko.SSHException, TypeError, IndexError):
         return None
+
+
+def route(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> AgentConnection | None:
+    """runners.ssh.connect's route (registered by RunnersConfig.ready): a connection through the site's agent, not
+    yet open, when the node's site has one; None when the control plane reaches the node itself."""
+    agent = agent_for(node)
+    return AgentConnection(node, agent=agent, timeouts=timeouts) if agent is not None else None

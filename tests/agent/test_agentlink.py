@@ -211,6 +211,9 @@ def test_files_go_both_ways_checked_by_hash(site, credential, agent_node, job):
             return {}
         raise AssertionError(op)
 
+    from runners.agentapi import tmp_dir
+
+    before = set(tmp_dir().glob("agent-call-*"))
     with Responder(enrolled.token, files):
         with ssh.connect(agent_node) as conn:
             digest = conn.upload(b"#!/bin/sh\necho probe\n", "~/run/probe.sh", mode=0o755)
@@ -222,9 +225,7 @@ def test_files_go_both_ways_checked_by_hash(site, credential, agent_node, job):
                 conn.upload(b"data", "~/x")
             with pytest.raises(ssh.TransferMismatch, match="download of ~/out/records.jsonl corrupted"):
                 conn.download("~/out/records.jsonl", job=job, name="gpu1/again.jsonl", kind="records")
-    from runners.agentapi import tmp_dir
-
-    assert not list(tmp_dir().glob("agent-call-*"))  # nothing received is left behind
+    assert set(tmp_dir().glob("agent-call-*")) == before  # nothing received is left behind
 
 
 def test_a_file_too_large_for_the_agent_is_refused_before_anything_is_queued(site, credential, agent_node,

@@ -195,7 +195,7 @@ class AgentConnection(NodeConnection):
         """Mark the call canceled or expired if it is still open (in `state`); write what output it left."""
         states = (state,) if state else OPEN_CALLS
         changed = AgentCall.objects.filter(pk=call.pk, state__in=states).update(state=new_state,
-                                                                                  finished=timezone.now())
+                                                                                  finished=timezone.now(), payload=None)
         if changed:
             call.refresh_from_db()
             flush_output(call)

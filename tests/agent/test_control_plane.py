@@ -254,6 +254,19 @@ def test_a_call_past_its_deadline_is_never_handed_out(enrolled, agent_node):
     assert answer.status_code == 410 and "expired" in answer.json()["error"]
 
 
+def test_finished_calls_are_pruned_after_a_week(enrolled, agent_node):
+    from runners import agentapi
+
+    old = queue(agent_node, "put", payload=b"x", state="done")
+    AgentCall.objects.filter(pk=old.pk).update(finished=timezone.now() - timedelta(days=8))
+    recent = queue(agent_node, "run", state="expired", finished=timezone.now() - timedelta(days=1))
+    waiting = queue(agent_node, "run")
+    agentapi._pruned["at"] = 0.0
+    assert agentapi.prune_finished() == 1
+    assert set(AgentCall.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}
+    assert agentapi.prune_finished() == 0  # not again within the hour
+
+
 def test_the_wait_is_capped_and_an_empty_poll_writes_nothing(enrolled, agent_node):
     import time
 

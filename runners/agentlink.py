@@ -75,6 +75,7 @@ class AgentConnection(NodeConnection):
         super().__init__(node, timeouts=timeouts)
         self.agent = agent
         self._open = False
+        self._collecting: tuple[Job | None, Step | None] = (None, None)
 
     # --- the connection ---
 
@@ -300,7 +301,8 @@ class AgentConnection(NodeConnection):
         """Copy a remote file to a local path through the agent, hashed on the node, on arrival and here."""
         self._ensure_open()
         remote = remote_sha256 or self.remote_sha256(remote_path)
-        call = self._call(AgentCall.Op.GET, {"path": remote_path}, what=f"reading {remote_path}")
+        job, step = self._collecting
+        call = self._call(AgentCall.Op.GET, {"path": remote_path}, what=f"reading {remote_path}", job=job, step=step)
         received = received_file(call)
         if received is None or not received.exists():
             raise ConnectionLost(f"the site agent reported {remote_path} read, but its bytes did not arrive",
@@ -320,7 +322,15 @@ class AgentConnection(NodeConnection):
                                    f"the bytes received hash to {local}", node=self.node)
         return local
 
-    # download, remote_sha256 and mkdirs are NodeConnection's: they go through run and fetch_to above.
+    def download(self, remote_path: str, *, job: Job, name: str, kind: str, step: Step | None = None,
+                 outcome: str = ""):
+        """NodeConnection's (the node's hash, then fetch_to, then the evidence store); the get call names the job
+        and step it collects for. remote_sha256 and mkdirs are NodeConnection's too: they go through run."""
+        self._collecting = (job, step)
+        try:
+            return super().download(remote_path, job=job, name=name, kind=kind, step=step, outcome=outcome)
+        finally:
+            self._collecting = (None, None)
 
 
 def _too_large(remote_path: str, size: int) -> str:

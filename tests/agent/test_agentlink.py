@@ -132,14 +132,14 @@ def test_a_canceled_run_interrupts_the_wait_and_the_agent_is_told_to_stop(site, 
 
 
 def test_a_command_past_its_timeout_is_given_up(site, credential, agent_node, settings):
-    settings.FXPILOT_AGENT_SILENCE_SECONDS = 0.4
+    settings.FXPILOT_AGENT_SILENCE_SECONDS = 1.5  # keep-alives every 0.1 s: silence is never the reason
     enrolled = enrol(site)
 
     def alive_forever(responder, call):
         if call["op"] == "contact":
             return {}
         assert call["args"] == {"command": "sleep 9", "timeout": 0.3}
-        for _ in range(100):
+        for _ in range(300):
             if responder.output(call).status_code != 200:  # keep-alives only
                 return None
             time.sleep(0.1)
@@ -220,6 +220,8 @@ def test_files_go_both_ways_checked_by_hash(site, credential, agent_node, job):
             assert digest == sha256(b"#!/bin/sh\necho probe\n") and node_files["~/run/probe.sh"].startswith(b"#!")
             artifact = conn.download("~/out/records.jsonl", job=job, name="gpu1/records.jsonl", kind="records")
             assert artifact.sha256 == sha256(node_files["~/out/records.jsonl"]) and artifact.size == 15000
+            assert AgentCall.objects.get(op="get").job_id == job.pk
+            assert AgentCall.objects.get(op="run").job_id is None  # the hash on the node writes nothing to the log
             corrupt["on"] = True
             with pytest.raises(ssh.TransferMismatch, match="upload of ~/x corrupted"):
                 conn.upload(b"data", "~/x")

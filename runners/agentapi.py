@@ -26,7 +26,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import path
+from django.urls import path, re_path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -535,6 +535,10 @@ def upload(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse
     return JsonResponse({"sha256": digest.hexdigest(), "size": size})
 
 
+def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
+    return _error(404, f"no such agent API endpoint: {request.path[:200]}")
+
+
 urlpatterns = [
     path("hello", hello, name="agent-hello"),
     path("work", work, name="agent-work"),
@@ -542,4 +546,5 @@ urlpatterns = [
     path("calls/<int:call_id>/payload", payload, name="agent-payload"),
     path("calls/<int:call_id>/file", upload, name="agent-file"),
     path("calls/<int:call_id>/done", done, name="agent-done"),
+    re_path(r"^(?P<rest>.*)$", unknown),
 ]

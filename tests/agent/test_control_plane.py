@@ -75,6 +75,8 @@ def test_wrong_methods_and_bad_bodies_say_what_was_wrong(enrolled):
     answer = enrolled.client.post(f"{API}/hello", data=b"{" + b" " * (1 << 20) + b"}",
                                   content_type="application/json")
     assert answer.status_code == 413
+    answer = enrolled.client.get(f"{API}/calls/1/nothing")
+    assert answer.status_code == 404 and "no such agent API endpoint" in answer.json()["error"]
 
 
 # --- hello and sealing ----------------------------------------------------------------------------

@@ -468,6 +468,8 @@ class AuditAction(models.TextChoices):
     NODE_CREATED = "node.created", _("node registered")
     NODE_HOST_KEY_ACCEPTED = "node.host_key_accepted", _("host key accepted")
     CREDENTIAL_CREATED = "credential.created", _("SSH key uploaded")
+    SITE_AGENT_CREATED = "site.agent_created", _("site agent credential made")
+    SITE_AGENT_REVOKED = "site.agent_revoked", _("site agent credential revoked")
 
 
 class AuditEvent(models.Model):

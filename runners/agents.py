@@ -11,8 +11,10 @@ import hashlib
 import hmac
 import logging
 import secrets
+import shlex
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -24,6 +26,36 @@ logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "fxa_"
 SEEN_EVERY = timedelta(seconds=10)  # last_seen / last_address are written at most this often
+
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+STATE_ROOT = "/var/lib/fxpilot-agent"
+
+
+def control_plane_url() -> str:
+    """The address agents reach the control plane at: the portal's SITE_URL."""
+    return (getattr(settings, "SITE_URL", "") or DEFAULT_URL).rstrip("/")
+
+
+def default_state(site: Site) -> str:
+    """Where the agent keeps its key on the jump host, unless its maker says otherwise."""
+    return f"{STATE_ROOT}/{site.queue}"
+
+
+def agent_env(agent: SiteAgent, token: str, *, url: str, state: str) -> str:
+    """The agent's whole configuration, as an environment file (shell and systemd EnvironmentFile alike): the
+    control plane's address, the token (shown this once) and the state folder; nothing else."""
+    site = agent.site
+    lines = [
+        f"# fxpilot site agent of site {site.name} (queue {site.queue}, code {site.code}), "
+        f"enrolled {timezone.localtime(agent.created):%Y-%m-%d %H:%M %Z}.",
+        "# The token is shown this once and cannot be shown again: keep this file on the site's jump host only,",
+        "# readable by the agent's user alone (chmod 600). A new enrolment revokes this token.",
+        f"FXPILOT_AGENT_URL={shlex.quote(url)}",
+        f"FXPILOT_AGENT_TOKEN={token}",
+        f"FXPILOT_AGENT_STATE={shlex.quote(state)}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def hash_token(token: str) -> str:

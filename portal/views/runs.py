@@ -28,12 +28,13 @@ from gates.policy import Act
 from portal import access, notifications
 from portal.access import get_for_user, get_gate_for_user, get_pilot_for_user
 from portal.forms import CredentialForm, NodeForm, SiteForm
+from runners.agents import agent_env, control_plane_url, create_agent, default_state, revoke_agents
 from runners.config import COLD_START_FACTOR, COLD_START_FLOOR_S, HEALTH_TIMEOUT_MAX_S, DeploymentSettingsError
 from runners.credentials import create_credential
 from runners.deployment import start_up
 from runners.dispatch import dispatch_contact
 from runners.engine import request_cancel
-from runners.models import Credential, Job, Node, Site, Status, job_nodes, lease_holder, same_parties
+from runners.models import Credential, Job, Node, Site, SiteAgent, Status, job_nodes, lease_holder, same_parties
 from runners.progress import LOG_BATCH, Chunk, job_progress, log_since
 from runners.runs import RunRefused, start_gate_run
 from runners.ssh import accept_host_key
@@ -212,7 +213,11 @@ def sites(request: HttpRequest, code: UUID) -> HttpResponse:
         )
     )
     can_operate = access.offers(pilot, request.user, Act.OPERATE_NODES, pilot)
+    agents = {}
+    for agent in SiteAgent.objects.filter(site__pilot=pilot, revoked_at=None).order_by("created"):
+        agents[agent.site_id] = agent  # the newest active one per site
     for site in site_list:
+        site.agent = agents.get(site.pk)
         if can_operate:
             site.node_form = NodeForm(site=site, prefix=f"n-{site.code}")
             site.credential_form = CredentialForm(prefix=f"c-{site.code}")
@@ -247,6 +252,42 @@ def site_create(request: HttpRequest, code: UUID) -> HttpResponse:
         messages.success(request, _("Site %(name)s created.") % {"name": site.name})
     else:
         _form_errors(request, form)
+    return redirect("sites", pilot.code)
+
+
+@login_required
+@require_POST
+def site_agent_create(request: HttpRequest, code: UUID) -> HttpResponse:
+    """A fresh credential for the site's agent (the site's previous one is revoked: rotation). Its token is shown on
+    this answer only, never stored in clear, put in a message or sent again; the page is not cached."""
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
+    with transaction.atomic():
+        agent, token = create_agent(site, created_by=request.user)
+        lifecycle.audit(pilot, request.user, AuditAction.SITE_AGENT_CREATED, site, name=site.name,
+                        token_prefix=agent.token_prefix)
+    response = render(request, "runners/site_agent.html", {
+        "pilot": pilot, "site": site, "agent": agent,
+        "environment": agent_env(agent, token, url=control_plane_url(), state=default_state(site))})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def site_agent_revoke(request: HttpRequest, code: UUID) -> HttpResponse:
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
+    with transaction.atomic():
+        count = revoke_agents(site)
+        if count:
+            lifecycle.audit(pilot, request.user, AuditAction.SITE_AGENT_REVOKED, site, name=site.name)
+    if count:
+        messages.success(request, _("The agent credential of site %(name)s is revoked: its agent is refused from now "
+                                    "on, and the site's nodes cannot be reached until a new agent is enrolled.")
+                         % {"name": site.name})
+    else:
+        messages.info(request, _("Site %(name)s has no active agent credential.") % {"name": site.name})
     return redirect("sites", pilot.code)
 
 

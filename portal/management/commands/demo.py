@@ -46,6 +46,8 @@ from portal.management import demo_soak
 from portal.management.commands.seed_demo import DEMO_PASSWORD, PEOPLE, seed
 from portal.management.demo_progress import ProgressView, clock
 from portal.views.pilots import measured_spread
+from runners.agents import create_agent
+from runners.models import SiteAgent
 from runners.processes import kill_group
 
 SCENARIOS = {
@@ -96,7 +98,13 @@ class Processes:
         self.after_restart: dict[str, object] = {}
         self.stopping = False
 
-    def start(self, name: str, argv: list[str], env: dict | None = None, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict | None = None, pass_fds: tuple[int, ...] = (), *,
+              only_env: bool = False) -> subprocess.Popen:
+        """`only_env`: the process gets `env` (and PATH, HOME, LANG) and nothing of the demo's own environment —
+        the site agent must not see the database's address or the secret key."""
+        if only_env:
+            env = {**{k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ},
+                   **(env or {}), ONLY_ENV: "1"}
         self.specs[name] = (argv, env, pass_fds)
         proc = self._spawn(name, argv, env, pass_fds)
         self.running.append((name, proc))
@@ -106,7 +114,7 @@ class Processes:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         try:
             return subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})}, start_new_session=True,
+                                    env=_environment(env), start_new_session=True,
                                     preexec_fn=die_with_parent(), pass_fds=pass_fds)
         finally:
             log.close()
@@ -151,6 +159,15 @@ class Processes:
                 pass
             kill_group(proc)
         self.running.clear()
+
+
+ONLY_ENV = "FXPILOT_DEMO_ONLY_ENV"
+
+
+def _environment(env: dict | None) -> dict:
+    if env and env.get(ONLY_ENV):
+        return {k: v for k, v in env.items() if k != ONLY_ENV}
+    return {**os.environ, **(env or {})}
 
 
 MAX_SOAK_TRIES = 2
@@ -251,9 +268,12 @@ class Command(BaseCommand):
             self.start_cluster(pilot, scenario, time_scale, processes, data)
             listener = portal_listener(port)
             port = listener.getsockname()[1]
+            # Threads: the site agent's long poll holds one while the portal, the agent's answers and uploads go on.
             processes.start("portal", [str(Path(sys.executable).with_name("gunicorn")), "fxpilot.wsgi",
-                                       "-b", f"fd://{listener.fileno()}", "-w", "2", "--access-logfile", "-"],
+                                       "-b", f"fd://{listener.fileno()}", "-w", "2", "--threads", "4",
+                                       "--access-logfile", "-"],
                             pass_fds=(listener.fileno(),))
+            self.start_agent(pilot, port, processes, data)
             self.run_pilot(pilot, time_scale, gate_timeout, processes, language)
             self.summary(pilot, port, time.monotonic() - started)
             if not no_serve:
@@ -368,6 +388,21 @@ class Command(BaseCommand):
         self.say(f"Simulated GPU nodes on {site.name} (queue {site.queue}):")
         for node in site.nodes.all():
             self.say(f"  {node.name}  {node.username}@{node.host}:{node.port}  host key {node.host_key_fingerprint}")
+
+    def start_agent(self, pilot: Pilot, port: int, processes: Processes, data: Path) -> None:
+        """The simulated site's agent, as on a customer's jump host: its own credential and key, the portal's address,
+        and nothing else; every contact with the simulated nodes goes through it (docs/architecture.md)."""
+        site = pilot.sites.get()
+        agent, token = create_agent(site)
+        state = data / "site-agent" / site.queue
+        processes.start("agent", [sys.executable, "-m", "runners.agent"], only_env=True,
+                        env={"FXPILOT_AGENT_URL": f"http://127.0.0.1:{port}", "FXPILOT_AGENT_TOKEN": token,
+                             "FXPILOT_AGENT_STATE": str(state), "PYTHONPATH": str(ROOT)})
+        _wait(lambda: SiteAgent.objects.filter(pk=agent.pk).exclude(public_key="").exists(), 60,
+              "the site agent's first contact", processes)
+        agent.refresh_from_db()
+        self.say(f"Site agent of {site.name}: enrolled with key {agent.key_fingerprint}; the simulated nodes are "
+                 "reached through it only, and their SSH key is sealed to it")
 
     def run_pilot(self, pilot: Pilot, time_scale: float, gate_timeout: float, processes: Processes, language: str) -> None:
         from runners.orchestration import job_progress, start_gate_run, wait_for

@@ -10,23 +10,16 @@ this once; only its SHA-256 is kept.
 """
 from __future__ import annotations
 
-import shlex
-
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.utils import timezone
 
+from gates import lifecycle
 from gates.codes import CodeNotFound, find_by_code
+from gates.models import AuditAction
 from runners import agents
+from runners.agents import DEFAULT_URL, agent_env, control_plane_url, default_state
 from runners.models import Site, SiteAgent
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-STATE_ROOT = "/var/lib/fxpilot-agent"
-
-
-def control_plane_url() -> str:
-    """The address agents reach the control plane at: FXPILOT_PUBLIC_URL if set, else the portal's SITE_URL."""
-    return (getattr(settings, "FXPILOT_PUBLIC_URL", "") or getattr(settings, "SITE_URL", "") or DEFAULT_URL).rstrip("/")
 
 
 def find_site(text: str) -> Site:
@@ -34,21 +27,6 @@ def find_site(text: str) -> Site:
         return find_by_code(Site.objects.all(), text, "site", name_field="queue")
     except CodeNotFound as exc:
         raise CommandError(str(exc)) from None
-
-
-def agent_env(agent: SiteAgent, token: str, *, url: str, state: str) -> str:
-    """The agent's whole configuration, as an environment file (shell and systemd EnvironmentFile alike)."""
-    site = agent.site
-    lines = [
-        f"# fxpilot site agent of site {site.name} (queue {site.queue}, code {site.code}), "
-        f"enrolled {timezone.localtime(agent.created):%Y-%m-%d %H:%M %Z}.",
-        "# The token is shown this once and cannot be shown again: keep this file on the site's jump host only,",
-        "# readable by the agent's user alone (chmod 600). A new enrolment revokes this token.",
-        f"FXPILOT_AGENT_URL={shlex.quote(url)}",
-        f"FXPILOT_AGENT_TOKEN={token}",
-        f"FXPILOT_AGENT_STATE={shlex.quote(state)}",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def _when(moment) -> str:
@@ -69,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--url", help=f"the control plane's address as the agent reaches it (default: "
                                           f"FXPILOT_PUBLIC_URL or SITE_URL, else {DEFAULT_URL})")
         parser.add_argument("--state", help=f"the agent's state folder on the jump host (default: "
-                                            f"{STATE_ROOT}/QUEUE)")
+                                            f"{agents.STATE_ROOT}/QUEUE)")
 
     def handle(self, *args, site: str | None, print_env: bool, revoke: bool, list: bool, url: str | None,
                state: str | None, **options) -> None:
@@ -80,7 +58,11 @@ class Command(BaseCommand):
             raise CommandError("name the site: its code or its queue name")
         found = find_site(site)
         if revoke:
-            count = agents.revoke_agents(found)
+            with transaction.atomic():
+                count = agents.revoke_agents(found)
+                if count:
+                    lifecycle.audit(found.pilot, "manage.py site_agent", AuditAction.SITE_AGENT_REVOKED, found,
+                                    name=found.name)
             if not count:
                 raise CommandError(f"site {found.name} has no active agent credential")
             self.stdout.write(f"revoked the agent credential of site {found.name}; its agent is refused from now on")
@@ -88,8 +70,11 @@ class Command(BaseCommand):
         address = (url or control_plane_url()).rstrip("/")
         if not address.startswith(("https://", "http://")):
             raise CommandError(f"--url {address!r} is not an http:// or https:// address")
-        agent, token = agents.create_agent(found)
-        self.stdout.write(agent_env(agent, token, url=address, state=state or f"{STATE_ROOT}/{found.queue}"),
+        with transaction.atomic():
+            agent, token = agents.create_agent(found)
+            lifecycle.audit(found.pilot, "manage.py site_agent", AuditAction.SITE_AGENT_CREATED, found, name=found.name,
+                            token_prefix=agent.token_prefix)
+        self.stdout.write(agent_env(agent, token, url=address, state=state or default_state(found)),
                           ending="")
 
     def _list(self, site: Site | None) -> None:

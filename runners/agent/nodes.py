@@ -455,11 +455,14 @@ class NodeConnection:
         try:
             sent = hashlib.sha256()
             count = 0
+            reading = False
             try:
                 with sftp.open(sftp_path(part), "wb") as handle:
                     handle.set_pipelined(True)
                     while True:
+                        reading = True
                         data = source.read(1 << 20)
+                        reading = False
                         if not data:
                             break
                         sent.update(data)
@@ -467,6 +470,8 @@ class NodeConnection:
                         handle.write(data)
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self._quiet_remove(sftp, part)
+                if reading:  # the payload's source, not the node
+                    raise
                 raise self._file_error(f"writing {part}", exc) from None
             except BaseException:
                 self._quiet_remove(sftp, part)

@@ -213,6 +213,8 @@ class Agent:
                 self.fail(f"the control plane refuses this agent's token ({exc}); was it revoked?")
                 break
             except Refused as exc:
+                if exc.status == 409 and self.hello_until_answered():  # it forgot the key: say hello again
+                    continue
                 log.warning("the control plane refused the request for work (%s); trying again", exc)
                 self.stopping.wait(next(delays))
                 continue
@@ -256,19 +258,27 @@ class Agent:
         log.info("call %s: %s on %s%s", call_id, op, node_name,
                  f": `{_short(args.get('command', ''))}`" if op == "run" else
                  f": {_short(args.get('path', ''))}" if op in ("put", "get") else "")
+        # Every call says it is alive every 5 s while it lasts (a handshake, a transfer): the control plane gives
+        # up on a taken call that falls silent. A run's output goes the same way.
+        pump = OutputPump(self, call_id)
+        pump.start()
         try:
-            spec = NodeSpec.parse(call.get("node"))
-            if op == "run":
-                result = self.do_run(call_id, spec, args)
-            elif op == "put":
-                result = self.do_put(call_id, spec, args)
-            elif op == "get":
-                result = self.do_get(call_id, spec, args)
-            elif op == "contact":
-                self.connections.call(spec, lambda conn: None)
-                result = {}
-            else:
-                raise AgentError("invalid", f"this agent does not know the operation {op!r} (agent version {VERSION})")
+            try:
+                spec = NodeSpec.parse(call.get("node"))
+                if op == "run":
+                    result = self.do_run(call_id, spec, args, pump)
+                elif op == "put":
+                    result = self.do_put(call_id, spec, args)
+                elif op == "get":
+                    result = self.do_get(call_id, spec, args)
+                elif op == "contact":
+                    self.connections.call(spec, lambda conn: None)
+                    result = {}
+                else:
+                    raise AgentError("invalid", f"this agent does not know the operation {op!r} "
+                                                f"(agent version {VERSION})")
+            finally:
+                pump.finish()  # the output before the result: the log stays in order
         except AgentError as exc:
             result = exc.report()
         except Stopped as exc:
@@ -329,20 +339,16 @@ class Agent:
             if self.forced.wait(next(delays)):
                 raise _Dropped("the agent stopped before the control plane could be reached")
 
-    def do_run(self, call_id, spec: NodeSpec, args: dict) -> dict:
+    def do_run(self, call_id, spec: NodeSpec, args: dict, pump: OutputPump) -> dict:
         command = args.get("command")
         timeout = args.get("timeout")
         try:
             timeout = float(timeout) if timeout else None
         except (TypeError, ValueError):
             raise AgentError("invalid", f"the run's timeout {timeout!r} is not a number") from None
-        pump = OutputPump(self, call_id)
-        pump.start()
-        try:
-            code = self.connections.call(spec, lambda conn: conn.run(command, timeout=timeout, output=pump.add,
-                                                                      stop=pump.stop))
-        finally:
-            pump.finish()
+        code = self.connections.call(spec, lambda conn: conn.run(command, timeout=timeout, output=pump.add,
+                                                                  stop=pump.stop))
+        pump.finish()
         if pump.gone:
             raise _Dropped("the control plane no longer waits for the command (410)")
         return {"exit_code": code}
@@ -477,7 +483,8 @@ class OutputPump(threading.Thread):
     def finish(self) -> None:
         """Stop the thread, then deliver what it had not posted (before the result: the log stays in order)."""
         self._done.set()
-        self.join()
+        if self.is_alive():
+            self.join()
         if self.gone:
             return
         while self._pending():

@@ -307,6 +307,12 @@ FXPILOT_STEP_MAX_ATTEMPTS = envint("FXPILOT_STEP_MAX_ATTEMPTS", 4, minimum=1)
 # as the step's deadline (its start + this, unless its kind says more) allows (docs/operations.md).
 FXPILOT_REATTACH_MAX_SECONDS = envfloat("FXPILOT_REATTACH_MAX_SECONDS", 10.0, minimum=0.05)
 FXPILOT_STEP_DEADLINE_SECONDS = envfloat("FXPILOT_STEP_DEADLINE_SECONDS", 6 * 3600.0, minimum=1.0)
+# Site agents (runners.agentlink): a call no agent took within PICKUP seconds is given up as "unreachable"; a taken
+# call the agent has not spoken of for SILENCE seconds as "connection lost"; a file an agent uploads is refused
+# above MAX_FILE bytes.
+FXPILOT_AGENT_PICKUP_SECONDS = envfloat("FXPILOT_AGENT_PICKUP_SECONDS", 30.0, minimum=0.05)
+FXPILOT_AGENT_SILENCE_SECONDS = envfloat("FXPILOT_AGENT_SILENCE_SECONDS", 30.0, minimum=0.05)
+FXPILOT_AGENT_MAX_FILE = envint("FXPILOT_AGENT_MAX_FILE", 4 * 1024**3, minimum=1024)
 
 # Evidence signing (see docs/reports.md); the embedded default uses `manage.py signing_setup`.
 FXPILOT_SIGNING_KEY = envstr("FXPILOT_SIGNING_KEY", str(DATA_DIR / "signing" / "signer-key.pem"))

@@ -27,6 +27,9 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 # Above this, a request is refused before its body is read (uploads are a PDF to verify or an SSH key).
 MAX_BODY_BYTES = 128 * 1024 * 1024
+# The site agents' API (runners.agentapi) sets its own limits: 1 MiB a request, a collected file up to
+# FXPILOT_AGENT_MAX_FILE (streamed to disk, never held in memory).
+AGENT_API_PREFIX = "/agent/v1/"
 
 
 class ContentSecurityPolicyMiddleware:
@@ -48,6 +51,8 @@ class RequestSizeLimitMiddleware:
         self.limit = getattr(settings, "FXPILOT_MAX_REQUEST_BYTES", MAX_BODY_BYTES)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith(AGENT_API_PREFIX):
+            return self.get_response(request)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:

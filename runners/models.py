@@ -49,12 +49,73 @@ class Credential(models.Model):
     key_type = models.CharField(max_length=32, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created = models.DateTimeField(default=timezone.now)
+    # A site with an enrolled agent: the key is sealed to that agent's X25519 key (runners.sealing) and the two
+    # fields above stay empty; only the agent on the site's jump host can open it, never the control plane.
+    sealed_key = models.TextField(blank=True, default="", editable=False)
+    sealed_passphrase = models.TextField(blank=True, default="", editable=False)
+    sealed_to = models.ForeignKey("SiteAgent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                  editable=False)
 
     class Meta:
         ordering = ["site", "name"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key_type} {self.public_fingerprint})"
+
+    @property
+    def is_sealed(self) -> bool:
+        return bool(self.sealed_key)
+
+
+class SiteAgent(models.Model):
+    """The process on a site's jump host (runners.agent): it reaches the control plane with its own bearer token
+    (stored hashed, shown once) and opens the site's SSH keys with its own X25519 key. At most one is active (not
+    revoked) per site: enrolling a new one revokes the previous one (rotation)."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="agents")
+    token_prefix = models.CharField(max_length=8, editable=False, help_text="The token's first characters, for lists")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False, help_text="SHA-256 of the token")
+    public_key = models.CharField(max_length=64, blank=True, default="", editable=False,
+                                  help_text="Base64url of the agent's X25519 public key, registered by its first hello")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_seen = models.DateTimeField(null=True, blank=True, editable=False)
+    last_address = models.CharField(max_length=64, blank=True, default="", editable=False)
+    version = models.CharField(max_length=64, blank=True, default="", editable=False)
+
+    class Meta:
+        ordering = ["site", "-created"]
+
+    def __str__(self) -> str:
+        state = "revoked" if self.revoked_at else "active"
+        return f"agent {self.token_prefix}… of {self.site.name} ({state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def key_fingerprint(self) -> str:
+        from runners.sealing import SealError, fingerprint
+
+        if not self.public_key:
+            return ""
+        try:
+            return fingerprint(self.public_key)
+        except SealError:
+            return "?"
+
+
+def active_agent(site: Site | int | None) -> SiteAgent | None:
+    """The site's enrolled agent that has registered its public key, or None (the control plane reaches the
+    site's nodes itself then)."""
+    if site is None:
+        return None
+    site_id = site if isinstance(site, int) else site.pk
+    return (SiteAgent.objects.filter(site_id=site_id, revoked_at=None).exclude(public_key="")
+            .order_by("-created").first())
 
 
 class Node(models.Model):
@@ -393,3 +454,52 @@ def lease_holder(node: Node) -> Job | None:
         if lease.job.status not in FINISHED:
             return lease.job
     return None
+
+
+class AgentCall(models.Model):
+    """A work unit for a site agent: run a command, write a file, read a file or open a connection on one node.
+
+    The control plane (runners.agentlink) queues it and waits on the row; the agent takes it by a conditional
+    update (queued → taken), streams its output, and marks it done (runners.agentapi). A waiter that gives up
+    marks it expired, so a late answer is refused."""
+
+    class Op(models.TextChoices):
+        RUN = "run", "run"
+        PUT = "put", "put"
+        GET = "get", "get"
+        CONTACT = "contact", "contact"
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        TAKEN = "taken", _("Taken")
+        DONE = "done", _("Done")
+        CANCELED = "canceled", _("Canceled")
+        EXPIRED = "expired", _("Expired")
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="agent_calls")
+    agent = models.ForeignKey(SiteAgent, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_calls")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="agent_calls")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="agent_calls")
+    op = models.CharField(max_length=8, choices=Op.choices)
+    request = models.JSONField(default=dict, blank=True)
+    payload = models.BinaryField(null=True, blank=True)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(default=dict, blank=True)
+    stdout_tail = models.TextField(blank=True, default="")
+    stderr_tail = models.TextField(blank=True, default="")
+    # Output received but not yet written to the job's log (an unfinished line, a split UTF-8 character) and
+    # whether a tail was cut: {"stdout": base64, "stderr": base64, "truncated": [streams]}.
+    output_state = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    taken_at = models.DateTimeField(null=True, blank=True)
+    touched = models.DateTimeField(null=True, blank=True, help_text="The agent's last sign of life on this call")
+    finished = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(help_text="Queued: to be taken by then; taken: no answer is wanted after it")
+
+    class Meta:
+        ordering = ["created", "pk"]
+        indexes = [models.Index(fields=["site", "state"], name="agentcall_site_state")]
+
+    def __str__(self) -> str:
+        return f"{self.op} call {self.pk} on {self.node.name} ({self.state})"

@@ -25,7 +25,7 @@ from runners.deployment import settings_for
 from runners.inventory import build_inventory, parse_fx_write
 from runners.models import Artifact, Job, Node, Step
 from runners.output import system_line
-from runners.ssh import DEFAULT_TIMEOUTS, NodeConnection, SSHError, Timeouts, TransferMismatch, shell_path
+from runners.ssh import DEFAULT_TIMEOUTS, SSHError, Timeouts, TransferMismatch, connect, shell_path
 from runners.validators import validate_host, validate_nqn, validate_remote_path
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "remote" / "probe.sh"
@@ -120,7 +120,7 @@ def probe_node(node: Node, *, job: Job, step: Step | None = None, fio_runtime: i
     launch = vllm_launch(deployment)
     interpreter = launch_python(deployment)
     python = f" --python {shell_path(interpreter)}" if interpreter else ""
-    with NodeConnection(node, timeouts=timeouts) as conn:
+    with connect(node, timeouts=timeouts) as conn:
         conn.mkdirs(run_dir)
         conn.upload(PREFLIGHT_SCRIPT.read_bytes(), f"{run_dir}/{preflight.SCRIPT_NAME}", mode=0o755)
         conn.upload(PROBE_SCRIPT.read_bytes(), f"{run_dir}/probe.sh", mode=0o755)

@@ -537,6 +537,13 @@ class NodeConnection:
 
 
 def connect(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> NodeConnection:
+    """An open connection to `node`: through its site's agent when the site has one enrolled (runners.agentlink:
+    the same interface and exceptions), else SSH from this process."""
+    from runners.agentlink import AgentConnection, agent_for
+
+    agent = agent_for(node)
+    if agent is not None:
+        return AgentConnection(node, agent=agent, timeouts=timeouts).open()
     return NodeConnection(node, timeouts=timeouts).open()
 
 

@@ -2,7 +2,8 @@
 
     OLD_SECRET_KEY=... manage.py reencrypt_secrets        (or --old-secret-file PATH)
 
-All or nothing: one transaction; a value that opens with neither key stops the command and names it.
+All or nothing: one transaction; a value that opens with neither key stops the command and names it. Credentials
+sealed to a site agent (runners.sealing) do not depend on SECRET_KEY and are left as they are.
 """
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ class Command(BaseCommand):
             old = os.environ.get("OLD_SECRET_KEY", "")
         if not old:
             raise CommandError("give the previous secret in OLD_SECRET_KEY or --old-secret-file (never on the command line)")
-        changed = kept = 0
+        changed = kept = sealed = 0
         with transaction.atomic():
             for credential in Credential.objects.select_for_update().order_by("pk"):
+                if credential.sealed_key:
+                    sealed += 1  # sealed to the site agent's key: SECRET_KEY never opened it
+                    continue
                 updates = {}
                 for attr, field in FIELDS:
                     token = getattr(credential, attr)
@@ -49,4 +53,6 @@ class Command(BaseCommand):
                     changed += 1
                 else:
                     kept += 1
-        self.stdout.write(self.style.SUCCESS(f"re-encrypted {changed} credential(s); {kept} already under the current key"))
+        note = f"; {sealed} sealed to a site agent (not under SECRET_KEY)" if sealed else ""
+        self.stdout.write(self.style.SUCCESS(f"re-encrypted {changed} credential(s); {kept} already under the current "
+                                             f"key{note}"))

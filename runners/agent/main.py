@@ -107,7 +107,8 @@ class Agent:
     def stop(self, why: str = "") -> None:
         if not self.stopping.is_set():
             if why:
-                log.info("%s: taking no new work; %d call(s) running get up to %.0f s", why, self.busy, GRACE)
+                log.info("%s: taking no new work; the request for work under way and %d call(s) running get up "
+                         "to %.0f s", why, self.busy, GRACE)
             self.stopping.set()
             with self._slots:
                 self._slots.notify_all()
@@ -133,11 +134,17 @@ class Agent:
         poller.start()
         while not self.stopping.wait(1.0):
             pass
-        self.client.abort()  # a long poll under way must not hold the exit up
-        return self._finish()
-
-    def _finish(self) -> int:
         deadline = time.monotonic() + GRACE
+        # The request for work under way is waited for (up to its 20 s): the control plane takes calls for it as
+        # they come, and a call taken for an agent that has gone would only be given up when it falls silent.
+        # What it brings is run within the grace.
+        poller.join(max(0.0, deadline - time.monotonic()))
+        if poller.is_alive():
+            self.client.abort()
+        return self._finish(deadline)
+
+    def _finish(self, deadline: float | None = None) -> int:
+        deadline = deadline or time.monotonic() + GRACE
         with self._slots:
             while self._busy and time.monotonic() < deadline:
                 self._slots.wait(min(1.0, max(0.0, deadline - time.monotonic())))

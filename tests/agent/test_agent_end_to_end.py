@@ -279,3 +279,21 @@ def test_a_call_of_a_second_site_never_reaches_this_agent(enrolled, make_node, s
     with _connect(make_node(sshd)) as conn:
         assert conn.run("echo mine", timeout=60).stdout_tail == "mine\n"
     assert "second-node" not in enrolled.log()
+
+
+def test_check_reaches_hello_and_prints_the_site_and_the_key(site, credential, live_server, tmp_path):  # noqa: F811
+    from runners import agents, sealing
+
+    agent, token = agents.create_agent(site)
+    process = AgentProcess(live_server.url, token, tmp_path / "state", tmp_path / "unused.log")
+    out = subprocess.run([sys.executable, "-m", "runners.agent", "--check"], cwd=ROOT, env=process.env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    agent.refresh_from_db()
+    assert f"site: {site.name} ({site.code})" in out.stdout
+    assert f"agent key: {sealing.fingerprint(agent.public_key)} (made now)" in out.stdout
+    assert token not in out.stdout + out.stderr
+    process.token = "fxa_" + "0" * 40
+    refused = subprocess.run([sys.executable, "-m", "runners.agent", "--check"], cwd=ROOT, env=process.env(),
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "refuses this agent's token" in refused.stderr

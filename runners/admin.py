@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from runners.models import Artifact, Credential, Job, Node, OutputChunk, Site, Step
+from runners.models import Artifact, Credential, Job, Node, OutputChunk, Site, SiteAgent, Step
 
 
 @admin.register(Site)
@@ -12,8 +12,8 @@ class SiteAdmin(admin.ModelAdmin):
 class CredentialAdmin(admin.ModelAdmin):
     # The key itself is never shown: not in lists, not in forms.
     list_display = ("name", "site", "key_type", "public_fingerprint", "created")
-    exclude = ("private_key_encrypted", "passphrase_encrypted")
-    readonly_fields = ("key_type", "public_fingerprint")
+    exclude = ("private_key_encrypted", "passphrase_encrypted", "sealed_key", "sealed_passphrase")
+    readonly_fields = ("key_type", "public_fingerprint", "sealed_to")
 
     def has_add_permission(self, request) -> bool:
         return False  # keys are uploaded through the portal, which encrypts them
@@ -57,3 +57,22 @@ class OutputChunkAdmin(admin.ModelAdmin):
 class ArtifactAdmin(admin.ModelAdmin):
     list_display = ("name", "job", "kind", "sha256", "size", "simulated")
     readonly_fields = ("sha256", "size")
+
+
+@admin.register(SiteAgent)
+class SiteAgentAdmin(admin.ModelAdmin):
+    """Agents are enrolled with `manage.py site_agent SITE --print-env` (the token is shown there once); here they
+    are looked at, never shown their token (only its hash is stored)."""
+
+    list_display = ("site", "token_prefix", "created", "revoked_at", "last_seen", "last_address", "key_fingerprint",
+                    "version")
+    list_filter = ("revoked_at",)
+    exclude = ("token_hash",)
+    readonly_fields = ("site", "token_prefix", "public_key", "key_fingerprint", "created_by", "created", "revoked_at",
+                       "last_seen", "last_address", "version")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

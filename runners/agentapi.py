@@ -196,16 +196,33 @@ def _call_json(call: AgentCall) -> dict:
             "args": call.request.get("args", {}), "deadline": call.deadline.timestamp()}
 
 
+KEEP_FINISHED = timedelta(days=7)  # finished calls (their output is in the job's log) are kept this long
+_pruned = {"at": 0.0}
+
+
+def prune_finished(*, older_than: timedelta = KEEP_FINISHED) -> int:
+    """Delete calls finished longer ago than `older_than` (at most once an hour per process)."""
+    if time.monotonic() - _pruned["at"] < 3600 and _pruned["at"]:
+        return 0
+    _pruned["at"] = time.monotonic()
+    old = AgentCall.objects.filter(state__in=TERMINAL, finished__lt=timezone.now() - older_than)
+    ids = list(old.values_list("pk", flat=True)[:1000])
+    return AgentCall.objects.filter(pk__in=ids).delete()[0] if ids else 0
+
+
 def _expire_overdue(agent: SiteAgent) -> None:
     """Calls of the site whose deadline passed: a queued one was never taken in time, a taken one is no longer
     waited for. Looked up first, so that an idle poll writes nothing."""
+    prune_finished()
     now = timezone.now()
     overdue = AgentCall.objects.filter(site_id=agent.site_id, state__in=(AgentCall.State.QUEUED, AgentCall.State.TAKEN),
                                        deadline__lte=now)
     ids = list(overdue.values_list("pk", flat=True)[:500])
     if ids:
         AgentCall.objects.filter(pk__in=ids, state__in=(AgentCall.State.QUEUED, AgentCall.State.TAKEN),
-                                 deadline__lte=now).update(state=AgentCall.State.EXPIRED, finished=now)
+                                 deadline__lte=now).update(state=AgentCall.State.EXPIRED, finished=now, payload=None)
+        for call in AgentCall.objects.filter(pk__in=ids, op=AgentCall.Op.GET).only("pk", "result"):
+            discard_file(call)
 
 
 def _take(agent: SiteAgent, slots: int) -> list[dict]:
@@ -334,9 +351,10 @@ def _locked_taken(agent: SiteAgent, call_id: int) -> tuple[AgentCall | None, Htt
     if call.state != AgentCall.State.TAKEN:
         return None, _gone(call)
     if call.deadline <= timezone.now():
+        discard_file(call)
         _feed(call, {}, final=True)
         AgentCall.objects.filter(pk=call.pk, state=AgentCall.State.TAKEN).update(
-            state=AgentCall.State.EXPIRED, finished=timezone.now(), output_state=call.output_state,
+            state=AgentCall.State.EXPIRED, finished=timezone.now(), payload=None, output_state=call.output_state,
             stdout_tail=call.stdout_tail, stderr_tail=call.stderr_tail)
         call.state = AgentCall.State.EXPIRED
         return None, _gone(call)
@@ -414,7 +432,7 @@ def done(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse:
         now = timezone.now()
         AgentCall.objects.filter(pk=call.pk).update(
             state=AgentCall.State.DONE, result=result, finished=now, touched=now, output_state=call.output_state,
-            stdout_tail=call.stdout_tail, stderr_tail=call.stderr_tail)
+            stdout_tail=call.stdout_tail, stderr_tail=call.stderr_tail, payload=None)
     return JsonResponse({"ok": True})
 
 
@@ -453,6 +471,17 @@ def discard_file(call: AgentCall) -> None:
         found.unlink(missing_ok=True)
 
 
+def _sweep_received(older_than: float = 24 * 3600.0) -> None:
+    """Files received for calls nobody collected (their waiter died with its worker) go after a day."""
+    limit = time.time() - older_than
+    for found in tmp_dir().glob("agent-call-*.part"):
+        try:
+            if found.stat().st_mtime < limit:
+                found.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 @agent_endpoint("PUT")
 def upload(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse:
     call = AgentCall.objects.filter(pk=call_id, site_id=agent.site_id).only("pk", "op", "state", "site_id").first()
@@ -470,6 +499,7 @@ def upload(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse
         raise _BadRequest("Content-Length is not a number") from None
     if length > limit:
         return _error(413, f"the file has {length} bytes; at most {limit} are accepted (FXPILOT_AGENT_MAX_FILE)")
+    _sweep_received()
     digest, size = hashlib.sha256(), 0
     handle = tempfile.NamedTemporaryFile(dir=tmp_dir(), prefix=f"agent-call-{call.pk}-", suffix=".part", delete=False)
     target = Path(handle.name)

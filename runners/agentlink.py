@@ -1,7 +1,7 @@
 """The control plane's end of a site agent: a node of an enrolled site is reached through work units.
 
-``runners.ssh.connect(node)`` hands out an ``AgentConnection`` when the node's site has an active agent with a
-registered key (``runners.models.active_agent``). It has NodeConnection's interface and raises the same
+``runners.ssh.connect(node)`` hands out an ``AgentConnection`` (through ``route``, which RunnersConfig.ready
+registers there) when the node's site has an active agent with a registered key (``runners.models.active_agent``). It has NodeConnection's interface and raises the same
 exceptions, so the engine, deploy, probe and collection code does not know the difference: each command, file
 write, file read or connection becomes an ``AgentCall`` row that the agent takes (runners.agentapi), and the
 caller waits on that row:
@@ -27,11 +27,12 @@ from typing import BinaryIO
 
 import paramiko
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from runners.agentapi import discard_file, flush_output, received_file
 from runners.artifacts import EvidenceStoreError, sha256_file
-from runners.models import AgentCall, Job, Node, SiteAgent, Step, active_agent
+from runners.models import AgentCall, Credential, Job, Node, SiteAgent, Step, active_agent
 from runners.output import system_line
 from runners.ssh import (
     DEFAULT_TIMEOUTS,
@@ -54,6 +55,7 @@ from runners.ssh import (
     _short,
     shell_path,
 )
+from runners.validators import validate_host, validate_port, validate_username
 
 MAX_PAYLOAD = 64 * 1024 * 1024  # a put's bytes travel in the row
 FIRST_SLEEP, MAX_SLEEP = 0.05, 0.25
@@ -103,10 +105,6 @@ class AgentConnection(NodeConnection):
 
     def _check_node(self) -> None:
         """What the control plane can tell before the agent tries: the node's settings and its credential."""
-        from django.core.exceptions import ValidationError
-
-        from runners.validators import validate_host, validate_port, validate_username
-
         agent = self._agent()
         for node in (self.node, self.node.jump_host if self.node.jump_host_id else None):
             if node is None:
@@ -119,7 +117,7 @@ class AgentConnection(NodeConnection):
                 raise InvalidNodeSettings("; ".join(exc.messages), node=node) from None
             if node.credential_id is None:
                 raise InvalidNodeSettings("no credential is assigned", node=node)
-            credential = node.credential
+            credential = Credential.objects.select_related("sealed_to").get(pk=node.credential_id)  # as it is now
             if not credential.sealed_key:
                 raise InvalidNodeSettings(f"credential {credential.name} is not sealed to the site agent yet (the "
                                           "agent reseals the site's keys when it says hello)", node=node)
@@ -146,7 +144,9 @@ class AgentConnection(NodeConnection):
             raise Interrupted(f"{what} not started: {why}", node=self.node)
         pickup = float(settings.FXPILOT_AGENT_PICKUP_SECONDS)
         silence = float(settings.FXPILOT_AGENT_SILENCE_SECONDS)
-        within = (timeout + silence) if timeout else float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
+        # The answer deadline the agent is given (and the API enforces when no waiter is left to): later than the
+        # waiter's own limit below, so that a waiter still here is the one that gives up and says why.
+        within = (timeout + 2 * silence) if timeout else float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
         call = AgentCall.objects.create(
             site_id=self.node.site_id, node=self.node, job=job, step=step, op=op, payload=payload,
             request={"args": args, "answer_within": within}, deadline=timezone.now() + timedelta(seconds=pickup))
@@ -165,6 +165,9 @@ class AgentConnection(NodeConnection):
                 call.refresh_from_db()
                 return self._answer(call, what=what, command=command)
             if state in (AgentCall.State.CANCELED, AgentCall.State.EXPIRED):
+                if timeout and row["taken_at"] and (now - row["taken_at"]).total_seconds() >= timeout:
+                    raise CommandTimeout(f"`{_short(command)}` still running after {timeout:g} s; given up",
+                                         node=self.node, result=self._partial(call, command))
                 raise ConnectionLost(f"{what}: the site agent's call {call.pk} was {state} before it was answered",
                                      node=self.node, result=self._partial(call, command))
             if state == AgentCall.State.QUEUED and time.monotonic() - started >= pickup:
@@ -192,7 +195,7 @@ class AgentConnection(NodeConnection):
         """Mark the call canceled or expired if it is still open (in `state`); write what output it left."""
         states = (state,) if state else OPEN_CALLS
         changed = AgentCall.objects.filter(pk=call.pk, state__in=states).update(state=new_state,
-                                                                                  finished=timezone.now())
+                                                                                  finished=timezone.now(), payload=None)
         if changed:
             call.refresh_from_db()
             flush_output(call)
@@ -333,3 +336,10 @@ def _offered_key(text) -> paramiko.PKey | None:
         return paramiko.PKey.from_type_string(kind, base64.b64decode(blob.split()[0]))
     except (ValueError, paramiko.SSHException, TypeError, IndexError):
         return None
+
+
+def route(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> AgentConnection | None:
+    """runners.ssh.connect's route (registered by RunnersConfig.ready): a connection through the site's agent, not
+    yet open, when the node's site has one; None when the control plane reaches the node itself."""
+    agent = agent_for(node)
+    return AgentConnection(node, agent=agent, timeouts=timeouts) if agent is not None else None

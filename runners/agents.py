@@ -16,7 +16,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from runners.credentials import reseal_for_agent
 from runners.models import Credential, Site, SiteAgent
+from runners.sealing import check_public
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +72,6 @@ class KeyConflict(Exception):
 def register_key(agent: SiteAgent, public_key: str, *, version: str = "") -> int:
     """The agent's hello: register its public key (first hello) or check it is the registered one (KeyConflict),
     then seal to it every credential of the site it cannot open yet. Returns how many were (re)sealed."""
-    from runners.credentials import reseal_for_agent
-    from runners.sealing import check_public
-
     key = check_public(public_key)  # SealError when it is not an X25519 public key
     with transaction.atomic():
         current = SiteAgent.objects.select_for_update().get(pk=agent.pk)

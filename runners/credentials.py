@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from runners.crypto import DecryptionError, decrypt_field, encrypt_field
 from runners.models import Credential, Site, SiteAgent, active_agent
+from runners.sealing import seal
 
 PRIVATE_KEY_FIELD = "runners.Credential.private_key"
 PASSPHRASE_FIELD = "runners.Credential.passphrase"
@@ -87,8 +88,6 @@ class SealedCredential(DecryptionError):
 def create_credential(site: Site, name: str, private_key: str | bytes, passphrase: str = "", *, created_by=None) -> Credential:
     """Validate the key, then store it: sealed to the site's agent when it has one (only that agent can open it
     again), else encrypted with the control plane's key. Nothing is saved if the key is refused."""
-    from runners.sealing import seal
-
     pkey = load_private_key(private_key, passphrase)
     text = private_key.decode() if isinstance(private_key, bytes) else private_key
     fields = {"public_fingerprint": pkey.fingerprint, "key_type": pkey.get_name()}
@@ -121,8 +120,6 @@ def reseal_for_agent(agent: SiteAgent) -> int:
     previous agent of the site that had the same key (an agent re-enrolled with its state kept). One
     transaction; returns how many credentials changed. Credentials sealed to another key are left alone: only
     that key's agent could open them, so they must be uploaded again."""
-    from runners.sealing import seal
-
     if not agent.public_key:
         raise ValueError("the agent has not registered its public key yet")
     changed = 0

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from gates.models import Gate, Pilot
+from runners.sealing import SealError, fingerprint
 from runners.validators import validate_site_queue
 
 
@@ -98,8 +99,6 @@ class SiteAgent(models.Model):
 
     @property
     def key_fingerprint(self) -> str:
-        from runners.sealing import SealError, fingerprint
-
         if not self.public_key:
             return ""
         try:

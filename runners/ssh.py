@@ -17,6 +17,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -536,14 +537,24 @@ class NodeConnection:
                               remote_sha256=remote, outcome=outcome)
 
 
+# How a node is reached when not by SSH from this process: a route answers a connection (not yet open) for the
+# node, or None. runners.agentlink's (registered by RunnersConfig.ready) takes the nodes of a site with an
+# enrolled agent; without a route, or when none answers, the node is reached directly.
+_ROUTES: list[Callable[..., NodeConnection | None]] = []
+
+
+def add_route(route: Callable[..., NodeConnection | None]) -> None:
+    if route not in _ROUTES:
+        _ROUTES.append(route)
+
+
 def connect(node: Node, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> NodeConnection:
     """An open connection to `node`: through its site's agent when the site has one enrolled (runners.agentlink:
     the same interface and exceptions), else SSH from this process."""
-    from runners.agentlink import AgentConnection, agent_for
-
-    agent = agent_for(node)
-    if agent is not None:
-        return AgentConnection(node, agent=agent, timeouts=timeouts).open()
+    for route in _ROUTES:
+        conn = route(node, timeouts=timeouts)
+        if conn is not None:
+            return conn.open()
     return NodeConnection(node, timeouts=timeouts).open()
 
 

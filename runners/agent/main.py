@@ -105,6 +105,12 @@ class Agent:
     # --- the life of the process ---
 
     def stop(self, why: str = "") -> None:
+        if self.stopping.is_set() and why:
+            log.warning("%s again: leaving now, without waiting for the running calls", why)
+            self.forced.set()
+            with self._slots:
+                self._slots.notify_all()
+            return
         if not self.stopping.is_set():
             if why:
                 log.info("%s: taking no new work; the request for work under way and %d call(s) running get up "
@@ -138,7 +144,8 @@ class Agent:
         # The request for work under way is waited for (up to its 20 s): the control plane takes calls for it as
         # they come, and a call taken for an agent that has gone would only be given up when it falls silent.
         # What it brings is run within the grace.
-        poller.join(max(0.0, deadline - time.monotonic()))
+        while poller.is_alive() and time.monotonic() < deadline and not self.forced.is_set():
+            poller.join(0.25)
         if poller.is_alive():
             self.client.abort()
         return self._finish(deadline)
@@ -146,7 +153,7 @@ class Agent:
     def _finish(self, deadline: float | None = None) -> int:
         deadline = deadline or time.monotonic() + GRACE
         with self._slots:
-            while self._busy and time.monotonic() < deadline:
+            while self._busy and time.monotonic() < deadline and not self.forced.is_set():
                 self._slots.wait(min(1.0, max(0.0, deadline - time.monotonic())))
             left = self._busy
         self.forced.set()

@@ -293,3 +293,27 @@ def test_a_refused_token_stops_the_agent_with_a_message(cp, start_agent):
     agent = start_agent(cp.port)
     assert agent.proc.wait(timeout=60) == 1
     assert "refuses this agent's token" in agent.log() and "revoked" in agent.log()
+
+
+def test_sigterm_lets_a_running_call_finish_and_a_second_one_leaves_at_once(cp, node, start_agent):
+    agent = start_agent(cp.port)
+    cp.wait_for("POST", "/hello")
+    cp.queue.append(call(node, 20, "run", {"command": "sleep 2; echo finished", "timeout": 60}))
+    cp.wait_for("POST", "/calls/20/output")  # running (a first keep-alive or output)
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.proc.wait(timeout=40) == 0
+    assert cp.done(20, timeout=1) == {"exit_code": 0} and cp.output(20)["stdout"] == b"finished\n"
+    assert "SIGTERM: taking no new work" in agent.log()
+
+    again = start_agent(cp.port)
+    cp.wait_for("POST", "/hello", count=2)
+    cp.queue.append(call(node, 21, "run", {"command": "sleep 60", "timeout": 600}))
+    cp.wait_for("POST", "/calls/21/output")
+    again.proc.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    assert again.proc.poll() is None  # waiting for the call
+    started = time.monotonic()
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.proc.wait(timeout=20) == 0
+    assert time.monotonic() - started < 10
+    assert "leaving now" in again.log()

@@ -1,7 +1,7 @@
 """SSH to the site's nodes, as a call's node spec says: host key pinned, key sealed to this agent, jump host if any.
 
 The classification of failures mirrors runners.ssh.NodeConnection.open (which the control plane uses for sites
-without an agent), as the error kinds of the agent API (/work/agent-spec.md):
+without an agent), as the error kinds of the agent API (docs/site-agent.md, "The protocol"):
 
     unreachable       refused, reset, timed out, no route, name lookup failing for now, SSH handshake failed
     connection-lost   the connection went away while in use (or could not open a session)

@@ -2,7 +2,7 @@
 
 What the live control plane cannot easily be made to do on cue: answer 503 to a result, be down when the agent
 starts, ask to cancel, answer 410, refuse the token. The agent is the real process (`python -m runners.agent`,
-its three variables only); the calls it gets follow /work/agent-spec.md.
+its three variables only); the calls it gets follow docs/site-agent.md ("The protocol").
 """
 from __future__ import annotations
 

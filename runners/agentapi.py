@@ -163,6 +163,17 @@ def hello(request: HttpRequest, agent: SiteAgent) -> HttpResponse:
     except DecryptionError as exc:
         logger.error("site %s: resealing its credentials for the agent failed: %s", agent.site.name, exc)
         return _error(500, f"the control plane cannot reseal this site's credentials ({exc})")
+    if data.get("starting") is True:
+        # A process that has just started holds no call: what this token's agent had taken died with its predecessor
+        # (a kill, a crash, a reboot). Its waiters hear so now (a transient ConnectionLost: steps re-attach or retry)
+        # instead of when the calls fall silent.
+        now = timezone.now()
+        SiteAgent.objects.filter(pk=agent.pk).update(started_at=now)  # a poll its predecessor left takes no more
+        lost = AgentCall.objects.filter(agent=agent, state=AgentCall.State.TAKEN).update(
+            state=AgentCall.State.EXPIRED, finished=now, payload=None)
+        if lost:
+            logger.warning("site agent %s… of site %s restarted: %d call(s) its predecessor held are given up",
+                           agent.token_prefix, agent.site.name, lost)
     stale = agent.site.credentials.exclude(sealed_key="").exclude(sealed_to=agent).count()
     logger.info("site agent %s… of site %s said hello (version %s); %d credential(s) sealed to it",
                 agent.token_prefix, agent.site.name, agent.version or "?", resealed)
@@ -261,8 +272,13 @@ def work(request: HttpRequest, agent: SiteAgent) -> HttpResponse:
             if calls or time.monotonic() >= end:
                 break
             time.sleep(POLL_SECONDS)
-            if not SiteAgent.objects.filter(pk=agent.pk, revoked_at=None).exists():
+            now = SiteAgent.objects.filter(pk=agent.pk).values("revoked_at", "started_at").first() or {}
+            if now.get("revoked_at") is not None or not now:
                 return _error(401, "the agent token was revoked")
+            if now.get("started_at") != agent.started_at:
+                # The agent restarted meanwhile: this poll is its dead predecessor's, and a call taken for it would
+                # be lost until it fell silent.
+                break
     except DatabaseError as exc:
         # The database went away during the wait: the agent asks again (with back-off); a broken connection
         # is not kept for the next request.

@@ -85,6 +85,8 @@ class SiteAgent(models.Model):
     last_seen = models.DateTimeField(null=True, blank=True, editable=False)
     last_address = models.CharField(max_length=64, blank=True, default="", editable=False)
     version = models.CharField(max_length=64, blank=True, default="", editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                      help_text="When the agent's current process said its first hello")
 
     class Meta:
         ordering = ["site", "-created"]

@@ -80,8 +80,10 @@ class ControlPlane:
 
     # --- the API ---
 
-    def hello(self, public_key: str) -> dict:
-        return self.json("POST", "/hello", {"public_key": public_key, "version": VERSION})
+    def hello(self, public_key: str, *, starting: bool = False) -> dict:
+        """`starting`: this process has just started and holds no call; what the token's agent held before (a process
+        that died) is given up at once rather than when it falls silent."""
+        return self.json("POST", "/hello", {"public_key": public_key, "version": VERSION, "starting": starting})
 
     def work(self, slots: int, wait: float) -> list[dict]:
         answer = self.json("POST", "/work", {"slots": slots, "wait": wait}, timeout=wait + self.timeout)

@@ -134,7 +134,7 @@ class Agent:
                  sealing.fingerprint(self.public_key), self.config.slots)
         if self.config.insecure_transport():
             log.warning("FXPILOT_AGENT_URL is plain http to another machine: the token crosses the network in clear")
-        if not self.hello_until_answered():
+        if not self.hello_until_answered(starting=True):
             return self._finish()
         poller = threading.Thread(target=self.poll_loop, name="poller", daemon=True)
         poller.start()
@@ -167,9 +167,9 @@ class Agent:
         log.info("stopped")
         return 0
 
-    def hello(self) -> dict:
+    def hello(self, *, starting: bool = False) -> dict:
         try:
-            answer = self.client.hello(self.public_key)
+            answer = self.client.hello(self.public_key, starting=starting)
         except Unauthorized as exc:
             raise Fatal(f"the control plane refuses this agent's token ({exc}); was it revoked? Make a new one "
                         "with `python manage.py site_agent SITE --print-env`") from None
@@ -183,11 +183,11 @@ class Agent:
         self.site = answer if isinstance(answer, dict) else {}
         return self.site
 
-    def hello_until_answered(self) -> bool:
+    def hello_until_answered(self, *, starting: bool = False) -> bool:
         delays = backoff()
         while not self.stopping.is_set():
             try:
-                site = self.hello()
+                site = self.hello(starting=starting)
             except Unavailable as exc:
                 self.away.failed(exc)
                 self.stopping.wait(next(delays))

@@ -36,6 +36,7 @@ class Migration(migrations.Migration):
                 ('last_seen', models.DateTimeField(blank=True, editable=False, null=True)),
                 ('last_address', models.CharField(blank=True, default='', editable=False, max_length=64)),
                 ('version', models.CharField(blank=True, default='', editable=False, max_length=64)),
+                ('started_at', models.DateTimeField(blank=True, editable=False, help_text="When the agent's current process said its first hello", null=True)),
                 ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
                 ('site', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='agents', to='runners.site')),
             ],

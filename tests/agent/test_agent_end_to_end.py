@@ -45,7 +45,7 @@ class AgentProcess:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
                 "FXPILOT_AGENT_URL": self.url, "FXPILOT_AGENT_TOKEN": self.token, "FXPILOT_AGENT_STATE": str(self.state)}
 
-    def start(self) -> AgentProcess:
+    def _start(self) -> AgentProcess:
         handle = open(self.log_path, "a")
         self.proc = subprocess.Popen([sys.executable, "-m", "runners.agent"], cwd=ROOT, env=self.env(),
                                      stdout=handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
@@ -55,9 +55,13 @@ class AgentProcess:
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
+    def start(self) -> AgentProcess:
+        self.since = len(self.log())  # a restarted process's lines are looked for after its predecessor's
+        return self._start()
+
     def wait_for_log(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while text not in self.log():
+        while text not in self.log()[getattr(self, "since", 0):]:
             assert self.proc.poll() is None, f"the agent exited ({self.proc.returncode}):\n{self.log()}"
             assert time.monotonic() < deadline, f"the agent never logged {text!r}:\n{self.log()}"
             time.sleep(0.05)
@@ -235,15 +239,15 @@ def test_an_agent_restart_mid_call(enrolled, make_node, sshd, job, agent_setting
         time.sleep(0.5)
         enrolled.proc.kill()
         enrolled.proc.wait()
-        killed_at = time.monotonic()
         runner.join(30)
         assert "fell silent" in str(killed["exc"])
         agent_settings.FXPILOT_AGENT_SILENCE_SECONDS = 30.0
         enrolled.start().wait_for_log("serving site", timeout=30)
-        # The killed agent's request for work may still be waiting in the control plane (20 s at most; nobody
-        # tells it the agent died) and would take a call queued now: that call would be given up when silent.
-        time.sleep(max(0.0, killed_at + 21 - time.monotonic()))
+        # The killed agent's request for work may still be waiting in the control plane (nobody tells it the agent
+        # died): the new process's hello ends it, so a call queued now reaches the new process at once.
+        began = time.monotonic()
         assert conn.run("echo after the crash", timeout=60).stdout_tail == "after the crash\n"
+        assert time.monotonic() - began < 10, "the call waited for the dead agent's poll"
     assert "\nnever\n" not in job_text(job)  # (the echoed command line holds the word)
     expired = _calls(node=node, op="run", state="expired")
     assert len(expired) == 1

@@ -12,8 +12,9 @@ with a cache tier, at the demo's time scale) and the workload client's own `soak
 both as child processes of the demo that die with it (the demo passes its `preexec_fn`). Once every
 session was sent once (a first visit is a cold prefill, like the first window of the real soak), it
 counts the requests answered per second of wall time over `STEADY_SECONDS`. It cycles over one session
-per client where the soak cycles over two: a request that hits HBM costs the same, and the warm-up takes
-half as long. `soak_seconds` turns the rate into the soak's length: the requests the planner needs, times
+per client where the soak cycles over more than the server's HBM holds (`soak_sessions`, about 7.6 per client):
+a request read from the tier costs the client and the simulated server about the CPU of one that hits HBM, and
+the warm-up takes a fraction of the time. `soak_seconds` turns the rate into the soak's length: the requests the planner needs, times
 `SOAK_MARGIN` (in G4 the soak shares the CPU with the other node's replay, and a machine's load moves),
 over the rate, plus the warm-up of the soak's own sessions.
 """
@@ -43,9 +44,14 @@ CALIBRATION_TIMEOUT = 240.0
 """A calibration that has not measured its steady seconds by then gives up (the demo then says so)."""
 FALLBACK_RATE = 4.0
 """Requests per second assumed when the calibration could not measure (a slow soak rather than a re-run)."""
-SOAK_SESSIONS_PER_CLIENT = 2
-"""The workload client's soak cycles over 2 × concurrency sessions (runners/remote/workload.py, cmd_soak); the
-calibration over 1 × concurrency."""
+def soak_sessions(concurrency: int, prompt_tokens: int = 65536) -> int:
+    """The sessions the workload client's soak cycles over on a simulated node (runners/remote/workload.py,
+    soak_pool: more than the simulated server's HBM holds, read from its vllm:cache_config_info); the calibration
+    cycles over 1 × concurrency."""
+    from runners.remote.workload import soak_pool
+    from runners.sim.model import hbm_kv_capacity_tokens
+
+    return soak_pool(concurrency, prompt_tokens, hbm_kv_capacity_tokens())
 MIN_SOAK_SECONDS = 20.0
 
 
@@ -199,10 +205,11 @@ def _failed(why: str, folder: Path) -> SoakRate:
                     note=why + tail)
 
 
-def soak_seconds(requests_needed: int, rate: SoakRate, *, margin: float = SOAK_MARGIN) -> float:
+def soak_seconds(requests_needed: int, rate: SoakRate, *, margin: float = SOAK_MARGIN, sessions_per_client: float = 2.0) -> float:
     """The soak's length for `requests_needed` × `margin` requests at the measured rate, plus the warm-up of the
     soak's own sessions (its first visits count as requests too, but they are few and slow: they are left to
-    the margin). The calibration warmed one session per client; the soak has SOAK_SESSIONS_PER_CLIENT."""
+    the margin). The calibration warmed one session per client; the soak has `sessions_per_client`
+    (soak_sessions ÷ concurrency)."""
     steady = requests_needed * margin / max(rate.per_second, 0.1)
-    warmup = rate.warmup_seconds * SOAK_SESSIONS_PER_CLIENT
+    warmup = rate.warmup_seconds * sessions_per_client
     return float(max(MIN_SOAK_SECONDS, math.ceil(steady + warmup)))

@@ -1512,18 +1512,64 @@ def _cycling_requests(ctx: RunContext, sessions: list[Session], a: argparse.Name
     return take
 
 
+SOAK_POOL_OVER_HBM = 1.25
+"""The soak's session pool holds this many times the tokens the server's HBM prefix cache holds (below)."""
+
+
+def hbm_tokens(text: str) -> int | None:
+    """Tokens of KV cache the server keeps in HBM, from vLLM's `vllm:cache_config_info` gauge in /metrics
+    (num_gpu_blocks × block_size, labels of an info gauge set to 1); None when the server does not say."""
+    for line in text.splitlines():
+        if not line.startswith("vllm:cache_config_info{"):
+            continue
+        labels = {}
+        for pair in _split_labels(line.partition("{")[2].rpartition("}")[0]):
+            key, _, value = pair.partition("=")
+            labels[key.strip()] = value.strip().strip('"')
+        try:
+            blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+        except (KeyError, ValueError):
+            return None
+        return blocks * size if blocks > 0 and size > 0 else None
+    return None
+
+
+def soak_pool(conc: int, prompt_tokens: int, hbm: int | None) -> int:
+    """Sessions the soak cycles over: at least two per client, and more than the server's HBM holds. A pool that
+    fits in HBM is answered from HBM after its first visits and never reaches the tier the soak is about (the
+    default plan's 32 sessions of 64 Ki tokens are 2.1 M tokens; one MI308X node keeps 6.35 M): the soak would
+    judge HBM, and its windows would differ by how the HBM hits happened to batch, not by the tier. Cycling over
+    more than HBM holds, every visit after the first misses HBM (least recently used goes first, and the pool is
+    visited in order) and comes from the tier, in every window alike."""
+    pool = 2 * conc
+    if hbm:
+        pool = max(pool, math.ceil(SOAK_POOL_OVER_HBM * hbm / max(prompt_tokens, 1)))
+    return pool
+
+
 async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
-    """Closed loop for --duration-s; repetition = the window the request was sent in."""
+    """Closed loop for --duration-s; repetition = the window the request was sent in. Without --sessions the pool
+    is sized above the server's HBM (soak_pool)."""
     if a.duration_s <= 0 or a.windows < 1:
         raise WorkloadError("soak needs --duration-s > 0 and --windows ≥ 1", 2)
     conc = a.concurrency[0]
-    sessions = make_sessions(a.sessions or 2 * conc, a.prompt_tokens, a.seed, a.session_prefix or "soak")
+    hbm = None
+    if not a.sessions:
+        _, error, text = await asyncio.get_running_loop().run_in_executor(None, scrape, ctx.endpoint)
+        hbm = hbm_tokens(text) if error is None else None
+        if hbm is None:
+            ctx.say(f"NOTE the server does not report its HBM KV capacity (vllm:cache_config_info): the soak cycles over "
+                    f"{2 * conc} sessions, which its HBM may hold")
+    count = a.sessions or soak_pool(conc, a.prompt_tokens, hbm)
+    sessions = make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "soak")
     start = time.monotonic()
     width = a.duration_s / a.windows
-    ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc}")
+    ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc} sessions={count}"
+            + (f" hbm_tokens={hbm}" if hbm else ""))
     take = _cycling_requests(ctx, sessions, a, conc, start + a.duration_s,
                          lambda now: min(a.windows, int((now - start) // width) + 1))
-    await run_requests(ctx, take, conc, labeller=lambda now: "soak")
+    await run_requests(ctx, take, conc, labeller=lambda now: "soak",
+                       extra={"soak_sessions": count, "hbm_tokens": hbm})
 
 
 async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:

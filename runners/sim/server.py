@@ -46,6 +46,7 @@ from runners.sim.tiers import DiskTier, FsPool, LruTier, Writer, chunk_keys
 from runners.simnode.storage import fx_read_gbps, local_read_gbps
 
 ROCM_SUFFIX = "+rocm721"
+VLLM_BLOCK = 16                   # vLLM's KV block (tokens), as its cache_config_info reports num_gpu_blocks
 HBM_BLOCK = 256                   # HBM residency is tracked per 256 tokens (vLLM's blocks are 16; hits round down)
 PROMPT_IDS = re.compile(rb'"prompt"\s*:\s*\[(?=\s*\d)')
 # parse_body keeps a token-id prompt's JSON text under this key when it is already compact JSON (digits and commas,
@@ -148,6 +149,7 @@ class SimServer:
         self.model = ModelSpec(kv_cache_bytes=config.kv_cache_bytes)
         self.hw = Hardware(gpus=config.tensor_parallel, gpu_memory_utilization=config.gpu_memory_utilization)
         capacity = hbm_kv_capacity_tokens(self.model, self.hw)
+        self.hbm_tokens = capacity  # what vLLM reports as num_gpu_blocks × block_size (vllm:cache_config_info)
         if capacity <= 0:
             raise SystemExit(f"ValueError: not enough GPU memory for the KV cache: the model's weights "
                              f"({self.model.total_params * self.model.weight_bytes / GB:.0f} GB) do not fit in "
@@ -439,6 +441,9 @@ class SimServer:
         return limit is not None and self.requests_seen > int(limit)
 
     # --- metrics ----------------------------------------------------------------------------------------
+    def _cache_dtype(self) -> str:
+        return "auto" if self.model.kv_cache_bytes == 2.0 else "fp8"
+
     def metrics_text(self) -> str:
         name = self.config.served_names[0]
         label = f'model_name="{name}",engine="0"'
@@ -473,6 +478,15 @@ class SimServer:
                   f"vllm:num_requests_running{{{label}}} {len(engine.running) + sum(r.admitted for r in engine.queue)}",
                   "# TYPE vllm:num_requests_waiting gauge",
                   f"vllm:num_requests_waiting{{{label}}} {sum(not r.admitted for r in engine.queue)}",
+                  # vLLM's info gauge of its cache configuration (a gauge set to 1; the values are labels): the
+                  # KV blocks of HBM it profiled, in blocks of 16 tokens (the workload client's soak sizes its
+                  # session pool above them)
+                  "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                  "# TYPE vllm:cache_config_info gauge",
+                  f'vllm:cache_config_info{{block_size="{VLLM_BLOCK}",cache_dtype="{self._cache_dtype()}",'
+                  f'enable_prefix_caching="{self.config.prefix_caching}",engine="0",'
+                  f'gpu_memory_utilization="{self.hw.gpu_memory_utilization}",'
+                  f'num_gpu_blocks="{self.hbm_tokens // VLLM_BLOCK}"}} 1.0',
                   "# TYPE vllm:kv_cache_usage_perc gauge",
                   f"vllm:kv_cache_usage_perc{{{label}}} "
                   f"{len(self.hbm) / self.hbm.capacity if self.hbm.capacity else 0.0:.6f}"]

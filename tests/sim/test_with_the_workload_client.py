@@ -55,3 +55,37 @@ def test_simcheck_reports_every_cell_and_its_worst_error():
     assert "+20.0% !" in printed and printed.count("\n") == len(TABLE1) + 1
     del results[("recompute", 16)]
     assert command.report(results, 0.15) == float("inf")
+
+
+def test_the_soak_cycles_over_more_than_hbm_holds_so_every_judged_window_reads_the_tier(node, servers, tmp_path):
+    """A soak whose sessions fit in HBM is answered from HBM after their first visits and never reaches the tier it
+    soaks (the default plan's 32 sessions × 64 Ki tokens against 6.35 M tokens of HBM): the client sizes its pool
+    from the server's vllm:cache_config_info, and every window after the warm-up reads the tier alike."""
+    # a server with little HBM (the weights leave 7.7 GB of KV: 60 Ki tokens), so the pool stays small
+    server = servers(node, "fx", args=("--gpu-memory-utilization", "0.38"))
+    with urllib.request.urlopen(server.url + "/metrics") as response:
+        text = response.read().decode()
+    from runners.remote.workload import hbm_tokens, soak_pool
+
+    hbm = hbm_tokens(text)
+    assert hbm is not None and 55_000 < hbm < 65_000, text
+    out = tmp_path / "soak.jsonl"
+    subprocess.run([sys.executable, str(REPO / "runners" / "remote" / "workload.py"), "soak", "--url", server.url,
+                    "--arm", "fx", "--out", str(out), "--model", MODEL, "--prompt-tokens", "4096", "--turn-tokens", "64",
+                    "--output-tokens", "4", "-c", "2", "--duration-s", "6", "--windows", "3", "--quiet"],
+                   check=True, timeout=120)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    summaries = [json.loads(line) for line in (tmp_path / "soak.summary.json").read_text().splitlines()]
+    assert [s["repetition"] for s in summaries] == [1, 2, 3]  # one per window, one /metrics pair for them all
+    summary = summaries[0]
+    pool = summary["soak_sessions"]
+    assert summary["hbm_tokens"] == hbm and pool == soak_pool(2, 4096, hbm) and pool * 4096 > hbm > 4 * 4096
+    assert len({r["session"] for r in records}) == pool
+    returning = [r for r in records if r["turn"] > 1]
+    assert {r["repetition"] for r in returning} >= {2, 3}, "the pool was visited twice in the judged windows"
+    assert all(r["status"] == "ok" and r["cached_tokens"] == 4096 for r in returning)
+    # what came back came from the tier, not from HBM: the returning visits' 4,096 tokens are external hits
+    before, after = summary["metrics_before"], summary["metrics_after"]
+    external = after["vllm:external_prefix_cache_hits_total"] - before.get("vllm:external_prefix_cache_hits_total", 0)
+    hbm_hits = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0)
+    assert external >= 0.95 * 4095 * len(returning) and hbm_hits < 0.05 * 4096 * len(returning), (external, hbm_hits)

@@ -523,7 +523,8 @@ class Command(BaseCommand):
                                            folder=Path(settings.DATA_DIR) / "demo-logs" / "soak-calibration",
                                            root=ROOT, check=processes.check, preexec_fn=die_with_parent())
         self.gate_times["soak calibration"] = time.monotonic() - began
-        seconds = demo_soak.soak_seconds(needed, rate)
+        seconds = demo_soak.soak_seconds(needed, rate,
+                                         sessions_per_client=demo_soak.soak_sessions(concurrency) / concurrency)
         keys = ", ".join(c["key"] for c in wanted)
         if rate.measured:
             self.say(f"  {rate.per_second:.1f} requests/s ({rate.requests:,} in {rate.seconds:.1f} s after a warm-up "

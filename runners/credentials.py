@@ -124,7 +124,7 @@ def reseal_for_agent(agent: SiteAgent) -> int:
         raise ValueError("the agent has not registered its public key yet")
     changed = 0
     with transaction.atomic():
-        for credential in Credential.objects.select_for_update().select_related("sealed_to").filter(
+        for credential in Credential.objects.select_for_update(of=("self",)).select_related("sealed_to").filter(
                 site=agent.site_id).order_by("pk"):
             if credential.sealed_key:
                 if credential.sealed_to_id != agent.pk and credential.sealed_to is not None and \

@@ -27,7 +27,6 @@ from typing import BinaryIO
 
 import paramiko
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from runners.agentapi import discard_file, flush_output, received_file
@@ -53,9 +52,9 @@ from runners.ssh import (
     _interruption,
     _record_offered_key,
     _short,
+    check_node_settings,
     shell_path,
 )
-from runners.validators import validate_host, validate_port, validate_username
 
 MAX_PAYLOAD = 64 * 1024 * 1024  # a put's bytes travel in the row
 FIRST_SLEEP, MAX_SLEEP = 0.05, 0.25
@@ -110,14 +109,7 @@ class AgentConnection(NodeConnection):
         for node in (self.node, self.node.jump_host if self.node.jump_host_id else None):
             if node is None:
                 continue
-            try:
-                validate_host(node.host)
-                validate_port(node.port)
-                validate_username(node.username)
-            except ValidationError as exc:
-                raise InvalidNodeSettings("; ".join(exc.messages), node=node) from None
-            if node.credential_id is None:
-                raise InvalidNodeSettings("no credential is assigned", node=node)
+            check_node_settings(node)
             credential = Credential.objects.select_related("sealed_to").get(pk=node.credential_id)  # as it is now
             if not credential.sealed_key:
                 raise InvalidNodeSettings(f"credential {credential.name} is not sealed to the site agent yet (the "

@@ -5,15 +5,13 @@ enrolled agent (runners.agents) has its keys sealed to that agent instead: the c
 """
 from __future__ import annotations
 
-import io
-
 import paramiko
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
+from runners import sshparts
 from runners.crypto import DecryptionError, decrypt_field, encrypt_field
 from runners.models import Credential, Site, SiteAgent, active_agent
 from runners.sealing import seal
@@ -61,23 +59,12 @@ def load_private_key(text: str | bytes, passphrase: str = "") -> paramiko.PKey:
             raise ValidationError(_("This private key is not encrypted; leave the passphrase empty."),
                                   code="passphrase_not_needed") from None
         raise ValidationError(_("This private key is encrypted; enter its passphrase."), code="passphrase_required") from None
-    if isinstance(loaded, rsa.RSAPrivateKey):
-        key_class = paramiko.RSAKey
-    elif isinstance(loaded, ed25519.Ed25519PrivateKey):
-        key_class = paramiko.Ed25519Key
-    elif isinstance(loaded, ec.EllipticCurvePrivateKey):
-        key_class = paramiko.ECDSAKey
-    else:
-        raise ValidationError(_("Unsupported key type %(type)s; use Ed25519, ECDSA or RSA."), code="key_type",
-                              params={"type": type(loaded).__name__})
-    # paramiko reads some formats only (not PKCS#8 Ed25519, encrypted or not): it gets the key, already
-    # opened, in the OpenSSH format, in memory.
-    opened = loaded.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    ).decode()
     try:
-        return key_class.from_private_key(io.StringIO(opened))
-    except (paramiko.SSHException, ValueError, UnicodeDecodeError):
+        return sshparts.paramiko_key(loaded)
+    except sshparts.UnsupportedKey as exc:
+        raise ValidationError(_("Unsupported key type %(type)s; use Ed25519, ECDSA or RSA."), code="key_type",
+                              params={"type": str(exc)}) from None
+    except ValueError:
         raise ValidationError(_("This file is not a private key in OpenSSH or PEM format."), code="not_a_key") from None
 
 

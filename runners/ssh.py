@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shlex
 import socket
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from runners import sshparts
 from runners.artifacts import ArtifactMismatch, EvidenceStoreError, sha256_file, store_file
 from runners.credentials import credential_pkey
 from runners.crypto import DecryptionError
@@ -39,16 +39,7 @@ from runners.validators import validate_host, validate_port, validate_remote_pat
 TAIL_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
-class Timeouts:
-    connect: float = 10.0
-    banner: float = 15.0
-    auth: float = 15.0
-    channel: float = 15.0
-    keepalive: int = 15
-
-
-DEFAULT_TIMEOUTS = Timeouts()
+Timeouts, DEFAULT_TIMEOUTS = sshparts.Timeouts, sshparts.DEFAULT_TIMEOUTS
 
 
 class SSHError(Exception):
@@ -191,19 +182,13 @@ def known_hosts_name(node: Node) -> str:
 def shell_path(path: str) -> str:
     """A remote path quoted for the shell; a leading ``~/`` stays the remote user's home."""
     validate_remote_path(path)
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+    return sshparts.shell_quoted(path)
 
 
 def sftp_path(path: str) -> str:
     """SFTP has no ``~``: paths relative to the login directory (the home) are used instead."""
     validate_remote_path(path)
-    if path == "~":
-        return "."
-    return path[2:] if path.startswith("~/") else path
+    return sshparts.sftp_named(path)
 
 
 # --- host keys ---------------------------------------------------------------------------------
@@ -259,6 +244,19 @@ def accept_host_key(node: Node, fingerprint: str, *, user=None, label: str = "")
 
 # --- connections -------------------------------------------------------------------------------
 
+def check_node_settings(node: Node) -> None:
+    """What must hold before anything contacts a node, directly or through its site's agent: a valid address and
+    user name, and a credential. InvalidNodeSettings names what is wrong."""
+    try:
+        validate_host(node.host)
+        validate_port(node.port)
+        validate_username(node.username)
+    except ValidationError as exc:
+        raise InvalidNodeSettings("; ".join(exc.messages), node=node) from None
+    if node.credential_id is None:
+        raise InvalidNodeSettings("no credential is assigned", node=node)
+
+
 class NodeConnection:
     """One SSH connection to a node (through its jump host if it has one). Use as a context manager."""
 
@@ -287,14 +285,7 @@ class NodeConnection:
         if self._client is not None:
             return self
         node = self.node
-        try:
-            validate_host(node.host)
-            validate_port(node.port)
-            validate_username(node.username)
-        except ValidationError as exc:
-            raise InvalidNodeSettings("; ".join(exc.messages), node=node) from None
-        if node.credential_id is None:
-            raise InvalidNodeSettings("no credential is assigned", node=node)
+        check_node_settings(node)
         try:
             pkey = credential_pkey(node.credential)
         except (ValidationError, DecryptionError) as exc:

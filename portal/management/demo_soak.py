@@ -33,6 +33,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.remote.workload import soak_pool
+from runners.sim.model import hbm_kv_capacity_tokens
+
 STEADY_SECONDS = 8.0
 """Wall seconds of steady soak (every session seen once) over which the rate is measured."""
 SOAK_MARGIN = 2.0
@@ -44,14 +47,15 @@ CALIBRATION_TIMEOUT = 240.0
 """A calibration that has not measured its steady seconds by then gives up (the demo then says so)."""
 FALLBACK_RATE = 4.0
 """Requests per second assumed when the calibration could not measure (a slow soak rather than a re-run)."""
+
+
 def soak_sessions(concurrency: int, prompt_tokens: int = 65536) -> int:
     """The sessions the workload client's soak cycles over on a simulated node (runners/remote/workload.py,
     soak_pool: more than the simulated server's HBM holds, read from its vllm:cache_config_info); the calibration
     cycles over 1 × concurrency."""
-    from runners.remote.workload import soak_pool
-    from runners.sim.model import hbm_kv_capacity_tokens
-
     return soak_pool(concurrency, prompt_tokens, hbm_kv_capacity_tokens())
+
+
 MIN_SOAK_SECONDS = 20.0
 
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import io
 import json
 import re
-import shlex
 import socket
 import threading
 import time
@@ -32,9 +30,8 @@ from dataclasses import dataclass, field
 
 import paramiko
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from runners import sealing
+from runners import sealing, sshparts
 
 KINDS = ("unreachable", "connection-lost", "timeout", "auth", "host-key-pending", "host-key-changed", "invalid", "io")
 MAX_KEY_BYTES = 64 * 1024
@@ -68,16 +65,7 @@ class Stopped(Exception):
     """The control plane asked to stop the command (``{"cancel": true}`` or 410); its channel was closed."""
 
 
-@dataclass(frozen=True)
-class Timeouts:
-    connect: float = 10.0
-    banner: float = 15.0
-    auth: float = 15.0
-    channel: float = 15.0
-    keepalive: int = 15
-
-
-DEFAULT_TIMEOUTS = Timeouts()
+Timeouts, DEFAULT_TIMEOUTS = sshparts.Timeouts, sshparts.DEFAULT_TIMEOUTS
 
 
 # --- the node spec ----------------------------------------------------------------------------
@@ -177,19 +165,11 @@ def load_private_key(data: bytes, passphrase: str = "") -> paramiko.PKey:
         if passphrase and ("decrypt" in text or "password" in text or "checksum" in text):
             raise ValueError("the passphrase does not open the key") from None
         raise ValueError("not a private key in OpenSSH or PEM format") from None
-    if isinstance(loaded, rsa.RSAPrivateKey):
-        key_class = paramiko.RSAKey
-    elif isinstance(loaded, ed25519.Ed25519PrivateKey):
-        key_class = paramiko.Ed25519Key
-    elif isinstance(loaded, ec.EllipticCurvePrivateKey):
-        key_class = paramiko.ECDSAKey
-    else:
-        raise ValueError(f"unsupported key type {type(loaded).__name__}")
-    opened = loaded.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                  serialization.NoEncryption()).decode()
     try:
-        return key_class.from_private_key(io.StringIO(opened))
-    except (paramiko.SSHException, ValueError, UnicodeDecodeError):
+        return sshparts.paramiko_key(loaded)
+    except sshparts.UnsupportedKey as exc:
+        raise ValueError(f"unsupported key type {exc}") from None
+    except ValueError:
         raise ValueError("not a private key in OpenSSH or PEM format") from None
 
 
@@ -218,19 +198,11 @@ def _check_path(path: str) -> str:
 
 def shell_path(path: str) -> str:
     """Quoted for the shell; a leading ``~/`` stays the remote user's home (as runners.ssh.shell_path)."""
-    _check_path(path)
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+    return sshparts.shell_quoted(_check_path(path))
 
 
 def sftp_path(path: str) -> str:
-    _check_path(path)
-    if path == "~":
-        return "."
-    return path[2:] if path.startswith("~/") else path
+    return sshparts.sftp_named(_check_path(path))
 
 
 # --- one connection ---------------------------------------------------------------------------

@@ -60,6 +60,8 @@ PARAMS = {
     "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)),
                  gettext_lazy("a size such as 16M or 4G")),
     "soak_seconds": (_positive_number, gettext_lazy("a number of seconds above 0")),
+    "soak_min_requests": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                          gettext_lazy("a whole number ≥ 0 (0: the soak ends at its length)")),
     "workloads": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
                   gettext_lazy("a mapping of workload name → settings, as in the plan")),
     "extend_marginal": (lambda v: isinstance(v, bool), gettext_lazy("true or false")),

@@ -232,6 +232,8 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]
     elif command == "soak":
         args += ["--duration-s", f"{max(params['seconds'], 0.1):.3f}", "--windows", str(params["windows"])]
+        if params.get("min_requests"):
+            args += ["--min-requests", str(int(params["min_requests"]))]
     elif command == "fault":
         interface = _roce_interface(ctx)
         cut = max(float(params["cut_seconds"]), 0.05)
@@ -374,7 +376,10 @@ def finish_workload(ctx: StepContext, found: Poll) -> dict:
 def workload_max_seconds(step) -> float:
     """How long a workload step's remote work may last: a soak its own length on top of the usual deadline
     (FXPILOT_STEP_DEADLINE_SECONDS); while it may still run, an unreachable node is looked for again."""
-    return float(step.params.get("seconds") or 0) + float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
+    seconds = float(step.params.get("seconds") or 0)
+    if step.params.get("min_requests"):
+        seconds *= 2  # a soak short of its failure-rate bar's requests sends on for at most its length again
+    return seconds + float(settings.FXPILOT_STEP_DEADLINE_SECONDS)
 
 
 def cancel_workload(ctx: StepContext) -> None:

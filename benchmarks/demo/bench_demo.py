@@ -111,6 +111,7 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
         "soak_calibration_seconds": int(calibration[1]) * 60 + int(calibration[2]) if calibration else None,
         "soak_rate_per_second": float(rate[1]) if rate else None,
         "soak_seconds": int(rate[2]) * 60 + int(rate[3]) if rate else None,
+        "setup_seconds": _part(text, "set-up"), "signing_seconds": _part(text, "sign-offs and reports"),
         "gate_run_twice": "runs again" in text,
         "completed": code == 0 and bool(re.search(r"^Pilot .+: (Completed|Halted) in", text, re.MULTILINE)),
         "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in before], "idle_before": idle,
@@ -120,6 +121,12 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     # tens of thousands of small files (the simulated cache tiers): removed in the background, after the figures
     threading.Thread(target=shutil.rmtree, args=(data,), kwargs={"ignore_errors": True}, daemon=False).start()
     return result
+
+
+def _part(text: str, name: str) -> int | None:
+    """Seconds of one named part of the demo's Total line (set-up; sign-offs and reports), None when absent."""
+    found = re.search(rf"^Total [\d:]+: .*?\b{re.escape(name)} (\d+):(\d\d)", text, re.MULTILINE)
+    return int(found[1]) * 60 + int(found[2]) if found else None
 
 
 def clock(seconds: float | None) -> str:

@@ -132,6 +132,24 @@ def requests_per_repetition(plan: Plan, spec: CriterionSpec, gate: int) -> int:
     return sum(per_client * int(c) for c in levels) or per_client * 16
 
 
+def soak_requests_needed(plan: Plan) -> int | None:
+    """The error-free requests the soak must send for its failure-rate bars to be decidable at all (the largest over
+    G4's rate criteria on the soak, each at the level of the design's last look); None when G4 has none. The soak's
+    client keeps sending past its length until it has them (runners/remote/workload.py, `soak --min-requests`)."""
+    needed = []
+    for gate in plan.gates:
+        if gate.number != 4:
+            continue
+        for spec in gate.criteria:
+            if spec.metric == "error_rate" and spec.phase == "soak" and spec.statistic != "count" and spec.threshold > 0:
+                confidence = spec.confidence or plan.confidence
+                level = _final_level(plan, gate.number, spec) if confidence else confidence
+                count = intervals.error_free_needed(spec.threshold, level)
+                if count:
+                    needed.append(count)
+    return max(needed) if needed else None
+
+
 def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) -> list[CriterionPlan]:
     """Every criterion of every gate, with what it needs to reach a decision."""
     planning = plan.planning or {}

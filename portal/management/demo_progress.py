@@ -33,8 +33,10 @@ def _running(step: dict[str, Any]) -> str:
     name = f"{step['name']} {where}".rstrip()
     planned = step.get("seconds_planned")
     if planned:
-        spent = min(step.get("seconds_elapsed") or 0.0, planned)
-        return f"{name} {clock(spent)} of {clock(planned)} ({step['requests_done']:,} requests)"
+        spent, floor = step.get("seconds_elapsed") or 0.0, step.get("requests_floor")
+        if spent > planned and floor:  # past its length, short of its failure-rate bar's requests
+            return f"{name} {clock(planned)} done, on to {floor:,} requests ({step['requests_done']:,} so far)"
+        return f"{name} {clock(min(spent, planned))} of {clock(planned)} ({step['requests_done']:,} requests)"
     if step.get("requests_total"):
         return f"{name} requests {step['requests_done']:,}/{step['requests_total']:,}"
     return name

@@ -1057,12 +1057,13 @@ class Recorder:
         self.path, self.summary = out_path, summary_path(out_path)
         self.fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.synced = time.monotonic()
-        self.done, self.total, self.quiet = 0, progress_total, quiet
+        self.done, self.ok, self.total, self.quiet = 0, 0, progress_total, quiet
         self.shown = 0.0
 
     def write(self, record: dict) -> None:
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
         self.done += 1
+        self.ok += record.get("status") == "ok"
         now = time.monotonic()
         if now - self.synced >= 1.0:
             os.fsync(self.fd)
@@ -1495,13 +1496,15 @@ async def cmd_share(ctx: RunContext, a: argparse.Namespace) -> None:
 
 
 def _cycling_requests(ctx: RunContext, sessions: list[Session], a: argparse.Namespace, conc: int,
-                  deadline: float, repetition: Callable[[float], int]) -> Callable[[], PlannedRequest | None]:
-    """Sessions in turn, each return with a fresh new turn, until `deadline` (monotonic)."""
+                  deadline: float, repetition: Callable[[float], int],
+                  more: Callable[[float, int], bool] | None = None) -> Callable[[], PlannedRequest | None]:
+    """Sessions in turn, each return with a fresh new turn, until `deadline` (monotonic); past it, for as long as
+    `more(now, requests sent)` says so."""
     counter = [0]
 
     def take() -> PlannedRequest | None:
         now = time.monotonic()
-        if now >= deadline:
+        if now >= deadline and not (more and more(now, counter[0])):
             return None
         n = counter[0]
         counter[0] += 1
@@ -1549,7 +1552,9 @@ def soak_pool(conc: int, prompt_tokens: int, hbm: int | None) -> int:
 
 async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
     """Closed loop for --duration-s; repetition = the window the request was sent in. Without --sessions the pool
-    is sized above the server's HBM (soak_pool)."""
+    is sized above the server's HBM (soak_pool). With --min-requests a soak that ends its length short of the
+    error-free requests its failure-rate bar needs (ended or in flight) sends on into its last window until it has
+    them, for at most its length again: a soak sized on a machine that then got busier still decides its bar."""
     if a.duration_s <= 0 or a.windows < 1:
         raise WorkloadError("soak needs --duration-s > 0 and --windows ≥ 1", 2)
     conc = a.concurrency[0]
@@ -1566,10 +1571,23 @@ async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
     width = a.duration_s / a.windows
     ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc} sessions={count}"
             + (f" hbm_tokens={hbm}" if hbm else ""))
+    done0, ok0, said = ctx.recorder.done, ctx.recorder.ok, []
+    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None}
+
+    def more(now: float, sent: int) -> bool:
+        ok, in_flight = ctx.recorder.ok - ok0, sent - (ctx.recorder.done - done0)
+        if not a.min_requests or now >= start + 2 * a.duration_s or ok + in_flight >= a.min_requests:
+            return False
+        if not said:
+            said.append(ok)
+            extra["extended_with_ok"] = ok  # the summary says the soak ran past its length, and from how many
+            ctx.say(f"PHASE soak extended: {ok} error-free requests of the {a.min_requests} its failure-rate bar needs "
+                    f"after {a.duration_s:g}s; sending on into window {a.windows} for at most {a.duration_s:g}s more")
+        return True
+
     take = _cycling_requests(ctx, sessions, a, conc, start + a.duration_s,
-                         lambda now: min(a.windows, int((now - start) // width) + 1))
-    await run_requests(ctx, take, conc, labeller=lambda now: "soak",
-                       extra={"soak_sessions": count, "hbm_tokens": hbm})
+                             lambda now: min(a.windows, int((now - start) // width) + 1), more)
+    await run_requests(ctx, take, conc, labeller=lambda now: "soak", extra=extra)
 
 
 async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
@@ -1912,6 +1930,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--duration-s", type=_positive(float), default=0.0,
                    help="soak: required; fault: default fault start + 2 × fault seconds")
     g.add_argument("--windows", type=_positive(int), default=6)
+    g.add_argument("--min-requests", type=_positive(int), default=0,
+                   help="soak: error-free requests its failure-rate bar needs; past --duration-s the soak keeps "
+                        "sending (into its last window) until it has them, for at most --duration-s more (0: none)")
     g.add_argument("--fault-start", type=_positive(float), default=10.0, help="seconds of load before the cut")
     g.add_argument("--fault-seconds", type=_positive(float), default=60.0)
     g.add_argument("--cut-cmd", help="shell command that cuts the FX path")

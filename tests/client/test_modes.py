@@ -83,3 +83,51 @@ def test_a_refused_cut_is_recorded_with_its_exit_code_and_what_it_said(server_ur
     fault = summaries(out)[-1]["fault"]
     assert fault["cut_exit"] == 2 and fault["cut_error"] == "RTNETLINK answers: Operation not permitted"
     assert fault["restore_exit"] == 0 and "error" not in fault["eviction"]
+
+
+def _soak_span(records: list[dict]) -> float:
+    return max(r["t_send"] for r in records) - min(r["t_send"] for r in records)
+
+
+def test_a_soak_short_of_its_floor_sends_on_into_its_last_window_until_it_has_it(server_url, tmp_path):
+    args = ["--url", server_url, "--arm", "fx", "--duration-s", "0.3", "--windows", "3", "-c", "2",
+            "--prompt-tokens", "32", "--turn-tokens", "4", "--output-tokens", "4"]
+    plain = tmp_path / "plain.jsonl"
+    assert run_client("soak", *args, "--out", str(plain)).returncode == 0
+    floor = len(read_jsonl(plain)) * 3 // 2  # what 0.45 s sends here and now: more than the length, less than twice
+    out = tmp_path / "soak.jsonl"
+    result = run_client("soak", *args, "--out", str(out), "--min-requests", str(floor))
+    assert result.returncode == 0, result.stderr
+    assert "PHASE soak extended:" in result.stdout and "its failure-rate bar needs after 0.3s" in result.stdout
+    records = read_jsonl(out)
+    ok = [r for r in records if r["status"] == "ok"]
+    start = min(r["t_send"] for r in records)
+    assert all(r["repetition"] == 3 for r in records if r["t_send"] >= start + 0.3)
+    if len(ok) < floor:  # the machine got much busier between the two runs: the soak stopped at its length again
+        assert 0.5 <= _soak_span(records) < 0.6 + 0.5, _soak_span(records)  # its last sends come just before 0.6 s
+    else:  # it stopped as soon as it had them: requests in flight count, so no more than the floor
+        assert len(ok) == len(records) == floor
+    summary = {s["repetition"]: s for s in summaries(out)}[3]
+    assert summary["min_requests"] == floor and 0 < summary["extended_with_ok"] < floor
+
+
+def test_a_soak_that_never_reaches_its_floor_stops_at_its_length_again(start_server, tmp_path):
+    url = start_server()
+    out = tmp_path / "soak.jsonl"
+    result = run_client("soak", "--url", url, "--model", "http-500", "--arm", "fx", "--out", str(out),
+                        "--duration-s", "0.4", "--windows", "2", "-c", "2", "--prompt-tokens", "32",
+                        "--turn-tokens", "4", "--output-tokens", "4", "--min-requests", "5")
+    records = read_jsonl(out)
+    assert records and all(r["status"] != "ok" for r in records), result.stdout
+    assert 0.65 <= _soak_span(records) < 0.8 + 0.5  # past its length (0.4 s), its last sends just before 0.8 s
+    assert {s["extended_with_ok"] for s in summaries(out)} == {0}
+
+
+def test_a_soak_without_a_floor_ends_at_its_length(server_url, tmp_path):
+    out = tmp_path / "soak.jsonl"
+    result = run_client("soak", "--url", server_url, "--arm", "fx", "--out", str(out), "--duration-s", "0.3",
+                        "--windows", "2", "-c", "2", "--prompt-tokens", "32", "--turn-tokens", "4",
+                        "--output-tokens", "4")
+    assert result.returncode == 0 and "extended" not in result.stdout, result.stdout
+    assert _soak_span(read_jsonl(out)) < 0.3
+    assert {s.get("min_requests") for s in summaries(out)} == {None}

@@ -84,7 +84,8 @@ def test_the_demo_sizes_its_runs_with_the_planner_and_its_soak_on_this_machine(n
                       r"simulator's 2% for throughput\) asks G1 \d+, G2 \d+, G3 (\d+), G4 \d+ repetitions\.", out)
     assert later and float(later[1]) >= 2.0 and int(later[2]) >= 4, out[:3000]
     rate = re.search(r"^  ([\d.]+) requests/s \(([\d,]+) in [\d.]+ s after a warm-up of [\d.]+ s\)\. The planner: "
-                     r"g4-soak-failures needs ≥ ([\d,]+) error-free requests; the soak runs (\d+):(\d\d) for 2× that\.",
+                     r"the soak's failure-rate bar needs ≥ ([\d,]+) error-free requests; the soak runs (\d+):(\d\d) for "
+                     r"1\.25× that, and sends on until it has them \(for at most \d+:\d\d more\)\.",
                      out, re.MULTILINE)
     assert rate, out[-6000:]
     needed, minutes, seconds = int(rate[3].replace(",", "")), int(rate[4]), int(rate[5])
@@ -94,6 +95,7 @@ def test_the_demo_sizes_its_runs_with_the_planner_and_its_soak_on_this_machine(n
                           "JOIN gates_gate g ON j.gate_id = g.id WHERE g.number = 4 AND s.name = 'soak' "
                           "ORDER BY j.id LIMIT 1")
     assert abs(json.loads(soak)["seconds"] - (60 * minutes + seconds)) <= 1
+    assert json.loads(soak)["min_requests"] == needed  # the soak's own floor: the planner's count
     # the G4 run that decided the gate had the requests its failure-rate bar needs (a machine that got much busier
     # after the calibration may have needed a run again with a longer soak: the demo says so)
     (result,), = demo.query("SELECT e.result FROM gates_evaluation e JOIN gates_gate g ON e.gate_id = g.id "
@@ -103,8 +105,8 @@ def test_the_demo_sizes_its_runs_with_the_planner_and_its_soak_on_this_machine(n
     assert ("runs again with a soak of" in out) == (out.count("G4 Production fit: run ") > 1)
     # every gate's run ended with its time, and the total is printed
     assert len(re.findall(r"^G[1-4] run ended successful in \d+:\d\d; verdict \w+", out, re.MULTILINE)) >= 4
-    assert re.search(r"^Total \d+:\d\d: G1 \d+:\d\d, G2 \d+:\d\d, G3 \d+:\d\d, soak calibration \d+:\d\d, G4 "
-                     r"\d+:\d\d; load average", out, re.MULTILINE)
+    assert re.search(r"^Total \d+:\d\d: set-up \d+:\d\d, G1 \d+:\d\d, G2 \d+:\d\d, G3 \d+:\d\d, soak calibration "
+                     r"\d+:\d\d, G4 \d+:\d\d, sign-offs and reports \d+:\d\d; load average", out, re.MULTILINE)
 
 
 def test_the_progress_is_a_plain_line_at_most_every_ten_seconds_and_a_soak_shows_its_time(nominal):

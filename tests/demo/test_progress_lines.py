@@ -32,6 +32,9 @@ def test_a_timed_phase_shows_its_time_and_the_requests_it_sent_not_a_growing_tot
 
 def test_a_timed_phase_running_over_its_plan_shows_the_plan_and_durations_read_as_clocks():
     assert "soak fx@node2 3:00 of 3:00" in gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0}))
+    # a soak past its length, short of its floor, says what it sends on to
+    over = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 3500}))
+    assert "soak fx@node2 3:00 done, on to 3,911 requests (3,500 so far)" in over
     assert [clock(s) for s in (0, 7.4, 65, 3599.6, 3725)] == ["0:00", "0:07", "1:05", "1:00:00", "1:02:05"]
     assert gate_line("G1", _progress(elapsed=None, eta=None, step=1, total=10)) == "G1: step 1/10"
 
@@ -88,13 +91,13 @@ def test_job_progress_counts_a_running_soak_by_its_time(signed_pilot):
     Job.objects.filter(pk=job.pk).update(status=Status.RUNNING, started=started)
     Step.objects.create(job=job, seq=1, name="deploy", node=node, arm="fx", status=Status.SUCCESSFUL)
     Step.objects.create(job=job, seq=2, name="soak", node=node, arm="fx", status=Status.RUNNING,
-                        started=timezone.now() - timedelta(seconds=60), params={"seconds": 240.0},
+                        started=timezone.now() - timedelta(seconds=60), params={"seconds": 240.0, "min_requests": 3911},
                         requests_done=900, requests_total=900)
     Step.objects.create(job=job, seq=3, name="collect", node=node, arm="fx")
     job.refresh_from_db()
     progress = job_progress(job)
     soak = progress["current"][0]
-    assert soak["seconds_planned"] == 240.0 and 59 <= soak["seconds_elapsed"] <= 70
+    assert soak["seconds_planned"] == 240.0 and 59 <= soak["seconds_elapsed"] <= 70 and soak["requests_floor"] == 3911
     # a quarter of the soak, not "900 of 900 requests": 1.25 of 3 steps
     assert 0.40 <= progress["fraction"] <= 0.45
     # the run cannot end before the soak does: at least its 3 minutes left

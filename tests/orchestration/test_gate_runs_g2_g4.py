@@ -29,7 +29,7 @@ def test_a_whole_g2_run_probes_outputs_on_fx_and_recompute_and_keeps_lmcache_ret
 def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(cluster, sim_site):
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
     open_gate(sim_site.pilot, 4, sim_site.people)
-    params = {**FAST_RUN, "repetitions": 1, "soak_seconds": 4, "workloads": {
+    params = {**FAST_RUN, "repetitions": 1, "soak_seconds": 4, "soak_min_requests": 40, "workloads": {
         **FAST_RUN["workloads"], "replay": {"max_sessions": 8}, "share": {"sessions": 8, "prompt_tokens": 4096},
         "soak": {"windows": 2, "concurrency": 4}}}
     # The customer's trace is uploaded through the G4 page's path (its content: the generator's, for speed).
@@ -43,6 +43,10 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     phases = Counter((r["arm"], r["phase"]) for r in rows)
     assert {("fx", "replay"), ("recompute", "replay"), ("fx", "share"), ("fx", "soak"), ("fx", "fault"),
             ("fx", "recovery")} <= set(phases)
+    # the soak's floor reached the node's command line, and the soak did not end short of it
+    soak = job.steps.get(name="soak")
+    assert soak.params["min_requests"] == 40
+    assert sum(1 for r in rows if r["phase"] == "soak" and r["status"] == "ok") >= 40
     shared = {r["instance"] for r in rows if r["phase"] == "share"}
     assert len(shared) == 1 and shared != {r["instance"] for r in rows if r["phase"] == "replay" and r["arm"] == "fx"}
     assert job.artifacts.filter(name="customer-trace.csv").exists()

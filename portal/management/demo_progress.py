@@ -34,7 +34,7 @@ def _running(step: dict[str, Any]) -> str:
     planned = step.get("seconds_planned")
     if planned:
         spent, floor = step.get("seconds_elapsed") or 0.0, step.get("requests_floor")
-        if spent > planned and floor:  # past its length, short of its failure-rate bar's requests
+        if spent > planned and floor and step["requests_done"] < floor:  # past its length, short of its bar's count
             return f"{name} {clock(planned)} done, on to {floor:,} requests ({step['requests_done']:,} so far)"
         return f"{name} {clock(min(spent, planned))} of {clock(planned)} ({step['requests_done']:,} requests)"
     if step.get("requests_total"):

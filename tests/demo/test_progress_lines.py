@@ -35,6 +35,9 @@ def test_a_timed_phase_running_over_its_plan_shows_the_plan_and_durations_read_a
     # a soak past its length, short of its floor, says what it sends on to
     over = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 3500}))
     assert "soak fx@node2 3:00 done, on to 3,911 requests (3,500 so far)" in over
+    # a soak that has its count and is only ending (its last requests, its summary) says no more than its time
+    ending = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 4224}))
+    assert "soak fx@node2 3:00 of 3:00 (4,224 requests)" in ending
     assert [clock(s) for s in (0, 7.4, 65, 3599.6, 3725)] == ["0:00", "0:07", "1:05", "1:00:00", "1:02:05"]
     assert gate_line("G1", _progress(elapsed=None, eta=None, step=1, total=10)) == "G1: step 1/10"
 

@@ -195,6 +195,12 @@ def shortfall_of(result: dict | None) -> float | None:
     return max(ratios) if ratios else None
 
 
+def percent(fraction: float) -> str:
+    """A spread as a person reads it: `0.57%`, never `2.6e-10%` (the simulator's spread is that small at ×0.0025)."""
+    value = fraction * 100
+    return f"{value:.2g}%" if value >= 0.001 else "under 0.001%"
+
+
 def undecided(gate: Gate) -> list[str]:
     """The criteria that left the gate's latest verdict marginal, each with the judge's own words: what the joint
     review has to decide on."""
@@ -442,7 +448,7 @@ class Command(BaseCommand):
             if number == 2:
                 measured = measured_spread(pilot)
                 spread = max(measured or 0.0, THROUGHPUT_SPREAD)
-                seen = (f"G1 measured {measured * 100:.2g}% across repetitions" if measured is not None
+                seen = (f"G1 measured {percent(measured)} across repetitions" if measured is not None
                         else "G1 measured no spread")
                 repetitions = self.plan_repetitions(plan, spread, f"{seen}; at least the simulator's "
                                                                   f"{THROUGHPUT_SPREAD:.0%} for throughput")

@@ -217,7 +217,10 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     sessions = int(share.get("sessions", 16))
     soak_step = {"workload": "soak", "windows": int(soak.get("windows", 6)), "seconds": _soak_seconds(job, soak, nodes),
                  "concurrency": [int(soak.get("concurrency", 16))]}
-    needed = job.params["soak_min_requests"] if "soak_min_requests" in job.params else _soak_requests_needed(job)
+    # the soak's floor: the error-free requests the signed plan's soak failure-rate bars need (the planner), which the
+    # soak sends on past its length to reach, for at most its length again; a run's soak_min_requests sets another
+    needed = (job.params["soak_min_requests"] if "soak_min_requests" in job.params
+              else soak_requests_needed(job.pilot.signed_plan.to_plan()))
     if needed:
         soak_step["min_requests"] = needed
     cut = float(fault.get("cut_seconds", 60)) * float(job.params.get("time_scale", 1.0))
@@ -255,13 +258,6 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
         first.arm("fx", capped, capped=True)
     first.arm("recompute", [("replay", dict(replay_step))])
     return [first, second]
-
-
-def _soak_requests_needed(job: Job) -> int | None:
-    """The error-free requests the signed plan's soak failure-rate bars need (gates.judge.planner): the soak sends
-    on past its length until it has them, for at most its length again (runners/remote/workload.py). A run's
-    `soak_min_requests` sets another floor (0: none)."""
-    return soak_requests_needed(job.pilot.signed_plan.to_plan())
 
 
 def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:

@@ -132,22 +132,23 @@ def requests_per_repetition(plan: Plan, spec: CriterionSpec, gate: int) -> int:
     return sum(per_client * int(c) for c in levels) or per_client * 16
 
 
+def _error_free_needed(plan: Plan, gate_number: int, spec: CriterionSpec) -> int | None:
+    """A failure-rate bar's count: the fewest error-free requests whose exact upper bound shows it, at the level of the
+    design's last look (None for an observed count, which any sample size decides)."""
+    if spec.statistic == "count" or spec.threshold <= 0:
+        return None
+    confidence = spec.confidence or plan.confidence
+    level = _final_level(plan, gate_number, spec) if confidence else confidence
+    return intervals.error_free_needed(spec.threshold, level)
+
+
 def soak_requests_needed(plan: Plan) -> int | None:
     """The error-free requests the soak must send for its failure-rate bars to be decidable at all (the largest over
-    G4's rate criteria on the soak, each at the level of the design's last look); None when G4 has none. The soak's
-    client keeps sending past its length until it has them (runners/remote/workload.py, `soak --min-requests`)."""
-    needed = []
-    for gate in plan.gates:
-        if gate.number != 4:
-            continue
-        for spec in gate.criteria:
-            if spec.metric == "error_rate" and spec.phase == "soak" and spec.statistic != "count" and spec.threshold > 0:
-                confidence = spec.confidence or plan.confidence
-                level = _final_level(plan, gate.number, spec) if confidence else confidence
-                count = intervals.error_free_needed(spec.threshold, level)
-                if count:
-                    needed.append(count)
-    return max(needed) if needed else None
+    G4's rate criteria on the soak); None when G4 has none. The soak's client keeps sending past its length until
+    it has them (runners/remote/workload.py, `soak --min-requests`)."""
+    needed = [_error_free_needed(plan, gate.number, spec) for gate in plan.gates if gate.number == 4
+              for spec in gate.criteria if spec.metric == "error_rate" and spec.phase == "soak"]
+    return max((n for n in needed if n), default=None)
 
 
 def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) -> list[CriterionPlan]:
@@ -170,7 +171,7 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                     item.kind, item.note = "count", "an observed count: decided by what happens, at any sample size"
                 else:
                     item.kind = "rate"
-                    item.requests_needed = intervals.error_free_needed(spec.threshold, first)
+                    item.requests_needed = _error_free_needed(plan, gate.number, spec)
                     if spec.phase == "soak":
                         item.requests_planned = per_rep * int((plan.workloads.get("soak") or {}).get("windows", 0))
                     else:

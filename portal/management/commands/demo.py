@@ -474,8 +474,7 @@ class Command(BaseCommand):
                 job = wait_for(job, allowed, on_tick=tick, every=1.0)
             finally:
                 self.view.end_live()
-            took = time.monotonic() - began
-            self.gate_times[gate.label] = self.gate_times.get(gate.label, 0.0) + took
+            took = self.spent(gate.label, began)
             close_old_connections()
             gate.refresh_from_db()
             if not job.is_finished:
@@ -508,13 +507,19 @@ class Command(BaseCommand):
             lifecycle.sign_off_gate(gate, bob, decision="approve", comment=f"{gate.label} evidence reviewed.")
             lifecycle.sign_off_gate(gate, alice, decision="approve", comment=f"{gate.label} evidence reviewed.")
             self.countersign(gate, bob)
-            self.gate_times[SIGNING] = self.gate_times.get(SIGNING, 0.0) + time.monotonic() - began
+            self.spent(SIGNING, began)
         from reports.service import create_procurement_report
 
         began = time.monotonic()
         report = create_procurement_report(pilot, language=language)
-        self.gate_times[SIGNING] = self.gate_times.get(SIGNING, 0.0) + time.monotonic() - began
+        self.spent(SIGNING, began)
         self.say(f"Procurement report: {settings.DATA_DIR / report.path}")
+
+    def spent(self, label: str, began: float) -> float:
+        """Add the wall time since `began` to the Total line's `label`; the seconds added."""
+        took = time.monotonic() - began
+        self.gate_times[label] = self.gate_times.get(label, 0.0) + took
+        return took
 
     def plan_repetitions(self, plan, spread: float, basis: str) -> dict[int, int]:
         """Repetitions per gate from the sample-size planner at `spread`: what each gate's criteria need to reach

@@ -8,7 +8,10 @@ thousand simulated pilots per repetition count, no Python loop per pilot. docs/j
 """
 from __future__ import annotations
 
+import copy
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -322,9 +325,31 @@ def sessions_needed(spec: CriterionSpec, truth: float, confidence: float, target
     return None
 
 
+# summary() is a pure function of the plan's content and the spread (its simulations are seeded), and takes about
+# a second of CPU: the figures of the last few (plan, spread) pairs are kept in this process.
+_SUMMARIES: OrderedDict[tuple[str, float | None], dict] = OrderedDict()
+_SUMMARIES_KEPT = 32
+_SUMMARIES_LOCK = threading.Lock()
+
+
 def summary(plan: Plan, *, spread: float | None = None) -> dict:
     """The planner's figures for a whole plan: per criterion, and per gate the repetitions that reach the power
-    and their GPU time; `flagged` lists what cannot reach a decision as planned."""
+    and their GPU time; `flagged` lists what cannot reach a decision as planned. A copy the caller may change."""
+    key = (plan.sha256, None if spread is None else float(spread))
+    with _SUMMARIES_LOCK:
+        kept = _SUMMARIES.get(key)
+        if kept is not None:
+            _SUMMARIES.move_to_end(key)
+            return copy.deepcopy(kept)
+    figures = _summary(plan, spread=spread)
+    with _SUMMARIES_LOCK:
+        _SUMMARIES[key] = figures
+        while len(_SUMMARIES) > _SUMMARIES_KEPT:
+            _SUMMARIES.popitem(last=False)
+    return copy.deepcopy(figures)
+
+
+def _summary(plan: Plan, *, spread: float | None) -> dict:
     planning = plan.planning or {}
     used_spread = float(spread if spread is not None else planning.get("spread", DEFAULT_SPREAD))
     criteria = plan_criteria(plan, spread=used_spread)

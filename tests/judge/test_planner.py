@@ -71,6 +71,23 @@ def test_a_measured_spread_changes_what_is_needed():
     assert next(g for g in tight["gates"] if g["gate"] == 3)["repetitions_needed"] == 8
 
 
+def test_the_figures_of_a_plan_and_spread_are_computed_once_and_a_changed_copy_changes_nothing():
+    planner._SUMMARIES.clear()
+    first = planner.summary(PLAN, spread=0.03)
+    assert list(planner._SUMMARIES) == [(PLAN.sha256, 0.03)]
+    first["criteria"][0]["key"] = "changed by a caller"
+    first["gates"].clear()
+    again = planner.summary(PLAN, spread=0.03)
+    assert again == planner._summary(PLAN, spread=0.03) and again["gates"]
+    # another spread, or another plan's content, is another entry
+    document = yaml.safe_load((PLANS_DIR / "default.yaml").read_text(encoding="utf-8"))
+    document.setdefault("planning", {})["power"] = 0.8
+    other = validate_plan(document, source="test plan")
+    assert planner.summary(other, spread=0.03)["power"] == 0.8
+    assert planner.summary(PLAN, spread=None)["spread_source"] != "given"
+    assert len(planner._SUMMARIES) == 3
+
+
 def test_the_command_prints_the_planner():
     out = StringIO()
     call_command("judge", "--plan", "default", "--power", "--format", "table", stdout=out)

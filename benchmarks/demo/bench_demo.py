@@ -3,7 +3,7 @@ from this tree, each in a fresh data folder with `--no-serve`, with the machine'
 each run (benchmarks/demo/README.md).
 
     .venv/bin/python benchmarks/demo/bench_demo.py [--runs 3] [--scenario nominal] [--time-scale X]
-                                                   [--idle-below 1.0 --idle-wait 600] [--results FILE]
+                                                   [--idle-below 1.0 --idle-wait 600] [--busy N] [--results FILE]
     .venv/bin/python benchmarks/demo/bench_demo.py --table     # the recorded runs as a Markdown table
 
 Per run it records the total wall time, each gate's time as the demo prints it ("G3 run ended … in 2:01",
@@ -12,6 +12,8 @@ the soak calibration too), whether any gate ran twice ("runs again"), the exit c
 --idle-below, saying whether it did), and its mean and maximum sampled every 5 s during the run, with the
 15-minute figure at the end. Each run appends one JSON line to benchmarks/demo/results.jsonl (the git
 commit and whether the tree had changes are in it); the demo's own output is kept in benchmarks/out/.
+`--busy N` loads the machine on purpose: N processes that only spin on the CPU, at the demo's priority, run from
+just before each run to its end (N + the demo's own 1–2 is the load a run then sees; the figures record it).
 Exit 0 when every run completed the pilot, 1 otherwise.
 """
 from __future__ import annotations
@@ -68,8 +70,18 @@ class LoadSampler(threading.Thread):
             self.done.wait(self.every)
 
 
+def burners(count: int) -> list[subprocess.Popen]:
+    """`count` processes that spin on the CPU until they are killed (or this script dies: their stdin closes)."""
+    spin = "import sys, threading\nthreading.Thread(target=lambda: sys.stdin.read() or __import__('os')._exit(0), " \
+           "daemon=True).start()\nwhile True: pass\n"
+    return [subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE) for _ in range(count)]
+
+
 def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     idle, waited = wait_idle(args.idle_below, args.idle_wait) if args.idle_wait else (load()[0] < args.idle_below, 0.0)
+    busy = burners(args.busy)
+    if busy:
+        time.sleep(60)  # the load average follows a new load over about a minute: "before" then shows it
     before = load()
     commit, changed = git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     data = Path(tempfile.mkdtemp(prefix="fxpilot-demo-bench-"))
@@ -93,6 +105,10 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
             proc.send_signal(signal.SIGINT)
             proc.wait(120)
             raise
+        finally:
+            for burner in busy:
+                burner.kill()
+                burner.wait()
     seconds = time.monotonic() - began
     sampler.done.set()
     sampler.join()
@@ -106,7 +122,7 @@ def one_run(index: int, args: argparse.Namespace, out_dir: Path) -> dict:
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit,
         "tree_changed": changed, "run": index,
-        "scenario": args.scenario, "time_scale": args.time_scale, "exit_code": code, "total_seconds": round(seconds, 1),
+        "scenario": args.scenario, "time_scale": args.time_scale, "busy_processes": args.busy, "exit_code": code, "total_seconds": round(seconds, 1),
         "gate_seconds": gates,
         "soak_calibration_seconds": int(calibration[1]) * 60 + int(calibration[2]) if calibration else None,
         "soak_rate_per_second": float(rate[1]) if rate else None,
@@ -149,7 +165,8 @@ def table(path: Path) -> str:
                    f"**{clock(r['total_seconds'])}**{'' if r['completed'] else ' (not completed)'} | "
                    f"{clock(g.get('G1'))} | {clock(g.get('G2'))} | {clock(g.get('G3'))} | "
                    f"{clock(r.get('soak_calibration_seconds'))} | {clock(g.get('G4'))} | {rate} | "
-                   f"{'yes' if r['gate_run_twice'] else 'no'} | {r['load_before'][0]:.1f} | "
+                   f"{'yes' if r['gate_run_twice'] else 'no'} | {r['load_before'][0]:.1f}"
+                   f"{f' ({b} spinning)' if (b := r.get('busy_processes')) else ''} | "
                    f"{r['load_during_mean']:.1f} / {r['load_during_max']:.1f} |")
     return "\n".join(out)
 
@@ -162,6 +179,7 @@ def main() -> int:
     parser.add_argument("--idle-below", type=float, default=1.0, help="1-minute load average counted as idle")
     parser.add_argument("--idle-wait", type=float, default=0.0, help="seconds to wait for an idle machine per run")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per demo")
+    parser.add_argument("--busy", type=int, default=0, help="CPU-spinning processes beside each run (a loaded machine)")
     parser.add_argument("--results", type=Path, default=HERE / "results.jsonl")
     parser.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
     args = parser.parse_args()

@@ -72,8 +72,10 @@ def job_progress(job: Job) -> dict[str, Any]:
             {"seq": s.seq, "name": s.name, "arm": s.arm, "node": s.node.name if s.node_id else "",
              "requests_done": s.requests_done, "requests_total": s.requests_total,
              "seconds_elapsed": timing[s.pk][0], "seconds_planned": timing[s.pk][1],
-             # a soak's floor: past its length it sends on until this many error-free requests (runners.steps)
-             "requests_floor": (s.params or {}).get("min_requests") if timing[s.pk][1] else None}
+             # a soak's floor: past its length it sends on until this many error-free requests (runners.steps);
+             # the error-free ones so far, as the client last said (None from a client that does not say)
+             "requests_floor": (s.params or {}).get("min_requests") if timing[s.pk][1] else None,
+             "requests_ok": (s.remote or {}).get("requests_ok")}
             for s in running
         ],
         "requests_done": done_requests,

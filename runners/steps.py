@@ -316,14 +316,18 @@ def _adopt(conn: ssh.NodeConnection, run_dir: str) -> dict | None:
     return None
 
 
-def _progress(text: str) -> tuple[int | None, int | None]:
-    done = total = None
+def _progress(text: str) -> tuple[int | None, int | None, int | None]:
+    """The last `PROGRESS done/total [ok=N]` line's figures: requests ended, planned, and ended error-free (None
+    from a client that does not say)."""
+    done = total = ok = None
     for line in text.splitlines():
         if line.startswith("PROGRESS "):
-            figures = line.split()[1].split("/")
+            fields = line.split()
+            figures = fields[1].split("/")
             if len(figures) == 2 and all(f.isdigit() for f in figures):
                 done, total = int(figures[0]), int(figures[1])
-    return done, total
+                ok = next((int(f[3:]) for f in fields[2:] if f.startswith("ok=") and f[3:].isdigit()), None)
+    return done, total, ok
 
 
 def poll_workload(ctx: StepContext) -> Poll:
@@ -333,7 +337,9 @@ def poll_workload(ctx: StepContext) -> Poll:
         ctx.save_remote({**ctx.step.remote, **found.proc.to_dict()})
         server = detached.poll(conn, deployment.server, max_bytes=0) if deployment.server else None
         trouble = _lmcache_trouble(ctx, conn, deployment)
-    done, total = _progress(found.stdout)
+    done, total, ok = _progress(found.stdout)
+    if ok is not None and ok != ctx.step.remote.get("requests_ok"):
+        ctx.save_remote({**ctx.step.remote, "requests_ok": ok})  # what a soak's floor counts (runners.progress)
     if trouble:
         if found.running:
             with ssh.connect(ctx.node) as conn:

@@ -34,8 +34,10 @@ def _running(step: dict[str, Any]) -> str:
     planned = step.get("seconds_planned")
     if planned:
         spent, floor = step.get("seconds_elapsed") or 0.0, step.get("requests_floor")
-        if spent > planned and floor and step["requests_done"] < floor:  # past its length, short of its bar's count
-            return f"{name} {clock(planned)} done, on to {floor:,} requests ({step['requests_done']:,} so far)"
+        ok = step.get("requests_ok")
+        ok = step["requests_done"] if ok is None else ok
+        if spent > planned and floor and ok < floor:  # past its length, short of its bar's count of error-free ones
+            return f"{name} {clock(planned)} done, on to {floor:,} error-free requests ({ok:,} so far)"
         return f"{name} {clock(min(spent, planned))} of {clock(planned)} ({step['requests_done']:,} requests)"
     if step.get("requests_total"):
         return f"{name} requests {step['requests_done']:,}/{step['requests_total']:,}"

@@ -16,7 +16,7 @@ Commands (each takes the common options: --model, --run-id, --instance, --simula
                  at each -c level, --repetitions each, evict    --output-tokens -c 8,16,32 --repetitions
                  before every repetition                        --requests-per-client --evict
   cold-recovery  populate → (evict → measure) for every level and repetition, in one process; prints
-                 `PROGRESS done/total` lines for a poller
+                 `PROGRESS done/total ok=N` lines for a poller (N: the error-free ones)
   probe          G2 output equivalence: the same prompts at temperature 0 (warm pass, evict, probe pass)
                  --prompts --prompt-tokens --output-tokens --no-warm
   replay         G4 customer trace CSV (session_id,turn,prompt_tokens,output_tokens,arrival_offset_s
@@ -1074,7 +1074,7 @@ class Recorder:
     def progress(self) -> None:
         self.shown = time.monotonic()
         if not self.quiet:
-            print(f"PROGRESS {self.done}/{max(self.total, self.done)}", flush=True)
+            print(f"PROGRESS {self.done}/{max(self.total, self.done)} ok={self.ok}", flush=True)
 
     def write_summary(self, summary: dict) -> None:
         os.fsync(self.fd)

@@ -37,7 +37,7 @@ def test_cold_recovery_runs_every_cell_and_the_judge_reads_its_records(server_ur
                 for rep in (1, 2)}
     assert measured[1] and measured[2] and not measured[1] & measured[2]
     lines = result.stdout.splitlines()
-    assert "PROGRESS 40/40" in lines
+    assert "PROGRESS 40/40 ok=40" in lines  # ended / planned, and how many of them error-free
     assert any(line.startswith("EVICT prefix cache reset") for line in lines)
     phases = summaries(out)
     assert [(s["phase"], s["concurrency"], s["repetition"]) for s in phases] == [

@@ -118,7 +118,7 @@ def test_the_progress_is_a_plain_line_at_most_every_ten_seconds_and_a_soak_shows
     soak = [line for line in progress if " soak fx@node" in line]
     # its time of its length, or past its length still short of its floor, what it sends on to
     assert soak and all(re.search(r" soak fx@node\d (\d+:\d\d of \d+:\d\d \([\d,]+ requests\)|\d+:\d\d done, on to "
-                                  r"[\d,]+ requests \([\d,]+ so far\))", line) for line in soak), soak
+                                  r"[\d,]+ error-free requests \([\d,]+ so far\))", line) for line in soak), soak
     assert any(re.search(r"about \d+:\d\d left", line) for line in progress)
     # between two lines of one run at least 10 s: the elapsed times they show (a run again starts from 0:00)
     for gate in "1234":

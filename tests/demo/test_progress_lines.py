@@ -34,7 +34,11 @@ def test_a_timed_phase_running_over_its_plan_shows_the_plan_and_durations_read_a
     assert "soak fx@node2 3:00 of 3:00" in gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0}))
     # a soak past its length, short of its floor, says what it sends on to
     over = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 3500}))
-    assert "soak fx@node2 3:00 done, on to 3,911 requests (3,500 so far)" in over
+    assert "soak fx@node2 3:00 done, on to 3,911 error-free requests (3,500 so far)" in over
+    # the floor counts error-free requests: 4,000 ended, 3,800 of them error-free, is still short of it
+    failing = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 4000,
+                                         "requests_ok": 3800}))
+    assert "on to 3,911 error-free requests (3,800 so far)" in failing
     # a soak that has its count and is only ending (its last requests, its summary) says no more than its time
     ending = gate_line("G4", _progress({**SOAK, "seconds_elapsed": 190.0, "requests_floor": 3911, "requests_done": 4224}))
     assert "soak fx@node2 3:00 of 3:00 (4,224 requests)" in ending
@@ -95,17 +99,27 @@ def test_job_progress_counts_a_running_soak_by_its_time(signed_pilot):
     Step.objects.create(job=job, seq=1, name="deploy", node=node, arm="fx", status=Status.SUCCESSFUL)
     Step.objects.create(job=job, seq=2, name="soak", node=node, arm="fx", status=Status.RUNNING,
                         started=timezone.now() - timedelta(seconds=60), params={"seconds": 240.0, "min_requests": 3911},
-                        requests_done=900, requests_total=900)
+                        requests_done=900, requests_total=900, remote={"requests_ok": 880})
     Step.objects.create(job=job, seq=3, name="collect", node=node, arm="fx")
     job.refresh_from_db()
     progress = job_progress(job)
     soak = progress["current"][0]
     assert soak["seconds_planned"] == 240.0 and 59 <= soak["seconds_elapsed"] <= 70 and soak["requests_floor"] == 3911
+    assert soak["requests_ok"] == 880  # what the floor counts: the error-free ones, as the client last said
     # a quarter of the soak, not "900 of 900 requests": 1.25 of 3 steps
     assert 0.40 <= progress["fraction"] <= 0.45
     # the run cannot end before the soak does: at least its 3 minutes left
     assert progress["eta_seconds"] >= 170
     assert progress["requests_done"] == 900  # the existing figures keep their meaning
+
+
+def test_a_progress_line_gives_the_requests_ended_planned_and_error_free_and_an_older_client_no_count():
+    from runners.steps import _progress
+
+    assert _progress("PHASE soak\nPROGRESS 10/40 ok=9\nsome output\nPROGRESS 25/40 ok=21\n") == (25, 40, 21)
+    assert _progress("PROGRESS 25/40\n") == (25, 40, None)  # a client of an earlier run, adopted
+    assert _progress("PROGRESS 25/40 ok=x\nno progress here\n") == (25, 40, None)
+    assert _progress("") == (None, None, None)
 
 
 def _row(turn: int, sent: float, end: float, status: str = "ok") -> dict:

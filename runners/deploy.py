@@ -114,9 +114,7 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
 def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
             deployment: Deployment, time_scale: float | None) -> None:
     arm = deployment.arm
-    conn.mkdirs(deployment.bin_dir)
-    for directory in (deployment.arm_dir, deployment.records_dir, deployment.metrics_dir):
-        conn.mkdirs(directory)
+    conn.mkdirs(deployment.bin_dir, deployment.arm_dir, deployment.records_dir, deployment.metrics_dir)
     save_deployment(step, deployment)
     for script in SCRIPTS:
         conn.upload((REMOTE_DIR / script).read_bytes(), f"{deployment.bin_dir}/{script}", mode=0o755)

@@ -446,8 +446,10 @@ class NodeConnection:
             raise SSHError(f"sha256sum printed no hash for {path}: {res.stdout_tail[:200]!r}", node=self.node)
         return digest
 
-    def mkdirs(self, path: str) -> None:
-        self.run(f"mkdir -p -- {shell_path(path)}", echo=False, timeout=60)
+    def mkdirs(self, *paths: str) -> None:
+        """Make the folders (and their parents) in one command: one round trip, through a site agent too."""
+        if paths:
+            self.run("mkdir -p -- " + " ".join(shell_path(path) for path in paths), echo=False, timeout=60)
 
     def upload(self, source: bytes | str | Path | BinaryIO, remote_path: str, *, mode: int | None = None) -> str:
         """Write to ``remote_path.part``, compare SHA-256 on both ends, then rename; returns the hash."""

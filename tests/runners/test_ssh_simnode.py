@@ -132,7 +132,8 @@ def test_files_go_up_and_come_back_hashed_on_both_ends(simnodes, make_node, job,
     node = make_node(server)
     payload = b"x" * 100_000 + "é\n".encode()
     with ssh.connect(node) as conn:
-        conn.mkdirs("~/up/dir with space")
+        conn.mkdirs("~/up/dir with space", "~/up/it's; $(two)")  # several folders, one command, each quoted
+        assert (server.root / "up" / "it's; $(two)").is_dir()
         digest = conn.upload(payload, "~/up/dir with space/file.bin", mode=0o640)
         assert (server.root / "up" / "dir with space" / "file.bin").read_bytes() == payload
         assert not (server.root / "up" / "dir with space" / "file.bin.part").exists()

@@ -334,12 +334,11 @@ def poll_workload(ctx: StepContext) -> Poll:
     deployment = _deployment(ctx)
     with ssh.connect(ctx.node) as conn:
         found = detached.poll(conn, ctx.step.remote)
-        ctx.save_remote({**ctx.step.remote, **found.proc.to_dict()})
+        done, total, ok = _progress(found.stdout)
+        # with the process, the error-free requests so far: what a soak's floor counts (runners.progress)
+        ctx.save_remote({**ctx.step.remote, **found.proc.to_dict(), **({"requests_ok": ok} if ok is not None else {})})
         server = detached.poll(conn, deployment.server, max_bytes=0) if deployment.server else None
         trouble = _lmcache_trouble(ctx, conn, deployment)
-    done, total, ok = _progress(found.stdout)
-    if ok is not None and ok != ctx.step.remote.get("requests_ok"):
-        ctx.save_remote({**ctx.step.remote, "requests_ok": ok})  # what a soak's floor counts (runners.progress)
     if trouble:
         if found.running:
             with ssh.connect(ctx.node) as conn:

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 
+from gates.judge.lazy import pd
 from gates.judge.records import Inputs
 from gates.judge.words import gettext_noop
 

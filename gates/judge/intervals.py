@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+
+from gates.judge.lazy import stats
 
 
 def _two_sided(confidence: float) -> float:

@@ -5,8 +5,8 @@ import math
 import re
 
 import numpy as np
-import pandas as pd
 
+from gates.judge.lazy import pd
 from gates.plan import INVENTORY_METRICS
 
 CELL = ["arm", "phase", "concurrency", "repetition"]

@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from gates.judge import intervals
+from gates.judge.lazy import stats
 from gates.judge.verdicts import Design, planned_repetitions, soak_warmup
 from gates.plan import CriterionSpec, Plan
 

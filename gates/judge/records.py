@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gates.judge import lmcache_log
+from gates.judge.lazy import pd
 
 REQUEST_SCHEMA = "fxpilot.request/1"
 RETRIEVE_SCHEMA = "fxpilot.retrieve/1"

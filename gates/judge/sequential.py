@@ -28,7 +28,8 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, stats
+
+from gates.judge.lazy import optimize, stats
 
 DEFAULT_LOOK_FRACTIONS = (1 / 3, 1 / 2, 2 / 3, 5 / 6, 1.0)
 DEFAULT_RUNS = 2

@@ -16,8 +16,8 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 
+from gates.judge.lazy import pd
 from gates.judge.records import REQUEST_COLUMNS, REQUEST_SCHEMA
 
 # arm → concurrency → (TTFT p50 in s, throughput in tok/s): the page's Table 1

@@ -11,9 +11,9 @@ checks but RecordErrors: there is nothing to judge.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from gates.judge import counters, intervals
+from gates.judge.lazy import pd
 from gates.judge.metrics import (
     INVENTORY_ONLY,
     REPETITION_METRICS,

@@ -7,9 +7,9 @@ import operator
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gates.judge import bootstrap, counters, explain, intervals, sequential, validity
+from gates.judge.lazy import pd
 from gates.judge.metrics import (
     CELL,
     INVENTORY_ONLY,

@@ -27,8 +27,8 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             # xdist queues the groups by their number of tests (--loadscope-reorder, its default): the FIRST
-            # groups (19 tests, 16th in that order) go out before any other, whatever their size
-            for scope in reversed([f"tests/{name}" for name in FIRST]):
+            # groups (19 tests, 16th in that order), then the LONG ones, go out before any other, whatever their size
+            for scope in reversed([f"tests/{name}" for name in FIRST] + list(LONG)):
                 if scope in self.workqueue:
                     self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
@@ -40,6 +40,15 @@ def pytest_xdist_make_scheduler(config, log):
 # a session is given (the scheduler above), and the first tests of a session without xdist. Only groups that use
 # no test database may move (pytest-django's order of database tests stays), and tests/real stays last.
 FIRST = ("demo",)
+# The files whose few tests take minutes each (benchmarks/ci/by_file.py on a CI run's report), longest first, sent
+# out right after FIRST so that the parallel sessions end together: queued by their number of tests they went out
+# last, and a session ran the 4-minute two-network test alone while the others had finished. Only the parallel
+# sessions' order moves; xdist already sends a file of database tests before one of transactional tests when it is
+# larger (pytest-django's order holds within a session's collection, not across the groups xdist hands out).
+LONG = ("tests/topology/test_two_networks.py", "tests/orchestration/test_evidence_edges.py",
+        "tests/portal/test_browser.py", "tests/orchestration/test_gate_failures.py",
+        "tests/broker/test_service_restarts.py", "tests/orchestration/test_gate_runs.py",
+        "tests/orchestration/test_gate_runs_g2_g4.py")
 
 
 class _LongestFirst:

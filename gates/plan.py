@@ -14,6 +14,10 @@ from typing import Any
 
 import yaml
 
+# libyaml's safe loader where PyYAML has it (its wheels do): about ten times the pure-Python one (a plan file:
+# 7.5 ms against 88 ms), which every new pilot and every test's demo pilot paid; the same documents, the same types.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 PLAN_SCHEMA = "fxpilot.plan/1"
 PLANS_DIR = Path(__file__).resolve().parent / "plans"
 
@@ -151,7 +155,7 @@ def plan_path(name: str) -> Path:
 def load_plan(name_or_path: str | Path = "default") -> Plan:
     path = plan_path(str(name_or_path))
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -15,6 +15,9 @@ from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
 
+# libyaml's safe loader where PyYAML has it: the same documents, ten times as fast (gates.plan)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None, *,
                capped: bool = False) -> tuple[str | None, str | None]:
@@ -132,7 +135,7 @@ def retrieval_tier(arm: str, config_text: str | None) -> str | None:
     if arm not in ("fx", "local_nvme") or not config_text:
         return None
     try:
-        config = yaml.safe_load(config_text) or {}
+        config = yaml.load(config_text, Loader=SAFE_LOADER) or {}
     except yaml.YAMLError:
         return None
     if not isinstance(config, dict) or config.get("local_cpu", True) is not False:

@@ -19,6 +19,9 @@ import yaml
 
 from runners.simnode import state as node_state
 
+# libyaml's safe loader where PyYAML has it: the same documents, ten times as fast (gates.plan)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class ConfigError(Exception):
     """A configuration the server refuses to start with; the message names the key and the source."""
@@ -103,7 +106,7 @@ def read_lmcache(environ: dict | None = None) -> LMCacheSettings:
     if path:
         file = Path(os.path.expanduser(path))
         try:
-            loaded = yaml.safe_load(file.read_text()) or {}
+            loaded = yaml.load(file.read_text(), Loader=SAFE_LOADER) or {}
         except OSError as error:
             raise ConfigError(f"LMCACHE_CONFIG_FILE={path}: cannot read it ({error.strerror})") from None
         except yaml.YAMLError as error:

@@ -1,7 +1,7 @@
 """Where `make test`'s time goes: the seconds of every test file (set-up, call and tear-down of its tests, as the
 JUnit report of a run records them), largest first, with their sum and what that sum means on N parallel sessions.
 
-    .venv/bin/python benchmarks/ci/by_file.py var/test-report.xml [--top 25] [--workers 2]
+    .venv/bin/python benchmarks/ci/by_file.py var/test-report.xml [--top 25] [--workers 3]
 
 The sum over N sessions is the least wall time the run can take with that split; a run much longer than it has a
 tail (a long file handed out last) or waits on something outside the tests.
@@ -29,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=3)
     args = parser.parse_args()
     seconds, tests = by_file(args.report)
     total = sum(seconds.values())

@@ -220,6 +220,10 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contri
 FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
 FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 100, minimum=1)
 FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+# Password-reset mails: at most this many to one address, and this many reset requests from one client address, an
+# hour (portal.views.account); past either, the same answer and no mail.
+FXPILOT_RESET_MAILS_PER_ADDRESS = envint("FXPILOT_RESET_MAILS_PER_ADDRESS", 3, minimum=1)
+FXPILOT_RESET_REQUESTS_PER_CLIENT = envint("FXPILOT_RESET_REQUESTS_PER_CLIENT", 20, minimum=1)
 FXPILOT_LOGIN_KNOWN_DAYS = envint("FXPILOT_LOGIN_KNOWN_DAYS", 30, minimum=0)
 FXPILOT_TRUSTED_PROXIES = envlist("FXPILOT_TRUSTED_PROXIES", [])
 for _proxy in FXPILOT_TRUSTED_PROXIES:

@@ -8,6 +8,8 @@ thread of its own, so neither the answer nor its time says whether it was sent. 
 the broker."""
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 from urllib.parse import urlsplit
@@ -18,6 +20,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import PasswordResetForm
+from django.core.cache import cache
 from django.core.mail import EmailMultiAlternatives
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,6 +32,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gates.models import API_TOKEN_MAX_DAYS, ApiToken, Profile, api_token_days
+from portal.signin import client_address
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,39 @@ def _site() -> tuple[str, bool]:
     return parts.netloc, parts.scheme == "https"
 
 
+RESET_WINDOW_SECONDS = 3600
+
+
+def _counted(kind: str, value: str) -> int:
+    """Reset requests for `value` (an address, a client) in the current hour, this one included. The cache holds
+    a keyed hash of the value, never the value; with Redis (FXPILOT_CACHE_URL) every portal process shares the
+    count, with the local default each process counts its own."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()[:32]
+    key = f"password-reset:{kind}:{digest}"
+    cache.add(key, 0, RESET_WINDOW_SECONDS)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, RESET_WINDOW_SECONDS)
+        return 1
+
+
+def reset_allowed(request: HttpRequest, email: str) -> bool:
+    """Whether a reset request may send a mail: at most FXPILOT_RESET_MAILS_PER_ADDRESS to one address and
+    FXPILOT_RESET_REQUESTS_PER_CLIENT from one client address (portal.signin.client_address) an hour, so that
+    nobody can fill a person's mailbox or walk the address book through the form. Both counts move on every
+    request. Past either, the form answers as always (it never says whether an account exists) and sends nothing."""
+    client = client_address(request)
+    per_address = _counted("address", email.strip().lower())
+    per_client = _counted("client", client)
+    if per_address <= settings.FXPILOT_RESET_MAILS_PER_ADDRESS and per_client <= settings.FXPILOT_RESET_REQUESTS_PER_CLIENT:
+        return True
+    log.warning("password reset from %s not sent: %s", client,
+                "too many for that address this hour" if per_address > settings.FXPILOT_RESET_MAILS_PER_ADDRESS
+                else "too many requests from that client this hour")
+    return False
+
+
 class PasswordResetView(auth_views.PasswordResetView):
     form_class = ResetForm
     template_name = "registration/password_reset_form.html"
@@ -135,6 +172,8 @@ class PasswordResetView(auth_views.PasswordResetView):
     success_url = reverse_lazy("password_reset_done")
 
     def form_valid(self, form):
+        if not reset_allowed(self.request, form.cleaned_data["email"]):
+            return redirect(self.success_url)
         domain, https = _site()
         form.save(domain_override=domain, use_https=https, request=self.request, from_email=self.from_email,
                   email_template_name=self.email_template_name, subject_template_name=self.subject_template_name,

@@ -88,6 +88,30 @@ def test_a_reset_does_not_say_whether_an_account_exists(demo, outbox, settings):
     assert message.to == ["carol@example.test"] and "evil.example" not in message.body
 
 
+def test_reset_mails_to_one_address_stop_at_the_limit_and_the_answer_stays_the_same(demo, outbox, settings):
+    settings.FXPILOT_RESET_MAILS_PER_ADDRESS = 3
+    answers = [Client().post(reverse("password_reset"), {"email": "carol@example.test"}) for _ in range(4)]
+    answers.append(Client().post(reverse("password_reset"), {"email": "Carol@Example.test "}))
+    assert {(a.status_code, a["Location"]) for a in answers} == {(302, reverse("password_reset_done"))}
+    assert [m.to for m in outbox()] == [["carol@example.test"]] * 3
+    Client().post(reverse("password_reset"), {"email": "bob@example.test"})  # another person's mail still goes
+    assert [m.to for m in outbox()][-1] == ["bob@example.test"]
+
+
+def test_reset_requests_from_one_client_stop_at_the_limit_and_other_clients_go_on(demo, outbox, settings):
+    from django.core.cache import cache
+
+    settings.FXPILOT_RESET_REQUESTS_PER_CLIENT = 2
+    for email in ("carol@example.test", "bob@example.test", "alice@example.test"):
+        Client(REMOTE_ADDR="203.0.113.7").post(reverse("password_reset"), {"email": email})
+    assert [m.to for m in outbox()] == [["carol@example.test"], ["bob@example.test"]]
+    Client(REMOTE_ADDR="203.0.113.8").post(reverse("password_reset"), {"email": "alice@example.test"})
+    assert [m.to for m in outbox()][-1] == ["alice@example.test"]
+    # the counts are kept under keyed hashes: no address, mail or client, is written to the cache
+    keys = " ".join(str(key) for key in cache._cache)
+    assert "password-reset" in keys and "example.test" not in keys and "203.0.113" not in keys
+
+
 def test_the_reset_mail_is_in_the_persons_language(demo, outbox):
     from gates.models import Profile
 

@@ -48,7 +48,7 @@ FIRST = ("demo",)
 LONG = ("tests/topology/test_two_networks.py", "tests/orchestration/test_evidence_edges.py",
         "tests/portal/test_browser.py", "tests/orchestration/test_gate_failures.py",
         "tests/broker/test_service_restarts.py", "tests/orchestration/test_gate_runs.py",
-        "tests/orchestration/test_gate_runs_g2_g4.py")
+        "tests/orchestration/test_gate_runs_g2_g4.py", "tests/orchestration/test_node_lease_runs.py")
 
 
 class _LongestFirst:

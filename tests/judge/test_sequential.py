@@ -69,10 +69,11 @@ def test_per_cell_false_pass_over_all_looks_with_the_judges_intervals_is_at_most
 def test_default_looks_and_a_plan_without_them_hashes_as_it_was_signed():
     assert sequential.default_looks(24) == (8, 12, 16, 20, 24)
     assert sequential.default_looks(3) == (2, 3) and sequential.default_looks(1) == (1,)
-    # the plan module and default plan before judge version 3 (git), and this module, hash that plan alike
+    # the plan module and default plan before judge version 3 (git: the parent of the commit that added this
+    # module; not of the last one that touched it, which later edits move), and this module, hash that plan alike
     root = PLANS_DIR.parents[1]
-    before = subprocess.run(["git", "-C", str(root), "log", "--format=%H", "-1", "--", "gates/judge/sequential.py"],
-                            capture_output=True, text=True).stdout.strip()
+    before = subprocess.run(["git", "-C", str(root), "log", "--diff-filter=A", "--format=%H", "-1", "--",
+                             "gates/judge/sequential.py"], capture_output=True, text=True).stdout.strip()
     base = f"{before}~1" if before else "HEAD"
     old_module = subprocess.run(["git", "-C", str(root), "show", f"{base}:gates/plan.py"], capture_output=True,
                                 text=True, check=True).stdout

@@ -134,12 +134,17 @@ def _site() -> tuple[str, bool]:
 RESET_WINDOW_SECONDS = 3600
 
 
+def reset_key(kind: str, value: str) -> str:
+    """The cache key of a reset count: a keyed hash of the value, never the value."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()[:32]
+    return f"password-reset:{kind}:{digest}"
+
+
 def _counted(kind: str, value: str) -> int:
     """Reset requests for `value` (an address, a client) in the current hour, this one included. The cache holds
     a keyed hash of the value, never the value; with Redis (FXPILOT_CACHE_URL) every portal process shares the
     count, with the local default each process counts its own."""
-    digest = hmac.new(settings.SECRET_KEY.encode(), f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()[:32]
-    key = f"password-reset:{kind}:{digest}"
+    key = reset_key(kind, value)
     cache.add(key, 0, RESET_WINDOW_SECONDS)
     try:
         return cache.incr(key)

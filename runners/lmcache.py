@@ -9,14 +9,12 @@ import shlex
 
 import yaml
 
+from gates.plan import SAFE_LOADER
 from gates.sizing import DTYPE_BYTES, MODEL_CONFIGS, kv_dtype_from_flags
 from runners import ssh
 from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
-
-# libyaml's safe loader where PyYAML has it: the same documents, ten times as fast (gates.plan)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None, *,

@@ -10,7 +10,6 @@ first use; attribute access after that costs a dictionary lookup.
 from __future__ import annotations
 
 import importlib
-import sys
 
 
 class LazyModule:
@@ -20,8 +19,7 @@ class LazyModule:
         self._name = name
 
     def __getattr__(self, attr: str):
-        module = sys.modules.get(self._name) or importlib.import_module(self._name)
-        return getattr(module, attr)
+        return getattr(importlib.import_module(self._name), attr)
 
     def __repr__(self) -> str:
         return f"<module {self._name!r}, imported on first use>"

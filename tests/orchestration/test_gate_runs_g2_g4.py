@@ -1,11 +1,13 @@
 """G2 and G4 end to end on two simulated nodes: output equivalence; replay, sharing, soak and the fault window."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from runners import traces
+from runners.artifacts import read_artifact
 from runners.orchestration import start_gate_run, wait_for
 from runners.runs import sample_trace
 from tests.orchestration.conftest import FAST_RUN, open_gate
@@ -46,7 +48,14 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     # the soak's floor reached the node's command line, and the soak did not end short of it
     soak = job.steps.get(name="soak")
     assert soak.params["min_requests"] == 40
-    assert sum(1 for r in rows if r["phase"] == "soak" and r["status"] == "ok") >= 40
+    soaked = [r for r in rows if r["phase"] == "soak"]
+    ok = sum(1 for r in soaked if r["status"] == "ok")
+    summary = max((s for a in job.artifacts.filter(kind="phase-summary") for s in map(json.loads, read_artifact(a)
+                   .decode().splitlines()) if s.get("phase") == "soak"), key=lambda s: s["repetition"])  # the last window
+    assert summary["min_requests"] == 40, summary
+    if ok < 40:  # a machine too busy to send 40 in 4 s: the soak sent on for its length again and says so
+        assert 0 <= summary["extended_with_ok"] < 40, summary
+        assert max(r["t_send"] for r in soaked) - min(r["t_send"] for r in soaked) > 4 + 3, "the soak stopped short"
     shared = {r["instance"] for r in rows if r["phase"] == "share"}
     assert len(shared) == 1 and shared != {r["instance"] for r in rows if r["phase"] == "replay" and r["arm"] == "fx"}
     assert job.artifacts.filter(name="customer-trace.csv").exists()
@@ -72,7 +81,6 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     # the capacity check at pilot scale: the sample once more on an fx server capped below what its reuse asks for
     assert ("fx", "capacity") in phases and job.steps.filter(name="capacity", status="successful").exists()
     capped = job.artifacts.filter(kind="config", name__contains="/fx-").order_by("pk").last()
-    from runners.artifacts import read_artifact
     assert "capacity check: the disk tier capped at" in read_artifact(capped).decode()
     assert checks["replay-reached-trace-reuse"]["ok"] and checks["capacity-check-measured"]["ok"], checks
     check = next(c for c in verdict["criteria"] if c["key"] == "g4-capacity-check")

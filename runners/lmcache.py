@@ -16,6 +16,8 @@ from runners.config import ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
 
+GIB = 1024 ** 3  # LMCache's max_local_cpu_size and max_local_disk_size are GiB per rank
+
 
 def cache_dirs(settings: DeploymentSettings, arm: str, run_id: str | None, *,
                capped: bool = False) -> tuple[str | None, str | None]:
@@ -49,13 +51,13 @@ def kv_bytes_per_token(settings: DeploymentSettings, simulated: bool) -> int:
 
 
 def disk_size_for(tokens: int, settings: DeploymentSettings, simulated: bool) -> float:
-    """LMCache's `max_local_disk_size` (GB = 10⁹ bytes per TP rank, each rank keeping its share of every chunk)
-    that holds exactly ⌊tokens ÷ chunk_size⌋ chunks: half a rank-chunk above that many, so the whole-chunk count
-    LMCache (and the simulator) derive from it is exactly it."""
+    """LMCache's `max_local_disk_size` (GiB = 2³⁰ bytes per TP rank, each rank keeping its share of every chunk: 0.5.6's
+    LocalDiskBackend caps itself at max_local_disk_size × 1024³) that holds exactly ⌊tokens ÷ chunk_size⌋ chunks:
+    half a rank-chunk above that many, so the whole-chunk count LMCache (and the simulator) derive from it is it."""
     chunk = settings.sizes.chunk_size
     rank_chunk = int(chunk * kv_bytes_per_token(settings, simulated) / settings.tensor_parallel_size)
     chunks = max(int(tokens) // chunk, 1)
-    return round((chunks * rank_chunk + rank_chunk / 2) / 1e9, 9)
+    return round((chunks * rank_chunk + rank_chunk / 2) / GIB, 9)
 
 
 # One chunk hash on every node and in every process of a run. LMCache 0.3.9–0.5.6 default to

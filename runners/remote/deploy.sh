@@ -220,7 +220,7 @@ preflight() {
         free_gb=$(df -Pk "$CACHE_DIR" 2>/dev/null | awk 'NR == 2 { printf "%d", $4 / 1048576 }' || true)
         need_gb=$(python3 -c "print(int($MAX_LOCAL_DISK_SIZE * $TP))")
         if [[ -n "$free_gb" && "$free_gb" -lt "$need_gb" ]]; then
-            say "warning: $CACHE_DIR has ${free_gb} GB free; $TP workers may fill up to ${need_gb} GB (max_local_disk_size is per worker)"
+            say "warning: $CACHE_DIR has ${free_gb} GiB free; $TP workers may fill up to ${need_gb} GiB (max_local_disk_size is GiB per worker)"
         fi
     fi
     if [[ -n "${SHARED_DIR:-}" ]]; then

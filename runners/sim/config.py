@@ -58,9 +58,9 @@ ROLES = {"kv_both", "kv_producer", "kv_consumer"}
 class LMCacheSettings:
     chunk_size: int = 256
     local_cpu: bool = True
-    max_local_cpu_size: float = 5.0       # GB per TP rank (each rank runs its own LMCache engine)
+    max_local_cpu_size: float = 5.0       # GiB per TP rank (each rank runs its own LMCache engine)
     local_disk: Path | None = None
-    max_local_disk_size: float = 0.0      # GB per TP rank
+    max_local_disk_size: float = 0.0      # GiB per TP rank
     fs_pool: Path | None = None
     save_unfull_chunk: bool = False
     use_odirect: bool = False

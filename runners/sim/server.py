@@ -169,12 +169,14 @@ class SimServer:
         self.writer = Writer()
         self.rank_chunk_bytes = 0
         if lm is not None:
+            # LMCache's sizes are GiB (2^30 bytes) per rank: 0.5.6 allocates max_local_cpu_size * 1024**3 and caps
+            # its disk backend at max_local_disk_size * 1024**3 (tests/real/test_lmcache_config.py holds this).
             self.rank_chunk_bytes = int(lm.chunk_size * self.model.kv_bytes_per_token() / self.hw.gpus)
             if lm.local_cpu and lm.max_local_cpu_size > 0:
-                self.tiers.append(LruTier("dram", int(lm.max_local_cpu_size * GB // self.rank_chunk_bytes)))
+                self.tiers.append(LruTier("dram", int(lm.max_local_cpu_size * GIB // self.rank_chunk_bytes)))
             if lm.local_disk is not None:
                 self.tiers.append(DiskTier("local_disk", lm.local_disk,
-                                           int(lm.max_local_disk_size * GB // self.rank_chunk_bytes),
+                                           int(lm.max_local_disk_size * GIB // self.rank_chunk_bytes),
                                            lm.chunk_size, self.rank_chunk_bytes, self.writer))
             if lm.fs_pool is not None:
                 self.tiers.append(FsPool("fs", lm.fs_pool, lm.chunk_size, self.rank_chunk_bytes, self.writer))

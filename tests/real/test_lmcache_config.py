@@ -85,3 +85,32 @@ def test_the_probes_lookup_finds_the_real_lmcache_056(engine):
     assert (found["installed"], found["version"], found["commit"], found["commit_from"]) == (True, "0.5.6", "3e11e108",
                                                                                             "_version.py")
     assert found["hip"] is False and found["native"].startswith("cuda_ops.")
+
+
+CAPPED = r'''
+import asyncio, json, os, sys
+from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.storage_backend.local_disk_backend import LocalDiskBackend
+config = LMCacheEngineConfig.from_file(sys.argv[1])
+backend = LocalDiskBackend(config, asyncio.new_event_loop(), None, dst_device="cpu")
+print(json.dumps({"max_cache_size": backend.max_cache_size}), flush=True)
+os._exit(0)  # its disk worker threads would wait on a loop that never runs
+'''
+
+
+def test_g4s_capped_disk_tier_holds_exactly_the_chunks_it_names_in_real_lmcaches_disk_backend(engine, tmp_path):
+    """LMCache 0.5.6 reads max_local_disk_size as GiB (2³⁰ bytes) per rank: the size G4's capacity check renders
+    (runners.lmcache.disk_size_for) is what real LMCache's disk backend caps itself at, and that cap holds exactly the
+    whole chunks meant. Read as 10⁹ bytes the same YAML would hold 7 % more chunks than the oracle's capacity."""
+    from runners.lmcache import kv_bytes_per_token
+
+    settings = validate_deployment(default_simulated()).with_home(str(tmp_path))
+    chunks, chunk = 100, settings.sizes.chunk_size
+    path = tmp_path / "capped.yaml"
+    path.write_text(render_lmcache_config(settings, "fx", run_id="cap1", capacity_tokens=chunks * chunk + chunk // 3))
+    assert f"({chunks} chunks of {chunk})" in path.read_text()
+    result = subprocess.run([str(engine.python), "-c", CAPPED, str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    limit = json.loads(result.stdout.strip().splitlines()[-1])["max_cache_size"]
+    rank_chunk = int(chunk * kv_bytes_per_token(settings, False) / settings.tensor_parallel_size)
+    assert limit // rank_chunk == chunks, (limit, rank_chunk)

@@ -71,7 +71,7 @@ def test_without_the_parallel_read_patch_a_gpu_reads_below_one_gb_per_second(nod
 
 def test_a_small_dram_tier_overflows_so_returns_come_from_disk(node, servers):
     per_rank_chunk = 256 * 126976 / 8
-    config = {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 20 * per_rank_chunk / 1e9,
+    config = {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 20 * per_rank_chunk / 2**30,
               "max_local_disk_size": 50, "local_disk": f"file://{node.nvme / 'lmcache'}"}
     server = servers(node, "local_nvme", lmcache=config)
     populate_then_return(server, sessions=3)

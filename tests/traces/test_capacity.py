@@ -12,6 +12,8 @@ from gates.traces import capacity, reference
 from gates.traces.analysis import analyse
 from gates.traces.formats import read_bytes
 from runners import tracereplay
+from runners.config import default_simulated, validate_deployment
+from runners.lmcache import GIB, disk_size_for
 from runners.sim.tiers import DiskTier, Writer, chunk_keys
 from tests.sim.conftest import MODEL, REPO, SimNode, SimServer
 from tests.traces.helpers import mooncake_lines, random_requests
@@ -126,12 +128,16 @@ def test_a_capped_replay_on_the_simulated_server_hits_what_the_oracle_predicts_f
     check = stats["oracle"]["capacity_check"]
     assert check["applicable"] and 0.1 < check["predicted_hit_fraction"] < check["ideal_hit_fraction"] - 0.1
     chunks = check["capacity_tokens"] // 256
-    records, summaries = _replay(tmp_path, "capped", data, (chunks * RANK_CHUNK + RANK_CHUNK / 2) / 1e9)
+    # the size G4 renders into LMCache's YAML for that cap (GiB per rank): the simulator derives exactly `chunks`
+    settings = validate_deployment(default_simulated())
+    size = disk_size_for(check["capacity_tokens"], settings, simulated=True)
+    assert int(size * GIB // RANK_CHUNK) == chunks
+    records, summaries = _replay(tmp_path, "capped", data, size)
     assert {r["phase"] for r in records} == {"capacity"} and all(r["status"] == "ok" for r in records)
     assert {s["phase"] for s in summaries} == {"capacity"}
     measured = _external_share(summaries)
     assert capacity.judge(measured, check["predicted_hit_fraction"])["verdict"] == "pass", (measured, check)
-    # the cap is what made the difference: the same replay on a tier of 50 GB a rank reaches the unbounded oracle
+    # the cap is what made the difference: the same replay on a tier of 50 GiB a rank reaches the unbounded oracle
     _, unbounded = _replay(tmp_path, "unbounded", data, 50.0)
     assert abs(_external_share(unbounded) - check["ideal_hit_fraction"]) <= 0.05
     assert _external_share(unbounded) > measured + 0.1

@@ -636,6 +636,10 @@ class CustomerTrace(models.Model):
     # Why it was refused, in each language the portal speaks: {"en": …, "zh-hans": …}
     refusal = models.JSONField(default=dict, blank=True)
     analysed = models.DateTimeField(null=True, blank=True)
+    # When the row was last queued or a worker last showed progress on it: the reconcile sweep queues an analysis
+    # again for a row queued or being analysed whose heartbeat is older than FXPILOT_STALE_SECONDS (a lost message,
+    # a worker that died mid-analysis), and a worker takes a row being analysed only once its heartbeat is that old.
+    heartbeat = models.DateTimeField(null=True, blank=True)
     # Final context of each session (tokens): {"mean", "min", "p50", "p90", "max", "histogram": [[upper, count], …]}
     lengths = models.JSONField(default=dict)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from gates import lifecycle, policy
 from gates.models import AuditAction
-from runners import ssh
+from runners import ssh, traces
 from runners.dispatch import dispatch_advance, dispatch_cancel, dispatch_poll, dispatch_step
 from runners.kinds import StepContext, StepError, StepFailed, StepKind, TransientError, get_kind, known_kind, step_label
 from runners.models import (
@@ -503,7 +503,8 @@ def cancel_step(step_id: int) -> str:
 
 
 def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
-    """Resume what a dead worker left: stale running steps, lost dispatches, jobs that could close.
+    """Resume what a dead worker left: stale running steps, lost dispatches, jobs that could close, and trace
+    analyses whose message or worker was lost (runners.traces.requeue_stale).
 
     A detached step whose remote process started is re-polled (never restarted); any other stale
     running step goes back to pending and is claimed again (its handler is idempotent).
@@ -535,6 +536,7 @@ def reconcile(stale_seconds: float | None = None) -> dict[str, int]:
         with transaction.atomic():
             advance(job_id)
         counts["jobs"] += 1
+    counts["traces"] = traces.requeue_stale()
     return counts
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
@@ -175,7 +177,7 @@ def upload(gate: Gate, data: bytes, name: str, user, party: str) -> CustomerTrac
     summary = analyse_bytes(data, name)
     sha256, stored = _keep(gate.pilot, data, name)
     trace = CustomerTrace.objects.create(
-        pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
+        heartbeat=timezone.now(), pilot=gate.pilot, gate=gate, name=name, path=stored, sha256=sha256,
         size=len(data), sessions=summary["sessions"], turns=summary["turns"], lengths=summary["lengths"],
         format=summary["format"], analysis=summary["analysis"], analysed=timezone.now(),
         uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
@@ -232,7 +234,8 @@ class _Progress:
         now = time.monotonic()
         if force or now - self.last >= 0.5:
             self.last = now
-            CustomerTrace.objects.filter(pk=self.pk).update(progress=round(min(1.0, max(0.0, value)), 4), stage=stage)
+            CustomerTrace.objects.filter(pk=self.pk).update(progress=round(min(1.0, max(0.0, value)), 4), stage=stage,
+                                                            heartbeat=timezone.now())
 
 
 def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
@@ -271,12 +274,19 @@ def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
             "lengths": length_summary(lengths), "analysis": result}
 
 
+def _stale() -> Q:
+    """A row nobody has shown work on for FXPILOT_STALE_SECONDS (rows from before the heartbeat: by their upload)."""
+    before = timezone.now() - timedelta(seconds=settings.FXPILOT_STALE_SECONDS)
+    return Q(heartbeat__lt=before) | Q(heartbeat__isnull=True, created__lt=before)
+
+
 def analyse_row(pk: int) -> str:
     """The background job: read the kept trace, analyse it, and end the row `ready` or `refused` (saying why, in
-    each language). Safe to run twice (a redelivered task finds the row done and leaves it)."""
+    each language). Safe to run twice: a redelivered task finds the row done, or being analysed by a worker that
+    showed progress within FXPILOT_STALE_SECONDS, and leaves it; a row whose analyser went silent is taken over."""
     taken = CustomerTrace.objects.filter(
-        pk=pk, state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).update(
-        state=CustomerTrace.State.ANALYSING, stage="reading", progress=0.0)
+        Q(state=CustomerTrace.State.QUEUED) | (Q(state=CustomerTrace.State.ANALYSING) & _stale()), pk=pk).update(
+        state=CustomerTrace.State.ANALYSING, stage="reading", progress=0.0, heartbeat=timezone.now())
     if not taken:
         return "not queued"
     row = CustomerTrace.objects.get(pk=pk)
@@ -297,6 +307,22 @@ def analyse_row(pk: int) -> str:
         format=found["format"], sessions=found["sessions"], turns=found["turns"], lengths=found["lengths"],
         analysis=found["analysis"])
     return "ready"
+
+
+def requeue_stale() -> int:
+    """The reconcile sweep's part for traces: queue the analysis again of every row still queued or being analysed
+    whose heartbeat is older than FXPILOT_STALE_SECONDS — its message was lost (the embedded broker loses what it
+    held when it stops) or its worker died mid-analysis. One dispatch per row and stale period (the heartbeat moves
+    with it); analyse_row takes a row once. Returns how many were queued again."""
+    count = 0
+    rows = CustomerTrace.objects.filter(
+        _stale(), state__in=(CustomerTrace.State.QUEUED, CustomerTrace.State.ANALYSING)).values_list("pk", "heartbeat")
+    for pk, heartbeat in rows:
+        if CustomerTrace.objects.filter(pk=pk, heartbeat=heartbeat).update(
+                state=CustomerTrace.State.QUEUED, stage="queued again", progress=0.0, heartbeat=timezone.now()):
+            current_app.signature(ANALYSE_TRACE, args=(pk,)).apply_async(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+            count += 1
+    return count
 
 
 def read(trace: CustomerTrace) -> bytes:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from django.utils import timezone
 
 from gates.models import CustomerTrace, Pilot
 from gates.traces.predict import full_hit_speedup, predicted_gain
@@ -154,3 +156,15 @@ def test_the_worker_reports_its_progress_by_stage():
     found = traces.analyse_bytes(conversation_trace(4, 2), "c.jsonl", lambda value, stage: seen.append((value, stage)))
     assert [stage for _, stage in seen][0] == "reading" and [s for _, s in seen][-2:] == ["reuse", "summary"]
     assert [v for v, _ in seen] == sorted(v for v, _ in seen) and found["turns"] == 8
+
+
+def test_a_worker_takes_over_an_analysis_only_once_its_analyser_went_silent(demo, settings):
+    data = conversation_trace(10, 2)
+    row = traces.receive(demo.pilot, data, "conv.jsonl", demo.carol, "customer")
+    CustomerTrace.objects.filter(pk=row.pk).update(state="analysing", stage="reuse", heartbeat=timezone.now())
+    assert traces.analyse_row(row.pk) == "not queued"      # another worker showed progress just now
+    stale = timezone.now() - timedelta(seconds=settings.FXPILOT_STALE_SECONDS + 1)
+    CustomerTrace.objects.filter(pk=row.pk).update(heartbeat=stale)
+    assert traces.analyse_row(row.pk) == "ready"           # that worker died mid-analysis: this one finishes it
+    row.refresh_from_db()
+    assert row.turns == 20 and row.heartbeat > stale

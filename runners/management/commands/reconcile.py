@@ -34,9 +34,10 @@ class Command(BaseCommand):
                     self.stderr.write(f"reconcile: the sweep broke ({type(exc).__name__}: {exc}); trying again")
                     time.sleep(interval)
                     continue
-                if counts["repolled"] or counts["requeued"] or counts["gave_up"] or not loop:
+                if counts["repolled"] or counts["requeued"] or counts["gave_up"] or counts["traces"] or not loop:
                     self.stdout.write(f"reconcile: {counts['repolled']} re-polled, {counts['requeued']} re-queued, "
-                                      f"{counts['gave_up']} given up, {counts['jobs']} unfinished runs looked at")
+                                      f"{counts['gave_up']} given up, {counts['jobs']} unfinished runs looked at, "
+                                      f"{counts['traces']} trace analyses queued again")
                     self.stdout.flush()
                 if not loop:
                     return

@@ -14,6 +14,15 @@ from tests.orchestration.conftest import cluster, fast_settings  # noqa: F401  (
 from tests.traces.test_trace_page import conversation_trace
 
 
+def analysed(row: CustomerTrace, seconds: float = 90) -> CustomerTrace:
+    """The row once a worker ended its analysis (or as it was after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while row.state not in ("ready", "refused") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        row.refresh_from_db()
+    return row
+
+
 def test_a_worker_analyses_the_upload_the_web_request_only_kept(cluster, signed_pilot, client):  # noqa: F811
     cluster.worker("control", [cluster.control])
     client.force_login(signed_pilot.bob)
@@ -21,10 +30,7 @@ def test_a_worker_analyses_the_upload_the_web_request_only_kept(cluster, signed_
                            {"trace": SimpleUploadedFile("conv.jsonl", conversation_trace(30, 3))})
     assert response.status_code == 302
     row = CustomerTrace.objects.get()
-    deadline = time.monotonic() + 90
-    while row.state not in ("ready", "refused") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        row.refresh_from_db()
+    analysed(row)
     assert row.state == "ready", cluster.logs()
     assert row.turns == 90 and row.analysis["reuse"]["known"] and row.progress == 1.0
     page = client.get(reverse("pilot_traces", args=[signed_pilot.pilot.code])).content.decode()
@@ -44,8 +50,5 @@ def test_an_analysis_whose_message_was_lost_is_queued_again_by_the_sweep(cluster
     CustomerTrace.objects.filter(pk=row.pk).update(heartbeat=timezone.now() - timedelta(minutes=5))
     assert reconcile()["traces"] == 1
     assert reconcile()["traces"] == 0                      # one dispatch per row and stale period
-    deadline = time.monotonic() + 90
-    while row.state not in ("ready", "refused") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        row.refresh_from_db()
+    analysed(row)
     assert row.state == "ready" and row.turns == 60, cluster.logs()

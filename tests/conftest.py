@@ -73,6 +73,34 @@ def pytest_configure(config):
     config.pluginmanager.register(_LongestFirst(), "fxpilot-longest-first")
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this session and of the processes it started and reaped (Celery workers, simulated nodes, demos,
+    servers: whatever a test waits for when it stops them); a daemon that is never reaped is not counted."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_CPU_AT_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every test's CPU seconds (set-up, call and tear-down, with what it reaped) as the property `cpu_s` of its
+    JUnit record: benchmarks/ci/by_file.py sums them per file. Wall time says what a test waited; this says what it
+    cost the machine, which is what a loaded CI runner runs short of."""
+    if call.when == "teardown" and _CPU_AT_START in item.stash:
+        item.user_properties.append(("cpu_s", round(_cpu_seconds() - item.stash[_CPU_AT_START], 2)))
+    yield
+
+
+
 @pytest.fixture(autouse=True)
 def _language_back_to_english():
     """A request in Chinese leaves its language active in the thread (Django's translation is per thread, and

@@ -53,10 +53,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow,
               pytest.mark.skipif(connection.vendor != "postgresql" or not django_settings.CELERY_BROKER_URL.startswith("redis"),
                                  reason="the control worker shares PostgreSQL and Redis with this process")]
 
-# The shortest runs the judge accepts: two repetitions where its intervals need a spread (G1), one for G2, and for
-# G3 the default plan's first look, 8: G3's "failed ≤ 1 %" bar needs 390 error-free FX requests to be shown at all
-# (56 a repetition here), and the run is judged (it has a report) only when it can be.
-RUNS = {1: FAST_RUN, 2: {**FAST_RUN, "repetitions": 1}, 3: {**FAST_RUN, "repetitions": 8}}
+# The shortest runs the judge accepts: two repetitions where its intervals need a spread (G1, G3), one for G2. G3
+# is judged (it has a report) only when its "failed ≤ 1 %" bar can be shown, which takes 390 error-free FX requests
+# (8 repetitions here, two thirds of the test's time): the module's plan loosens that bar to G3_FAILURE_BAR, which
+# the 112 requests of two repetitions show (_plan_for_the_network_proof).
+RUNS = {1: FAST_RUN, 2: {**FAST_RUN, "repetitions": 1}, 3: {**FAST_RUN, "repetitions": 2}}
+G3_FAILURE_BAR = 0.10
 # longer than the control plane waits for the agent to take or touch a call (30 s: FXPILOT_AGENT_PICKUP_SECONDS,
 # FXPILOT_AGENT_SILENCE_SECONDS), and than the agent's back-off reaches its 15 s cap in (1 + 2 + 4 + 8 + 15 s)
 CUT_SECONDS = 40
@@ -151,14 +153,15 @@ def _when_a_remote_process_runs(job, timeout: float = 240) -> None:
 
 def _plan_for_the_network_proof(demo) -> None:
     """G1's and G2's bars opened wide before both parties sign, so the lifecycle reaches G3 whatever the
-    simulator's spread at this time scale: this module proves where things run and are stored, not the bars
-    (G3 keeps the plan's own and may be judged either way)."""
+    simulator's spread at this time scale: this module proves where things run and are stored, not the bars.
+    G3 keeps the plan's own bars, and may be judged either way, but for its failure rate: G3_FAILURE_BAR."""
     version = demo.pilot.latest_plan
     for criterion in version.criteria.filter(gate_number__in=(1, 2)):
         if criterion.op in (">=", ">"):
             lifecycle.edit_criterion(criterion, demo.alice, op=">=", threshold=-1e9)
         elif criterion.op in ("<=", "<"):
             lifecycle.edit_criterion(criterion, demo.alice, op="<=", threshold=1e9)
+    lifecycle.edit_criterion(version.criteria.get(key="g3-failures"), demo.alice, op="<=", threshold=G3_FAILURE_BAR)
     lifecycle.sign_plan(version, demo.alice)
     lifecycle.sign_plan(version, demo.bob)
 

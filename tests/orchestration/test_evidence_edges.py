@@ -1,5 +1,6 @@
 """Fault tests at the edges (issue 28), whole gate runs on simulated nodes with real workers: the evidence store
-filling up, a cancel racing a step's launch, one node's server without /metrics, a 30 s and a long SSH outage.
+filling up, a cancel racing a step's launch, one node's server without /metrics, a long SSH outage (followed again
+within seconds of its end, never an error).
 
 Each asserts what the node recorded against what the store holds (expected = found), no duplicate request, the
 run's final state, and no process left on the nodes.
@@ -207,31 +208,22 @@ def assert_g1_whole(job, cluster, sim_site) -> None:
     assert_no_orphans(sim_site)
 
 
-def test_a_30_s_ssh_outage_is_followed_again_within_seconds_of_its_end(cluster, sim_site):
-    # Production's clock for polls (every 1.5 s here, 5 s by default) and its back-off cap, scaled alike.
-    cluster.environment.update(FXPILOT_POLL_SECONDS="1.5", FXPILOT_REATTACH_MAX_SECONDS="3")
-    cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
-    job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site,
-                         params={**SLOW_MEASURE, "time_scale": 0.05})
-    until(measuring(job, 2), why=lambda: explain(job, cluster))
-    ended = outage(job, sim_site.servers[0], 30)
-    until(lambda: "re-attached to the remote process" in text_of(job), timeout=60)
-    stalled = time.monotonic() - ended
-    # The former back-off (doubling to a minute) looked again 15 s or more after this outage ended.
-    assert stalled < 8, f"followed again {stalled:.1f} s after the outage ended"
-    job = wait_for(job, 300)
-    assert_g1_whole(job, cluster, sim_site)
-
-
-def test_a_long_ssh_outage_never_turns_a_running_step_into_an_error(cluster, sim_site):
-    """The 6-minute outage, on a shortened clock: polls every 0.25 s and two attempts per step made the former
-    poller give up after 6 failed looks in a row (about 30 s here, 4–5 min in production); the outage lasts 45 s.
-    The step's deadline (6 h) is what counts now: the measure is followed again and judged."""
-    cluster.environment.update(FXPILOT_STEP_MAX_ATTEMPTS="2", FXPILOT_REATTACH_MAX_SECONDS="1")
+def test_a_long_ssh_outage_is_followed_again_within_seconds_of_its_end_and_never_errs_a_running_step(cluster,
+                                                                                                   sim_site):
+    """The 6-minute outage, on a shortened clock (one G1 run for both of its promises): polls every 1.5 s (5 s by
+    default), a back-off cap of 3 s and two attempts per step, scaled alike. The former poller gave up after 6
+    failed looks in a row (about 30 s here, 4–5 min in production) and its back-off, doubling to a minute, looked
+    again 15 s or more after an outage ended; the outage lasts 45 s. The step's deadline (6 h) is what counts now:
+    the measure is followed again within seconds of the outage's end, and judged."""
+    cluster.environment.update(FXPILOT_POLL_SECONDS="1.5", FXPILOT_REATTACH_MAX_SECONDS="3",
+                               FXPILOT_STEP_MAX_ATTEMPTS="2")
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=SLOW_MEASURE)
     until(measuring(job, 2), why=lambda: explain(job, cluster))
-    outage(job, sim_site.servers[0], 45)
+    ended = outage(job, sim_site.servers[0], 45)
+    until(lambda: "re-attached to the remote process" in text_of(job), timeout=60)
+    stalled = time.monotonic() - ended
+    assert stalled < 8, f"followed again {stalled:.1f} s after the outage ended"
     job = wait_for(job, 300)
     assert_g1_whole(job, cluster, sim_site)
     text = text_of(job)

@@ -27,9 +27,11 @@ from typing import BinaryIO
 
 import paramiko
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from runners.agentapi import discard_file, flush_output, received_file
+from infra import wakeup
+from runners.agentapi import calls_queued, discard_file, flush_output, received_file
 from runners.artifacts import EvidenceStoreError, sha256_file
 from runners.models import AgentCall, Credential, Job, Node, SiteAgent, Step, active_agent
 from runners.output import system_line
@@ -143,6 +145,8 @@ class AgentConnection(NodeConnection):
         call = AgentCall.objects.create(
             site_id=self.node.site_id, node=self.node, job=job, step=step, op=op, payload=payload,
             request={"args": args, "answer_within": within}, deadline=timezone.now() + timedelta(seconds=pickup))
+        site = self.node.site_id
+        transaction.on_commit(lambda: wakeup.notify(calls_queued(site)))  # the agent's waiting poll takes it now
         started = time.monotonic()
         sleep = FIRST_SLEEP
         while True:

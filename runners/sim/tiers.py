@@ -55,9 +55,17 @@ def _quietly(function, *args) -> None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    """Whole or absent (a temporary file renamed into place), with the system calls themselves: pathlib's open and
+    write_bytes were a third of a simulated server's CPU under G3's load."""
+    final = os.fspath(path)
+    folder, name = os.path.split(final)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temporary, final)
 
 
 def _apply(writes: list[Path], removes: list[Path], data: bytes) -> None:

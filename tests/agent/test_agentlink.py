@@ -8,7 +8,9 @@ import time
 
 import pytest
 
+from infra import wakeup
 from runners import engine, ssh
+from runners.agentapi import calls_queued
 from runners.agentlink import AgentConnection, agent_for
 from runners.models import AgentCall, Node
 from tests.agent.conftest import Responder, enrol, sha256
@@ -67,6 +69,8 @@ def test_without_an_agent_taking_the_call_the_node_is_unreachable_and_a_late_ans
                                               r"\(last seen \d+ s ago\)") as caught:
         ssh.run(agent_node, "uptime")
     assert caught.value.transient and time.monotonic() - started < 5
+    # the call was announced to the site's waiting polls (none here: the word waits for the next one)
+    assert wakeup.wait(calls_queued(agent_node.site_id), 1)
     call = AgentCall.objects.get()
     assert call.state == "expired"
     # the agent comes back: the given-up call is not handed out, and an answer to it is refused

@@ -279,6 +279,49 @@ def test_the_wait_is_capped_and_an_empty_poll_writes_nothing(enrolled, agent_nod
     assert answer.json() == {"calls": []}  # nothing asked for, answered at once
 
 
+def test_an_idle_poll_looks_in_the_database_about_once_a_second_and_a_queued_call_wakes_it(enrolled, agent_node):
+    """It looked every 0.1 s, two queries each time, for as long as an agent was connected (infra.wakeup)."""
+    import time
+
+    from django.test.utils import CaptureQueriesContext
+
+    from infra import wakeup
+    from runners.agentapi import calls_queued
+
+    with CaptureQueriesContext(connection) as idle:
+        answer = post(enrolled.client, "work", {"slots": 2, "wait": 2.5})
+    assert answer.json() == {"calls": []}
+    assert len(idle) <= 16, [q["sql"][:80] for q in idle]  # about 3 looks of 2 queries, and the request's own
+    # A call queued while the poll waits is handed out on the word, not at the next look: a word said before the
+    # poll began (here, to keep the test in one thread) is kept for it.
+    call = queue(agent_node)
+    assert wakeup.notify(calls_queued(agent_node.site_id))
+    started = time.monotonic()
+    answer = post(enrolled.client, "work", {"slots": 2, "wait": 10})
+    assert [c["id"] for c in answer.json()["calls"]] == [call.pk]
+    assert time.monotonic() - started < 5
+
+
+def test_a_word_wakes_one_waiter_and_without_redis_the_wait_is_a_short_sleep(settings):
+    import time
+
+    from infra import wakeup
+
+    name = f"test-{time.monotonic_ns()}"
+    heard = []
+    waiter = threading.Thread(target=lambda: heard.append(wakeup.wait(name, 20)))
+    waiter.start()
+    time.sleep(0.3)
+    assert wakeup.notify(name)
+    waiter.join(20)
+    assert heard == [True]
+    assert wakeup.wait(name, 0.2) is False  # the word was heard once
+    settings.CELERY_BROKER_URL = "memory://"
+    assert wakeup.notify(name) is False
+    started = time.monotonic()
+    assert wakeup.wait(name, 20) is False and time.monotonic() - started < 2
+
+
 def test_work_before_hello_is_refused(site, credential):
     agent = enrol(site, hello=False)
     answer = post(agent.client, "work", {"slots": 1})

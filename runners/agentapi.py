@@ -49,6 +49,11 @@ LOOK_SECONDS = 1.0
 def calls_queued(site_id: int) -> str:
     """The word a waiting poll of the site listens for (infra.wakeup)."""
     return f"agent-calls:{site_id}"
+
+
+def call_answered(call_id: int) -> str:
+    """The word the control plane's waiter on a call listens for (runners.agentlink)."""
+    return f"agent-call-done:{call_id}"
 MAX_SLOTS = 64
 CARRY_LIMIT = 64 * 1024  # an unfinished line longer than this is written to the log as it is
 TOUCH_EVERY = 5.0  # while a file arrives, the call is touched this often
@@ -457,6 +462,7 @@ def done(request: HttpRequest, agent: SiteAgent, call_id: int) -> HttpResponse:
         AgentCall.objects.filter(pk=call.pk).update(
             state=AgentCall.State.DONE, result=result, finished=now, touched=now, output_state=call.output_state,
             stdout_tail=call.stdout_tail, stderr_tail=call.stderr_tail, payload=None)
+        transaction.on_commit(lambda: wakeup.notify(call_answered(call_id)))
     return JsonResponse({"ok": True})
 
 

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from infra import wakeup
-from runners.agentapi import calls_queued, discard_file, flush_output, received_file
+from runners.agentapi import call_answered, calls_queued, discard_file, flush_output, received_file
 from runners.artifacts import EvidenceStoreError, sha256_file
 from runners.models import AgentCall, Credential, Job, Node, SiteAgent, Step, active_agent
 from runners.output import system_line
@@ -59,7 +59,9 @@ from runners.ssh import (
 )
 
 MAX_PAYLOAD = 64 * 1024 * 1024  # a put's bytes travel in the row
-FIRST_SLEEP, MAX_SLEEP = 0.05, 0.25
+# A waiter on a call looks at it after 0.05 s, then less often, at least once a second: its answer wakes the wait
+# (infra.wakeup), so the looks only keep the deadlines (the pickup, the silence, the command's own).
+FIRST_SLEEP, MAX_SLEEP = 0.05, 1.0
 OPEN_CALLS = (AgentCall.State.QUEUED, AgentCall.State.TAKEN)
 
 
@@ -185,7 +187,8 @@ class AgentConnection(NodeConnection):
                         raise CommandTimeout(f"`{_short(command)}` still running after {timeout:g} s; given up",
                                              node=self.node, result=self._partial(call, command))
                     continue
-            time.sleep(sleep)
+            # the answer's arrival wakes this wait at once (infra.wakeup); the looks in between see to the deadlines
+            wakeup.wait(call_answered(call.pk), sleep)
             sleep = min(sleep * 1.5, MAX_SLEEP)
 
     def _give_up(self, call: AgentCall, new_state: str, *, state: str | None = None) -> bool:

@@ -362,20 +362,28 @@ def test_output_goes_to_the_job_log_in_whole_lines_and_answers_cancel(enrolled, 
     assert given["id"] == call.pk
 
 
-def test_done_checks_its_body(enrolled, agent_node):
+def test_done_checks_its_body_and_wakes_the_waiter_once_it_is_kept(enrolled, agent_node,
+                                                                   django_capture_on_commit_callbacks):
+    from infra import wakeup
+    from runners.agentapi import call_answered
+
     call = queue(agent_node, "run")
     take(enrolled)
     url = f"calls/{call.pk}/done"
-    answer = post(enrolled.client, url, {})
+    with django_capture_on_commit_callbacks(execute=True) as refused:
+        answer = post(enrolled.client, url, {})
+    assert refused == []  # a refused answer wakes nobody
     assert answer.status_code == 400 and "exit_code" in answer.json()["error"]
     answer = post(enrolled.client, url, {"error": {"kind": "weird", "message": "x"}})
     assert answer.status_code == 400 and "error.kind must be one of" in answer.json()["error"]
     answer = post(enrolled.client, url, {"error": {"kind": "host-key-pending", "message": "x", "offered_key": "junk"}})
     assert answer.status_code == 400
-    answer = post(enrolled.client, url, {"error": {"kind": "unreachable", "message": "no route"}})
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = post(enrolled.client, url, {"error": {"kind": "unreachable", "message": "no route"}})
     assert answer.status_code == 200
     call.refresh_from_db()
     assert call.result == {"error": {"kind": "unreachable", "message": "no route"}}
+    assert wakeup.wait(call_answered(call.pk), 1)  # the word for the control plane's waiter on this call
 
 
 def test_a_file_is_hashed_on_arrival_and_capped(enrolled, agent_node, settings):

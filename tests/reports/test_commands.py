@@ -74,6 +74,51 @@ def test_a_certificate_of_another_key_is_refused(ca, other_ca):
         sign.load_signer(ca / "signer-key.pem", other_ca / "signer-cert.pem")
 
 
+def test_the_kept_key_signs_what_pyhankos_own_signer_signs_and_a_bad_chain_file_is_named(ca, tmp_path):
+    """load_signer parses and checks the key once; its signatures are pyHanko's, byte for byte (PKCS#1 v1.5 is
+    deterministic), and a PSS signature verifies under the certificate's key."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+    from pyhanko.sign.signers import SimpleSigner
+
+    kept = sign.load_signer(ca / "signer-key.pem", ca / "signer-cert.pem", [ca / "root-cert.pem"])
+    theirs = SimpleSigner.load(str(ca / "signer-key.pem"), str(ca / "signer-cert.pem"),
+                               ca_chain_files=(str(ca / "root-cert.pem"),))
+    data = b"the bytes a CMS signature covers"
+    assert kept.sign_raw(data, "sha256") == theirs.sign_raw(data, "sha256")
+    assert kept.signing_cert.dump() == theirs.signing_cert.dump()
+    assert {c.dump() for c in kept.cert_registry} == {c.dump() for c in theirs.cert_registry}
+    pss = sign.KeptKeySigner(kept._private_key, signing_cert=kept.signing_cert, signing_key=kept.signing_key,
+                             cert_registry=kept.cert_registry, prefer_pss=True)
+    signature = pss.sign_raw(data, "sha256")
+    assert pss.get_signature_mechanism_for_digest("sha256").signature_algo == "rsassa_pss"
+    sign.load_cert(ca / "signer-cert.pem").public_key().verify(
+        signature, data, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.AUTO), hashes.SHA256())
+    broken = tmp_path / "chain.pem"
+    broken.write_text("not a certificate")
+    with pytest.raises(sign.SigningError, match="chain.pem: cannot read this certificate of the chain"):
+        sign.load_signer(ca / "signer-key.pem", ca / "signer-cert.pem", [broken])
+
+
+def test_a_key_or_certificate_replaced_on_disk_is_read_and_checked_again(ca, other_ca, tmp_path):
+    import shutil
+
+    key, cert = tmp_path / "signer-key.pem", tmp_path / "signer-cert.pem"
+    shutil.copy(ca / "signer-key.pem", key)
+    shutil.copy(ca / "signer-cert.pem", cert)
+    first = sign.load_signer(key, cert)
+    assert sign.load_signer(key, cert)._private_key is first._private_key  # read and checked once
+    shutil.copy(other_ca / "signer-cert.pem", cert)  # the certificate alone replaced: no longer the key's
+    with pytest.raises(sign.SigningError, match="does not belong to the key"):
+        sign.load_signer(key, cert)
+    shutil.copy(other_ca / "signer-key.pem", key)
+    second = sign.load_signer(key, cert)
+    assert "Someone Else" in sign.signer_name(second) and "Someone Else" not in sign.signer_name(first)
+    key.unlink()
+    with pytest.raises(sign.SigningError, match="no such key file"):
+        sign.load_signer(key, cert)
+
+
 def test_every_command_takes_the_short_code_the_portal_shows(signed_pilot):
     from io import StringIO
 

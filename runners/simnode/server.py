@@ -30,6 +30,10 @@ logging.getLogger("paramiko.simnode").setLevel(logging.CRITICAL)
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 PYLIB_DIR = Path(__file__).resolve().parent / "pylib"
+# The node's `python3` (the workload client, the scans): the interpreter fxpilot runs on, found directly. Through the
+# machine's PATH it may be a version manager's shim (pyenv's is a bash script: ~80 ms of CPU more per start, and a
+# gate starts python3 on its nodes hundreds of times). After BIN_DIR, so that no simulated tool is shadowed.
+NODE_PYTHON_DIR = str(Path(sys.base_prefix) / "bin") if os.access(Path(sys.base_prefix) / "bin" / "python3", os.X_OK) else None
 DEFAULT_USERNAME = "fxpilot"
 # The Hugging Face cache folder of the simulated deployment's model (runners.config.DEFAULT_SIMULATED).
 SIMULATED_MODEL_CACHE = "models--Qwen--Qwen3-Coder-480B-A35B-Instruct-FP8"
@@ -198,7 +202,8 @@ class SimNodeServer:
         env = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TZ", "TERM")}
         env.update({
             "HOME": str(self.root), "USER": self.username, "LOGNAME": self.username, "SHELL": "/bin/bash",
-            "PATH": f"{self._bin_dir(state)}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "PATH": ":".join(filter(None, (str(self._bin_dir(state)), NODE_PYTHON_DIR,
+                                          os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")))),
             "PYTHONPATH": f"{PROJECT_ROOT}:{PYLIB_DIR}", "FXPILOT_PYTHON": sys.executable,
             "FXPILOT_SIM_ROOT": str(self.root), "FXPILOT_SIM_NODE": self.name, "FXPILOT_SYSFS": str(self.root / "sys"),
             "FXPILOT_SIM_TIME_SCALE": str(state.get("time_scale", self.time_scale)), "FXPILOT_SIMULATED": "1",

@@ -60,6 +60,16 @@ def test_amd_smi_prints_the_shapes_of_amd_smi_26(sandbox):
     assert len(inv.parse_amd_smi_list(json.dumps(listed))) == 8
 
 
+def test_the_nodes_python3_is_the_interpreter_itself_not_a_version_managers_shim(sandbox):
+    import os
+    import sys
+
+    found = sandbox('command -v python3; python3 -c "import sys; print(sys.base_prefix)"').stdout.split()
+    assert os.path.realpath(found[0]) == os.path.realpath(os.path.join(sys.base_prefix, "bin", "python3"))
+    assert found[1] == sys.base_prefix
+    assert sandbox("command -v fio").stdout.startswith(str(sandbox.server.environment()["PATH"].split(":")[0]))
+
+
 def test_missing_tools_leave_the_path(sandbox):
     assert sandbox("command -v amd-smi && command -v vllm").returncode == 0
     update_state(sandbox.server.root, lambda state: state["faults"].update(missing_tools=["amd-smi", "vllm"]))

@@ -92,17 +92,26 @@ def _soak_span(records: list[dict]) -> float:
 def test_a_soak_short_of_its_floor_sends_on_into_its_last_window_until_it_has_it(server_url, tmp_path):
     args = ["--url", server_url, "--arm", "fx", "--duration-s", "0.3", "--windows", "3", "-c", "2",
             "--prompt-tokens", "32", "--turn-tokens", "4", "--output-tokens", "4"]
-    plain = tmp_path / "plain.jsonl"
-    assert run_client("soak", *args, "--out", str(plain)).returncode == 0
-    floor = len(read_jsonl(plain)) * 3 // 2  # what 0.45 s sends here and now: more than the length, less than twice
     out = tmp_path / "soak.jsonl"
-    result = run_client("soak", *args, "--out", str(out), "--min-requests", str(floor))
-    assert result.returncode == 0, result.stderr
+    for attempt in range(3):
+        plain = tmp_path / f"plain-{attempt}.jsonl"
+        assert run_client("soak", *args, "--out", str(plain)).returncode == 0
+        floor = len(read_jsonl(plain)) * 3 // 2  # what 0.45 s sends here and now: more than the length, less than twice
+        result = run_client("soak", *args, "--out", str(out), "--min-requests", str(floor))
+        assert result.returncode == 0, result.stderr
+        if "PHASE soak extended:" in result.stdout:
+            break
+        # not extended: only when the machine got so much quicker between the two runs that the length alone sent
+        # the floor (seen at load 9 as the load fell); measure again, at most three times
+        assert len([r for r in read_jsonl(out) if r["status"] == "ok"]) >= floor, result.stdout
     assert "PHASE soak extended:" in result.stdout and "its failure-rate bar needs after 0.3s" in result.stdout
     records = read_jsonl(out)
     ok = [r for r in records if r["status"] == "ok"]
     start = min(r["t_send"] for r in records)
-    assert all(r["repetition"] == 3 for r in records if r["t_send"] >= start + 0.3)
+    # After its length every send is in the last window; a request's window is chosen just before its send time is
+    # taken, so each of the two closed-loop senders may have one window-2 request stamped just past the boundary
+    late = [r for r in records if r["t_send"] >= start + 0.3 and r["repetition"] != 3]
+    assert len(late) <= 2 and all(r["repetition"] == 2 for r in late), late
     if len(ok) < floor:  # the machine got much busier between the two runs: the soak stopped at its length again
         assert 0.5 <= _soak_span(records) < 0.6 + 0.5, _soak_span(records)  # its last sends come just before 0.6 s
     else:  # it stopped as soon as it had them: requests in flight count, so no more than the floor

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import mimetypes
+import re
 import unicodedata
 import urllib.parse
 import urllib.request
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+import pydyf
 from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import translation
@@ -315,4 +317,36 @@ def render_pdf(context: dict[str, Any], language: str) -> bytes:
     fetcher = StaticOnlyFetcher()
     base = static_roots()[0].resolve().as_uri() + "/"
     return HTML(string=html, base_url=base, url_fetcher=fetcher).write_pdf(
-        pdf_variant="pdf/a-3b", attachments=attachments)
+        pdf_variant="pdf/a-3b", attachments=attachments, finisher=own_page_resources)
+
+
+_DRAWN = re.compile(rb"/([^\s/\[\]()<>{}%]+) Do\b")
+
+
+def own_page_resources(document, pdf) -> None:
+    """Give each page a resources dictionary that names only the forms and images the page draws.
+
+    WeasyPrint gives every page one shared dictionary naming every form XObject of the document (a chart's label,
+    a page's watermark). A PDF reader follows a page's resources by name and does not mind; a signature validator
+    that checks what changed after a signature (pyHanko's difference analysis, run on every countersigned report)
+    walks every path from the catalogue to every object, and with P pages and F forms that is P × F paths to each
+    font beneath a form: 13.7 s of CPU for a countersigned 23-page report (benchmarks/README.md). Each page here
+    keeps the shared dictionary's other entries (fonts, graphics states, patterns, colour spaces) and the forms
+    its content stream draws (`/name Do`); a form's own resources are its own already.
+    """
+    pages = [pdf.objects[number] for number in pdf.pages["Kids"][::3]]
+    shared = pdf.objects[int(pages[0]["Resources"].split()[0])] if pages else None
+    if shared is None or "XObject" not in shared or any(page["Resources"] != shared.reference for page in pages):
+        return  # not the layout this was written for: the document stays as WeasyPrint made it
+    drawn = []
+    for page in pages:
+        contents = pdf.objects[int(page["Contents"].split()[0])]
+        text = b"\n".join(part if isinstance(part, bytes) else str(part).encode() for part in contents.stream)
+        drawn.append({name.decode() for name in _DRAWN.findall(text)})
+    forms = dict(shared["XObject"])
+    for index, (page, names) in enumerate(zip(pages, drawn, strict=True)):
+        own = shared if index == 0 else pydyf.Dictionary(shared)  # the first page keeps the shared object
+        own["XObject"] = pydyf.Dictionary({name: ref for name, ref in forms.items() if name in names})
+        if index:
+            pdf.add_object(own)
+            page["Resources"] = own.reference

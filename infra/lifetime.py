@@ -23,6 +23,7 @@ import glob
 import os
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,8 +103,12 @@ WATCH_FILES = "FXPILOT_WATCH_FILES"        # the innermost watcher's list of fil
 KEEP_ENVIRONMENT = "SPT_NOENV"
 
 
-def start_watcher(folder: str | os.PathLike, *, grace: float = 8.0, limit: float = 20.0) -> str:
-    """Start the watcher of this process; returns its token. Call it before starting anything it must end."""
+def start_watcher(folder: str | os.PathLike, *, grace: float = 8.0, limit: float = 20.0,
+                  remove_folder: bool = False) -> str:
+    """Start the watcher of this process; returns its token. Call it before starting anything it must end.
+
+    With `remove_folder` the watcher also removes `folder` (its own files are in it) once it has ended everything,
+    and only then: a folder a process it could not end may still write to stays (a test session's scratch data)."""
     token = secrets.token_hex(6)
     Path(folder).mkdir(parents=True, exist_ok=True)
     registry = Path(folder) / f"watcher-{token}.files"
@@ -112,7 +117,8 @@ def start_watcher(folder: str | os.PathLike, *, grace: float = 8.0, limit: float
     with open(Path(folder) / f"watcher-{token}.log", "ab") as log:
         # -I: the standard library only, whatever the environment says
         proc = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), "watch", str(os.getpid()), token,
-                                 str(registry), str(grace), str(limit)], env=env, stdin=subprocess.DEVNULL,
+                                 str(registry), str(grace), str(limit), "remove" if remove_folder else "keep"],
+                                env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
     _watchers.append(proc)  # kept: a Popen collected while its process runs warns
     os.environ[WATCHED_BY] = ",".join(filter(None, [os.environ.get(WATCHED_BY, ""), token]))
@@ -236,7 +242,7 @@ def _wait_for_end(parent: int) -> None:
         time.sleep(0.5)
 
 
-def _watch(parent: int, token: str, registry: str, grace: float, limit: float) -> None:
+def _watch(parent: int, token: str, registry: str, grace: float, limit: float, remove: bool = False) -> None:
     # Only the parent's end stops the watcher: not a Ctrl-C to the terminal, not a hang-up.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
@@ -252,10 +258,13 @@ def _watch(parent: int, token: str, registry: str, grace: float, limit: float) -
     left = watched(token, patterns, since)
     print(f"watcher {token}: process {parent} ended; signalled {len(ended)} process(es) {ended} in "
           f"{time.monotonic() - began:.1f} s" + (f"; still running: {left}" if left else ""), flush=True)
+    if remove and not left:
+        shutil.rmtree(os.path.dirname(registry), ignore_errors=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "watch":
-        _watch(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]))
+    if len(sys.argv) == 8 and sys.argv[1] == "watch" and sys.argv[7] in ("remove", "keep"):
+        _watch(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]),
+               remove=sys.argv[7] == "remove")
     else:
-        sys.exit("usage: lifetime.py watch PARENT_PID TOKEN REGISTRY GRACE LIMIT")
+        sys.exit("usage: lifetime.py watch PARENT_PID TOKEN REGISTRY GRACE LIMIT remove|keep")

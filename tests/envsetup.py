@@ -12,6 +12,10 @@ os.environ.setdefault("FXPILOT_ENV", "test")
 # environment, and then gets a data folder and a broker of its own (pytest-django gives it its own database),
 # so two workers' Celery workers never take each other's tasks.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A data folder this session makes is removed once the session has ended and its watcher has ended everything the
+# session started (also after a SIGKILL); FXPILOT_KEEP_TEST_DATA=1 keeps it, and a folder given in FXPILOT_DATA_DIR
+# is always kept.
+_MADE = _WORKER or not os.environ.get("FXPILOT_DATA_DIR")
 if _WORKER:
     os.environ["FXPILOT_DATA_DIR"] = tempfile.mkdtemp(prefix=f"fxpilot-test-{_WORKER}-")
     if os.environ.get("FXPILOT_TEST_EMBEDDED_BROKER"):
@@ -21,8 +25,8 @@ if _WORKER:
         base, _, number = os.environ["CELERY_BROKER_URL"].rpartition("/")
         index = int(_WORKER.removeprefix("gw") or 0)
         os.environ["CELERY_BROKER_URL"] = f"{base}/{(int(number) if number.isdigit() else 0) + 1 + index}"
-else:
-    os.environ.setdefault("FXPILOT_DATA_DIR", tempfile.mkdtemp(prefix="fxpilot-test-"))
+elif _MADE:
+    os.environ["FXPILOT_DATA_DIR"] = tempfile.mkdtemp(prefix="fxpilot-test-")
 
 # Nothing this pytest process starts outlives it, even when it is killed with SIGKILL: a watcher, started before
 # anything else, then ends every process that carries this session's mark in its environment (all it starts; an
@@ -30,7 +34,7 @@ else:
 # name in pid files (infra.lifetime.watch_files). Under pytest-xdist the controller and each worker have one.
 from infra.lifetime import start_watcher  # noqa: E402
 
-start_watcher(os.environ["FXPILOT_DATA_DIR"])
+start_watcher(os.environ["FXPILOT_DATA_DIR"], remove_folder=bool(_MADE) and not os.environ.get("FXPILOT_KEEP_TEST_DATA"))
 # Commands the tests run (python, celery, pyhanko, st) come from the interpreter's own environment,
 # also when `make test` calls .venv/bin/python without activating the virtual environment.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")

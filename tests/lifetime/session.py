@@ -62,6 +62,7 @@ def test_start_everything_then_wait_to_be_killed(tmp_path, sshd, simnodes, user_
             "simnode-detached": [on_simnode], "unmarked": [unmarked.pid],
             "broker": [broker.pid] if broker is not None else []}
     Path(PROBE + ".part").write_text(json.dumps({"mark": os.environ[WATCHED_BY], "pids": pids,
-                                                 "pytest": os.getpid(), "main": sys.argv[0]}))
+                                                 "pytest": os.getpid(), "main": sys.argv[0],
+                                                 "data": os.environ["FXPILOT_DATA_DIR"]}))
     os.replace(PROBE + ".part", PROBE)
     time.sleep(3600)

@@ -4,7 +4,8 @@ starts each pytest process's watcher: infra.lifetime.start_watcher).
 A pytest of its own runs tests/lifetime/session.py, whose test starts a Celery worker with its pool, OpenSSH's sshd
 and a process detached over it (as deploy.sh's vLLM servers are), a simulated node and a process detached on it, and
 a process without the mark named in a pid file. That pytest is killed with SIGKILL — the one process, or
-pytest-xdist's controller — and 30 s later none of the processes it made may be left, nor any carrying its mark.
+pytest-xdist's controller — and 30 s later none of the processes it made may be left, nor any carrying its mark,
+nor the data folder the session made for itself.
 """
 from __future__ import annotations
 
@@ -107,6 +108,12 @@ def test_what_a_session_started_ends_within_30_s_when_its_pytest_is_killed(tmp_p
                 for pid in made if _alive(pid)}
         left.update(_carrying(ours))
         assert not left, f"{WITHIN_S} s after pytest was killed these are still running: {left}"
+        # The data folder the session made (the test's own under xdist) goes once its watcher has ended all of it.
+        data = Path(facts["data"])
+        assert data.name.startswith("fxpilot-test-")
+        while time.monotonic() < deadline + 10 and data.exists():
+            time.sleep(0.2)
+        assert not data.exists(), sorted(p.name for p in data.iterdir())
     finally:
         for pid in [inner.pid, *made, *_carrying(ours)]:  # a failing test leaves nothing behind either
             try:
@@ -122,3 +129,26 @@ def test_the_simulated_node_passes_on_the_variables_the_watcher_reads():
     from runners.processes import WATCH_VARIABLES
 
     assert set(WATCH_VARIABLES) == {WATCHED_BY, KEEP_ENVIRONMENT}
+
+
+WATCHED_ONLY = """
+import sys
+from infra.lifetime import start_watcher
+start_watcher(sys.argv[1], remove_folder=sys.argv[2] == "remove")
+"""
+
+
+@pytest.mark.parametrize("what", ["remove", "keep"])
+def test_a_watcher_removes_its_folder_once_its_process_ended_only_when_asked(tmp_path, what):
+    folder = tmp_path / "data"
+    subprocess.run([sys.executable, "-c", WATCHED_ONLY, str(folder), what], cwd=REPO, check=True, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + WITHIN_S
+    log = lambda: (list(folder.glob("watcher-*.log")) or [None])[0]  # noqa: E731
+    # the watcher's line saying it acted: the folder's end when asked, else the folder with its log kept
+    while time.monotonic() < deadline and folder.exists() and not (log() and "ended" in log().read_text()):
+        time.sleep(0.1)
+    if what == "remove":
+        assert not folder.exists()
+    else:
+        assert folder.exists() and "signalled 0 process(es)" in log().read_text()

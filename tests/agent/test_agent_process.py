@@ -24,6 +24,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from infra.lifetime import watched_environment
 from runners import sealing
 from runners.agent import config as agent_config
 from runners.agent.nodes import AgentError, Connections, NodeConnection, NodeSpec, Stopped, key_text, load_private_key
@@ -35,7 +36,7 @@ TOKEN = "fxa_" + "S3cr3tT0kenNeverPrinted" * 2
 
 
 def agent_env(tmp_path, **extra) -> dict:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
+    env = {**watched_environment(), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
            "FXPILOT_AGENT_URL": "http://127.0.0.1:9", "FXPILOT_AGENT_TOKEN": TOKEN,
            "FXPILOT_AGENT_STATE": str(tmp_path / "state")}
     env.update(extra)

@@ -4,6 +4,8 @@
         net.web_address                    # 10.231.N.1: the web tier as the customer network sees it
         net.run([...])                     # a process inside the customer network
         net.forward(5432)                  # web_address:P → 127.0.0.1:5432 (PostgreSQL, Redis listen on loopback)
+
+A namespace whose session was killed before it could remove it is removed by the next one (`_remove_orphans`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 
 def available() -> str | None:
@@ -28,6 +31,35 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+# Who made each namespace (its pid and start time): a session killed before its teardown leaves its namespace and
+# veth pair behind, and the next one removes them (`_remove_orphans`). Processes it left inside end with their
+# session's watcher (they carry its mark: tests/envsetup.py).
+OWNERS = Path("/run/fxpilot-netns")
+
+
+def _started(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _remove_orphans() -> None:
+    for record in OWNERS.glob("fxp-cust-*") if OWNERS.is_dir() else ():
+        try:
+            pid, started, web_if = record.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if _started(int(pid)) == started:
+            continue  # its session still runs
+        found = subprocess.run(["ip", "netns", "pids", record.name], capture_output=True, text=True)
+        if found.stdout.split():
+            continue  # something still lives in it: not this one's to end
+        subprocess.run(["ip", "link", "del", web_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", record.name], capture_output=True)
+        record.unlink(missing_ok=True)
+
+
 class CustomerNetwork:
     def __init__(self) -> None:
         tag = f"{os.getpid() % 100000}{random.randint(0, 99):02d}"
@@ -39,6 +71,9 @@ class CustomerNetwork:
         self._stop = threading.Event()
 
     def __enter__(self) -> CustomerNetwork:
+        _remove_orphans()
+        OWNERS.mkdir(mode=0o700, exist_ok=True)
+        (OWNERS / self.name).write_text(f"{os.getpid()} {_started(os.getpid())} {self.web_if}\n")
         _ip("netns", "add", self.name)
         try:
             _ip("link", "add", self.web_if, "type", "veth", "peer", "name", self.cust_if)
@@ -60,6 +95,7 @@ class CustomerNetwork:
         self.kill_everything_inside()
         subprocess.run(["ip", "link", "del", self.web_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        (OWNERS / self.name).unlink(missing_ok=True)
 
     def pids(self) -> list[int]:
         """Every process living in the customer network (whatever session or group it made for itself)."""

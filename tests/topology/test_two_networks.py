@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from gates import lifecycle
 from gates.models import Gate, Report
+from infra.lifetime import watched_environment
 from runners import sealing, ssh
 from runners.agents import create_agent
 from runners.artifacts import read_artifact
@@ -195,7 +196,9 @@ def test_g1_to_g3_through_the_site_agent_on_two_networks(two_networks, cluster, 
         agent, token = create_agent(site)
         api = f"http://{net.web_address}:{net.forward(urlsplit(live_server.url).port)}"
         state = tmp_path / "agent-state"
-        agent_env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "FXPILOT_AGENT_URL": api,
+        # Both environments are built from scratch: each carries the session's mark (watched_environment), so a
+        # pytest killed before its teardown still has the agent and the nodes ended by its watcher.
+        agent_env = {**watched_environment(), "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "FXPILOT_AGENT_URL": api,
                      "FXPILOT_AGENT_TOKEN": token, "FXPILOT_AGENT_STATE": str(state)}
         agent_log = tmp_path / "agent.log"
         agent_proc = subprocess.Popen(net.argv([sys.executable, "-m", "runners.agent"], hide=[web_data]), cwd=ROOT,
@@ -207,7 +210,8 @@ def test_g1_to_g3_through_the_site_agent_on_two_networks(two_networks, cluster, 
         assert agent_proc.poll() is None, agent_text()
 
         nodes_dir, sim_log = tmp_path / "nodes", tmp_path / "simnode.log"
-        sim_env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "FXPILOT_DATA_DIR": str(tmp_path / "sim-data")}
+        sim_env = {**watched_environment(), "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT),
+                   "FXPILOT_DATA_DIR": str(tmp_path / "sim-data")}
         simnode = _simulated_nodes(net, nodes_dir, [web_data], sim_env, sim_log)
         started.append(simnode)
         control = Worker("control", [cluster.control, site.queue],

@@ -13,18 +13,16 @@ Results: benchmarks/out/countersigned-<UTC time>.json and a line on stdout (copi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_report import OUT, TABLE  # noqa: E402 — sets up Django
+from bench_report import OUT, TABLE, arguments, authority  # noqa: E402 — sets up Django
 from pyhanko.pdf_utils.reader import PdfFileReader  # noqa: E402
 
 from gates.judge import verdicts  # noqa: E402
@@ -47,14 +45,9 @@ def countersigned(context: dict, language: str, vendor, approver, *, own: bool) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--language", default="en")
-    args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="bench-ca-"))
-    sign.setup_authority(folder)
+    args = arguments(__doc__, 5)
+    folder, vendor = authority()
     roots = [folder / "root-cert.pem"]
-    vendor = sign.load_signer(folder / "signer-key.pem", folder / "signer-cert.pem", roots)
     key, cert, _ = sign.setup_approver(folder, "bob", "Bob Wang", "Example Cloud")
     approver = sign.load_signer(key, cert, roots)
     context = gate_context(verdicts.evaluate(load_plan(), 3, g3_inputs(table=TABLE)))

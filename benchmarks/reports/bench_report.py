@@ -77,14 +77,23 @@ def once(context: dict, language: str, signer) -> tuple[float, float, bytes]:
     return rendered - started, time.perf_counter() - rendered, signed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+def arguments(doc: str, repeat: int) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=repeat)
     parser.add_argument("--language", default="en")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def authority() -> tuple[Path, object]:
+    """A fresh signing authority in a scratch folder, and its vendor signer."""
     folder = Path(tempfile.mkdtemp(prefix="bench-ca-"))
     sign.setup_authority(folder)
-    signer = sign.load_signer(folder / "signer-key.pem", folder / "signer-cert.pem", [folder / "root-cert.pem"])
+    return folder, sign.load_signer(folder / "signer-key.pem", folder / "signer-cert.pem", [folder / "root-cert.pem"])
+
+
+def main() -> None:
+    args = arguments(__doc__, 3)
+    folder, signer = authority()
     verdict = verdicts.evaluate(load_plan(), 3, g3_inputs(table=TABLE))
     assert len(gate_charts(verdict)) == 12, "the benchmark report must carry 12 charts"
     heavy = gate_context(verdict, attachments=attachments())

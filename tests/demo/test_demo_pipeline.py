@@ -133,6 +133,7 @@ def test_the_degraded_fx_scenario_halts_the_pilot_at_g3(demos):
     demo = started["degraded"]
     code = demo.wait(1800)
     assert code == 0, demo.text()[-3000:]
+    assert re.search(r"^What the demo started stopped in \d+:\d\d\.$", demo.text(), re.MULTILINE)  # none killed
     pilot = demo.query("SELECT id, state, halted_reason FROM gates_pilot WHERE state != 'draft'")
     assert len(pilot) == 1 and pilot[0][1] == "halted" and pilot[0][2].startswith("G3 failed")
     gates = dict(demo.query(f"SELECT number, state FROM gates_gate WHERE pilot_id = {pilot[0][0]}"))

@@ -5,6 +5,7 @@ the run and stops everything the demo started. The demos run once, together (tes
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -45,6 +46,10 @@ def test_closing_the_demos_terminal_mid_gate_stops_everything_it_started(demos):
     facts = scenarios["hangup"].result(900)
     assert set(facts["services"]) == {"broker", "simulated nodes", "worker", "portal"}
     assert "Stopping what the demo started (SIGHUP)" in demo.text()
+    # every process stopped on SIGTERM, none had to be killed: the broker stops after what says goodbye through it
+    # (a worker whose broker had gone first retried its last heartbeat until it was killed) and the site agent is
+    # asked twice (it would wait for its long poll)
+    assert re.search(r"^What the demo started stopped in \d+:\d\d\.$", demo.text(), re.MULTILINE), demo.text()[-2000:]
     assert facts["left_behind"] == []
     (status,), = demo.query("SELECT status FROM runners_job")
     assert status == "canceled"  # the run going was canceled through the worker before it stopped

@@ -146,22 +146,70 @@ class Processes:
             if after is not None:
                 after()
 
-    def stop(self) -> None:
+    # Asked to stop, the site agent waits for its request for work under way (up to 20 s), so that a call the control
+    # plane hands it meanwhile is not lost (runners.agent.main); the demo stops the control plane with it, so it
+    # asks twice, which makes the agent leave at once; the second goes once the agent has logged the first (two
+    # signals sent together may arrive as one).
+    LEAVE_AT_ONCE = {"agent": "taking no new work"}
+    # Stopped after everything else: what uses the broker says goodbye through it (a Celery worker whose broker has
+    # gone retries its last heartbeat until it is killed).
+    LAST = {"broker"}
+    STOP_SECONDS = 20
+
+    def stop(self) -> tuple[float, list[str]]:
+        """Everything but LAST, then LAST: SIGTERM to each process group, SIGKILL to what is left of them after
+        STOP_SECONDS. Returns the seconds it took and the names of the processes that had to be killed."""
         self.stopping = True
-        for _, proc in reversed(self.running):
+        began = time.monotonic()
+        killed = []
+        for last in (False, True):
+            killed += self._stop([(name, proc) for name, proc in self.running if (name in self.LAST) == last])
+        self.running.clear()
+        return time.monotonic() - began, killed
+
+    def _stop(self, running: list[tuple[str, subprocess.Popen]]) -> list[str]:
+        deadline = time.monotonic() + self.STOP_SECONDS
+        logged = {name: _size(self.log_dir / f"{name}.log") for name in self.LEAVE_AT_ONCE}
+        for _, proc in reversed(running):
             if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 20
-        for _, proc in reversed(self.running):
+                _signal_group(proc, signal.SIGTERM)
+        for name, proc in running:
+            if name in self.LEAVE_AT_ONCE and proc.poll() is None:
+                _until(lambda: proc.poll() is not None or self._logged(name, logged[name]), 2.0)  # noqa: B023
+                _signal_group(proc, signal.SIGTERM)
+        killed = []
+        for name, proc in reversed(running):
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                pass
+                killed.append(name)
             kill_group(proc)
-        self.running.clear()
+        return killed
+
+    def _logged(self, name: str, since: int) -> bool:
+        with open(self.log_dir / f"{name}.log", "rb") as log:
+            log.seek(since)
+            return self.LEAVE_AT_ONCE[name].encode() in log.read()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 ONLY_ENV = "FXPILOT_DEMO_ONLY_ENV"
@@ -289,6 +337,9 @@ class Command(BaseCommand):
             # Threads: the site agent's long poll holds one while the portal, the agent's answers and uploads go on.
             processes.start("portal", [str(Path(sys.executable).with_name("gunicorn")), "fxpilot.wsgi",
                                        "-b", f"fd://{listener.fileno()}", "-w", "2", "--threads", "4",
+                                       # a request still open when the demo stops (the agent's long poll, a page)
+                                       # gets 5 s, not gunicorn's 30
+                                       "--graceful-timeout", "5",
                                        "--access-logfile", "-"],
                             pass_fds=(listener.fileno(),))
             self.start_agent(pilot, port, processes, data)
@@ -311,7 +362,11 @@ class Command(BaseCommand):
         finally:
             stopping["now"] = True
             self.view.end_live()
-            processes.stop()
+            seconds, killed = processes.stop()
+            said = f"What the demo started stopped in {clock(seconds)}"
+            if killed:
+                said += f"; killed after {processes.STOP_SECONDS} s, not having stopped on SIGTERM: {', '.join(killed)}"
+            self.say(said + ".")
         pilot.refresh_from_db()
         expected = Pilot.State.HALTED if scenario == "degraded-fx" else Pilot.State.COMPLETED
         if not stopping_by_signal(self) and pilot.state != expected:

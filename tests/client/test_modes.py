@@ -92,9 +92,9 @@ def _soak_span(records: list[dict]) -> float:
 def test_a_soak_short_of_its_floor_sends_on_into_its_last_window_until_it_has_it(server_url, tmp_path):
     args = ["--url", server_url, "--arm", "fx", "--duration-s", "0.3", "--windows", "3", "-c", "2",
             "--prompt-tokens", "32", "--turn-tokens", "4", "--output-tokens", "4"]
-    out = tmp_path / "soak.jsonl"
     for attempt in range(3):
         plain = tmp_path / f"plain-{attempt}.jsonl"
+        out = tmp_path / f"soak-{attempt}.jsonl"  # a file of its own: the client appends to the one it is given
         assert run_client("soak", *args, "--out", str(plain)).returncode == 0
         floor = len(read_jsonl(plain)) * 3 // 2  # what 0.45 s sends here and now: more than the length, less than twice
         result = run_client("soak", *args, "--out", str(out), "--min-requests", str(floor))

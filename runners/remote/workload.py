@@ -77,6 +77,7 @@ DEFAULT_COALESCE_MS = 10.0  # after a stream's first token, read it at most this
 GPU_COLD_MAX_HIT = 0.05  # same bar as the judge's validity check: above it HBM, not the tier, was measured
 METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens", "vllm:generation_tokens",
                    "vllm:request_success", "vllm:num_preemptions", "lmcache:", "fxpilot_sim")
+SEQUENCED_PHASES = ("replay", "capacity")  # records carry send_seq (the order this client sent them in)
 IDENTITY_LABELS = {"model_name", "engine", "pid", "instance", "job", "worker", "rank"}
 
 
@@ -147,6 +148,8 @@ class PlannedRequest:
     url: str | None = None
     instance: str | None = None
     stratum: str | None = None      # replay of a sampled trace: first | shared_prefix | returning
+    t_scheduled: float | None = None  # open loop: when it was due (monotonic); records get the lateness
+    send_seq: int | None = None     # global 0-based order in which this client process sent its requests
 
 
 def session_request(session: Session, *, output_tokens: int, turn_tokens: int = 0, turn_label: str = "",
@@ -522,8 +525,18 @@ class StreamClient:
         self.endpoint, self.timeout, self.coalesce = endpoint, timeout, coalesce
         self.conn: _Connection | None = None
 
-    async def exchange(self, body: bytes, path: str = "/v1/completions", expect: int = 0) -> tuple[float, _Raw]:
-        """Send one request; returns (t_send, raw response). Never raises for server misbehaviour."""
+    async def exchange(self, body: bytes, path: str = "/v1/completions", expect: int = 0,
+                       sent: asyncio.Future | None = None) -> tuple[float, _Raw]:
+        """Send one request; returns (t_send, raw response). Never raises for server misbehaviour. `sent`, when
+        given, is resolved as soon as the request is written (or could not be), before the answer comes."""
+        try:
+            return await self._exchange(body, path, expect, sent)
+        finally:
+            if sent is not None and not sent.done():
+                sent.set_result(None)
+
+    async def _exchange(self, body: bytes, path: str, expect: int,
+                        sent: asyncio.Future | None) -> tuple[float, _Raw]:
         loop = asyncio.get_running_loop()
         data = self.endpoint.request_head(path, len(body)) + body
         for attempt in (1, 2):
@@ -542,6 +555,8 @@ class StreamClient:
             conn = self.conn
             timer = loop.call_later(self.timeout, conn.timeout, self.timeout)
             conn.send(data, waiter, expect)
+            if sent is not None and conn._sending is not None:
+                conn._sending.add_done_callback(lambda _task: sent.done() or sent.set_result(None))
             raw = await waiter
             timer.cancel()
             # a kept-alive connection the server closed while idle: retry once on a fresh one
@@ -1041,6 +1056,101 @@ def detect_simulated(endpoint: Endpoint) -> bool:
     return error is None and "simulated" in text.lower()
 
 
+# ── Tier attribution: LMCache's DRAM emptied, the disk tier's device read counters ──────────────────
+
+DISKSTATS_ENV = "FXPILOT_DISKSTATS"   # simulated nodes point it at a file in /proc/diskstats format
+SECTOR_BYTES = 512                    # /proc/diskstats counts 512-byte sectors whatever the device's block size
+DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}$")
+LMCACHE_CLEAR_PATH = "/cache/clear?locations=LocalCPUBackend"
+LMCACHE_CLEAR_TIMEOUT_S = 300.0
+
+
+def diskstats_path() -> str:
+    return os.environ.get(DISKSTATS_ENV) or "/proc/diskstats"
+
+
+def disk_sample(device: str | None) -> dict | None:
+    """Sectors read so far by `device` (field 6 of its /proc/diskstats line), stamped on the monotonic clock.
+    None without a device; an unreadable file, a missing device or a malformed line is `error` with the reason
+    (never a silent zero)."""
+    if not device:
+        return None
+    path = diskstats_path()
+    out: dict[str, Any] = {"sectors_read": None, "t": round(time.monotonic(), 6), "error": None}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as error:
+        out["error"] = f"cannot read {path}: {error.strerror or error}"
+        return out
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == device:
+            try:
+                out["sectors_read"] = int(fields[5])
+            except (IndexError, ValueError):
+                out["error"] = (f"{path}, line {number}: the sectors-read field (6th) of {device} is "
+                                f"{fields[5] if len(fields) > 5 else 'missing'!r}, not a whole number")
+            return out
+    out["error"] = f"device {device!r} is not in {path} ({len(lines)} lines)"
+    return out
+
+
+def tier_bytes(device: str | None, before: dict | None, after: dict | None) -> dict | None:
+    """{device, device_read_bytes (Δ sectors read × 512 over the window), seconds (between the two samples),
+    error (None or why the bytes are unknown)}; None when no --disk-device was given."""
+    if not device:
+        return None
+    out: dict[str, Any] = {"device": device, "device_read_bytes": None, "seconds": None, "error": None}
+    errors = [s["error"] for s in (before, after) if s and s.get("error")]
+    if before is None or after is None:
+        errors.append("the device counter was not sampled at both ends of the window")
+    if errors:
+        out["error"] = "; ".join(dict.fromkeys(errors))
+        return out
+    out["seconds"] = round(after["t"] - before["t"], 6)
+    if after["sectors_read"] < before["sectors_read"]:
+        out["error"] = (f"the sectors-read counter of {device} went down ({before['sectors_read']} → "
+                        f"{after['sectors_read']}): the device was reset or replaced during the window")
+        return out
+    out["device_read_bytes"] = (after["sectors_read"] - before["sectors_read"]) * SECTOR_BYTES
+    return out
+
+
+def lmcache_endpoint(url: str) -> Endpoint:
+    """An LMCache internal API server, http://host:port (loopback in every deploy)."""
+    try:
+        return Endpoint(url)
+    except WorkloadError:
+        raise WorkloadError(f"--lmcache-api {url!r}: expected http://host:port (LMCache's internal API server)",
+                            2) from None
+
+
+def clear_lmcache_dram(urls: Iterable[str]) -> str:
+    """`DELETE <url>/cache/clear?locations=LocalCPUBackend` on every LMCache process that owns a cache. A refused
+    connection, a non-2xx answer or an answer that reports an error stops the run, naming the URL and the answer:
+    a DRAM that may still hold the sessions is never reported as cleared."""
+    removed = []
+    for url in urls:
+        endpoint = lmcache_endpoint(url)
+        where = f"DELETE {endpoint.url}{LMCACHE_CLEAR_PATH}"
+        try:
+            status, body = _http(endpoint, "DELETE", LMCACHE_CLEAR_PATH, timeout=LMCACHE_CLEAR_TIMEOUT_S)
+        except OSError as error:
+            raise WorkloadError(f"{where} failed: {error}; LMCache's DRAM was not cleared") from None
+        text = body.decode("utf-8", "replace").strip()
+        try:
+            data = json.loads(text) if text else None
+        except ValueError:
+            data = None
+        if not 200 <= status < 300 or (isinstance(data, dict) and "error" in data):
+            raise WorkloadError(f"{where} answered HTTP {status}" + (f": {text[:300]}" if text else "")
+                                + "; LMCache's DRAM was not cleared")
+        count = data.get("num_removed") if isinstance(data, dict) else None
+        removed.append(f"{endpoint.name}: {count if count is not None else '?'} removed")
+    return "LMCache DRAM cleared (" + ", ".join(removed) + ")"
+
+
 # ── Recording ──────────────────────────────────────────────────────────────────────────────────────
 
 def summary_path(out_path: str) -> str:
@@ -1059,14 +1169,49 @@ class Recorder:
         self.synced = time.monotonic()
         self.done, self.ok, self.total, self.quiet = 0, 0, progress_total, quiet
         self.shown = 0.0
+        self.held: list[dict] | None = None
+        self.journal_fd: int | None = None
+
+    @property
+    def journal(self) -> str:
+        """Where held records wait (not `.jsonl`: a copy left by a killed client is kept, never judged)."""
+        return (self.path[:-6] if self.path.endswith(".jsonl") else self.path) + ".pending"
+
+    def hold(self) -> None:
+        """Keep the next records until release(): a value they carry (a replay's measured concurrency) is known
+        only when their window ends. Each is still written at once, to the journal, so a crash loses nothing."""
+        self.held = []
+        self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def release(self, update: Callable[[dict], None] | None = None) -> None:
+        """Write the held records (in send order where they carry one) after `update` has filled them in."""
+        held, self.held = self.held or [], None
+        held.sort(key=lambda r: (r.get("send_seq") is None, r.get("send_seq") or 0))
+        for record in held:
+            if update is not None:
+                update(record)
+            os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        os.fsync(self.fd)
+        if self.journal_fd is not None:
+            os.close(self.journal_fd)
+            self.journal_fd = None
+            try:
+                os.unlink(self.journal)
+            except OSError:
+                pass
 
     def write(self, record: dict) -> None:
-        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        if self.held is not None:
+            self.held.append(record)
+            os.write(self.journal_fd, line)
+        else:
+            os.write(self.fd, line)
         self.done += 1
         self.ok += record.get("status") == "ok"
         now = time.monotonic()
         if now - self.synced >= 1.0:
-            os.fsync(self.fd)
+            os.fsync(self.fd if self.journal_fd is None else self.journal_fd)
             self.synced = now
         if now - self.shown >= 1.0:
             self.progress()
@@ -1122,6 +1267,10 @@ class RunContext:
     prompt_tokens_details: bool = True
     windows: int = 0
     process: str = field(default_factory=lambda: f"{os.getpid()}-{os.urandom(4).hex()}")
+    lmcache_api: list = field(default_factory=list)   # LMCache internal API URLs whose DRAM _evict clears
+    disk_device: str | None = None                   # the disk tier's block device, sampled with every scrape
+    dram_cleared: bool = False                       # the next window begins with LMCache's DRAM emptied
+    sent: int = 0                                    # requests sent so far: the next one's send_seq
 
     def __post_init__(self) -> None:
         self.finalizer = Finalizer(self)
@@ -1132,11 +1281,31 @@ class RunContext:
 
 
 class PhaseStats:
-    """Per phase label: requests, tokens, in-flight high-water mark, first send and last end."""
+    """Per phase label: requests, tokens, in-flight high-water mark and time-weighted mean, first send and last
+    end; for scheduled sends, how late each went out."""
 
     def __init__(self) -> None:
         self.requests = self.errors = self.tokens = self.in_flight = self.max_in_flight = 0
         self.t_first, self.t_last = math.inf, -math.inf
+        self.area, self.t_change, self.t_open = 0.0, None, None   # ∫ in flight dt since the first send
+        self.lateness: list[float] = []
+        self.cap_hits = 0
+
+    def change(self, step: int) -> None:
+        now = time.monotonic()
+        if self.t_change is None:
+            self.t_open = now
+        else:
+            self.area += self.in_flight * (now - self.t_change)
+        self.t_change = now
+        self.in_flight += step
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+
+    def in_flight_summary(self) -> dict:
+        """{max, mean}: the mean weighted by time, from the first send to the last end the client saw."""
+        span = (self.t_change - self.t_open) if self.t_change is not None else 0.0
+        return {"max": self.max_in_flight, "mean": round(self.area / span, 6) if span > 0 else None}
 
 
 class Finalizer:
@@ -1185,6 +1354,11 @@ class Finalizer:
         }
         if req.stratum:
             record["stratum"] = req.stratum
+        if req.send_seq is not None and phase in SEQUENCED_PHASES:
+            record["send_seq"] = req.send_seq
+        if req.t_scheduled is not None:
+            record["t_scheduled"] = round(req.t_scheduled, 6)
+            record["send_lateness_s"] = round(t_send - req.t_scheduled, 6)
         if ctx.simulated and result.get("simulated_timing") is not None:
             simulated_clock(record, result["simulated_timing"])
         ctx.recorder.write(record)
@@ -1230,13 +1404,17 @@ def simulated_clock(record: dict, timing: Any) -> None:
     record["t_end"] = round(record["t_send"] + e2e, 6)
 
 
-async def send_one(ctx: RunContext, client: StreamClient, req: PlannedRequest, phase: str, st: PhaseStats) -> None:
-    """Send one planned request on `client`; its record is written by the finalizer moments later."""
-    st.in_flight += 1
-    if st.in_flight > st.max_in_flight:
-        st.max_in_flight = st.in_flight
-    t_send, raw = await client.exchange(completion_body(ctx.model, req), expect=req.output_tokens)
-    st.in_flight -= 1
+async def send_one(ctx: RunContext, client: StreamClient, req: PlannedRequest, phase: str, st: PhaseStats,
+                   sent: asyncio.Future | None = None) -> None:
+    """Send one planned request on `client`; its record is written by the finalizer moments later. `sent` is
+    resolved once the request is written (or could not be)."""
+    st.change(+1)
+    req.send_seq = ctx.sent
+    ctx.sent += 1
+    t_send, raw = await client.exchange(completion_body(ctx.model, req), expect=req.output_tokens, sent=sent)
+    st.change(-1)
+    if req.t_scheduled is not None:
+        st.lateness.append(t_send - req.t_scheduled)
     ctx.finalizer.submit((req, phase, st, t_send, raw))
 
 
@@ -1317,24 +1495,38 @@ def _cpu() -> tuple[float, float, float]:
 async def run_requests(ctx: RunContext, reqs: Iterable[PlannedRequest] | Callable[[], PlannedRequest | None], concurrency: int, *,
                    labeller: Callable[[float], str] | None = None, extra: dict | None = None,
                    check_cold: bool = False, endpoint: Endpoint | None = None,
-                   phase_metrics: dict | None = None) -> list[dict]:
+                   phase_metrics: dict | None = None,
+                   per_label: Callable[[tuple, PhaseStats], dict] | None = None) -> list[dict]:
     """Run planned requests closed-loop, scrape /metrics around them, write one summary per phase label.
     `phase_metrics`: phase label → {"before", "after"} scrapes taken inside the loop where a label starts or
     ends (a fault run's cut and recovery); the loop's own scrapes close the open ends."""
-    loop = asyncio.get_running_loop()
     target = endpoint or ctx.endpoint
-    before, error_before, _ = await loop.run_in_executor(None, scrape, target)
+    before, error_before, disk_before = await observe(ctx, target)
     cpu0 = _cpu()
     stats = await closed_loop(ctx, reqs, concurrency, labeller)
     cpu1 = _cpu()
-    after, error_after, _ = await loop.run_in_executor(None, scrape, target)
+    after, error_after, disk_after = await observe(ctx, target)
     return write_summaries(ctx, stats, tuple(b - a for a, b in zip(cpu0, cpu1)), before, after,
-                           error_before or error_after, extra, check_cold, phase_metrics)
+                           error_before or error_after, extra, check_cold, phase_metrics,
+                           disk=(disk_before, disk_after), per_label=per_label)
+
+
+async def observe(ctx: RunContext, endpoint: Endpoint | None = None) -> tuple[dict, str | None, dict | None]:
+    """One /metrics scrape and, with --disk-device, the device's read counter sampled right after it:
+    (counters, scrape error or None, disk sample or None)."""
+    def both() -> tuple[dict, str | None, dict | None]:
+        found, error, _ = scrape(endpoint or ctx.endpoint)
+        return found, error, disk_sample(ctx.disk_device)
+    return await asyncio.get_running_loop().run_in_executor(None, both)
 
 
 def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, after: dict, metric_error: str | None,
                     extra: dict | None = None, check_cold: bool = False,
-                    phase_metrics: dict | None = None) -> list[dict]:
+                    phase_metrics: dict | None = None, disk: tuple = (None, None),
+                    per_label: Callable[[tuple, PhaseStats], dict] | None = None) -> list[dict]:
+    """One summary per (phase, concurrency, repetition) of one loop. `disk`: the device samples at the loop's two
+    scrapes; `phase_metrics` may carry a label's own `disk_before` / `disk_after` beside its scrapes; `per_label`
+    adds fields of one label (a soak window's own scrapes and lateness)."""
     summaries = []
     # the CPU of one loop is shared among its phase labels in proportion to their requests
     total = sum(st.requests for st in stats.values()) or 1
@@ -1346,9 +1538,18 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
         summary = _summary(ctx, phase, conc, rep, st, tuple(c * st.requests / total for c in cpu), before, after,
                            metric_error, extra)
         summary["metrics_window"] = window
+        summary["in_flight"] = st.in_flight_summary()
+        # true only when this window began right after an eviction that emptied LMCache's DRAM (null: not asked to)
+        summary["dram_cleared"] = ctx.dram_cleared if ctx.lmcache_api else None
+        summary["tier_bytes"] = tier_bytes(ctx.disk_device, *disk)
         if phase_metrics is not None and phase in phase_metrics:
             bounds = phase_metrics[phase]
             summary["phase_metrics"] = {"before": bounds.get("before", before), "after": bounds.get("after", after)}
+            if ctx.disk_device:
+                summary["tier_bytes"] = tier_bytes(ctx.disk_device, bounds.get("disk_before", disk[0]),
+                                                   bounds.get("disk_after", disk[1]))
+        if per_label is not None:
+            summary.update(per_label((phase, conc, rep), st))
         if check_cold:
             summary["coldness"] = coldness(before, after)
             cold = summary["coldness"]["cold"]
@@ -1356,6 +1557,7 @@ def write_summaries(ctx: RunContext, stats: dict, cpu: tuple, before: dict, afte
             ctx.say({True: "COLD: ", False: "NOT COLD: ", None: "UNVERIFIED: "}[cold] + summary["coldness"]["detail"])
         ctx.recorder.write_summary(summary)
         summaries.append(summary)
+    ctx.dram_cleared = False  # what ran since the eviction has put sessions in DRAM again
     ctx.recorder.progress()
     return summaries
 
@@ -1399,8 +1601,15 @@ def run_phase(url: str, *, model: str, arm: str, phase: str, concurrency: int, r
 
 
 async def _evict(ctx: RunContext, a: argparse.Namespace) -> dict:
-    done = await asyncio.get_running_loop().run_in_executor(
-        None, evict, ctx.endpoint, a.evict, a.restart_cmd, a.health_timeout, ctx.simulated)
+    """The eviction before a cold window: the --evict methods, then (with --lmcache-api) LMCache's DRAM emptied
+    on every process that owns a cache — after vLLM's prefix-cache reset, so nothing HBM still held goes back."""
+    loop = asyncio.get_running_loop()
+    done = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd, a.health_timeout,
+                                      ctx.simulated)
+    ctx.dram_cleared = False
+    if ctx.lmcache_api:
+        done["lmcache-dram"] = await loop.run_in_executor(None, clear_lmcache_dram, ctx.lmcache_api)
+        ctx.dram_cleared = True
     ctx.say("EVICT " + ("; ".join(done.values()) or "nothing (--evict none)"))
     return done
 
@@ -1557,7 +1766,44 @@ async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
     them, for at most its length again: a soak sized on a machine that then got busier still decides its bar."""
     if a.duration_s <= 0 or a.windows < 1:
         raise WorkloadError("soak needs --duration-s > 0 and --windows ≥ 1", 2)
+    if a.rate:
+        await cmd_soak_open(ctx, a)
+        return
     conc = a.concurrency[0]
+    sessions, count, hbm = await _soak_sessions(ctx, a, conc)
+    start = time.monotonic()
+    width = a.duration_s / a.windows
+    ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc} sessions={count}"
+            + (f" hbm_tokens={hbm}" if hbm else ""))
+    done0, ok0, said = ctx.recorder.done, ctx.recorder.ok, []
+    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None,
+                   "open_loop": False}
+
+    def more(now: float, sent: int) -> bool:
+        ok, in_flight = ctx.recorder.ok - ok0, sent - (ctx.recorder.done - done0)
+        return _soak_more(ctx, a, start, now, ok, in_flight, said, extra)
+
+    take = _cycling_requests(ctx, sessions, a, conc, start + a.duration_s,
+                             lambda now: min(a.windows, int((now - start) // width) + 1), more)
+    await run_requests(ctx, take, conc, labeller=lambda now: "soak", extra=extra)
+
+
+def _soak_more(ctx: RunContext, a: argparse.Namespace, start: float, now: float, ok: int, in_flight: int,
+               said: list, extra: dict) -> bool:
+    """Past its length, does the soak send on to reach its floor (--min-requests)? Error-free requests ended plus
+    those in flight count; never past twice its length."""
+    if not a.min_requests or now >= start + 2 * a.duration_s or ok + in_flight >= a.min_requests:
+        return False
+    if not said:
+        said.append(ok)
+        extra["extended_with_ok"] = ok  # the summary says the soak ran past its length, and from how many
+        ctx.say(f"PHASE soak extended: {ok} error-free requests of the {a.min_requests} its failure-rate bar needs "
+                f"after {a.duration_s:g}s; sending on into window {a.windows} for at most {a.duration_s:g}s more")
+    return True
+
+
+async def _soak_sessions(ctx: RunContext, a: argparse.Namespace, conc: int) -> tuple[list[Session], int, int | None]:
+    """The sessions a soak cycles over (--sessions, else sized above the server's HBM: soak_pool)."""
     hbm = None
     if not a.sessions:
         _, error, text = await asyncio.get_running_loop().run_in_executor(None, scrape, ctx.endpoint)
@@ -1566,28 +1812,195 @@ async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
             ctx.say(f"NOTE the server does not report its HBM KV capacity (vllm:cache_config_info): the soak cycles over "
                     f"{2 * conc} sessions, which its HBM may hold")
     count = a.sessions or soak_pool(conc, a.prompt_tokens, hbm)
-    sessions = make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "soak")
-    start = time.monotonic()
+    return make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "soak"), count, hbm
+
+
+SOAK_CAP_PER_CLIENT, SOAK_CAP_MIN = 16, 64
+"""An open-loop soak's in-flight cap (--max-in-flight 0): 16 × its concurrency, at least 64 — far above what a
+server that keeps up holds at the planned rate; reaching it is recorded (cap_hits) and shows as lateness."""
+SOAK_LATENESS_MAX_S = 1.0
+"""The default bound on the soak's send lateness p99: one mean inter-arrival time (1 / rate), at most this."""
+
+
+def soak_cap(a: argparse.Namespace) -> int:
+    return a.max_in_flight or max(SOAK_CAP_MIN, SOAK_CAP_PER_CLIENT * a.concurrency[0])
+
+
+def lateness_bound(a: argparse.Namespace) -> float:
+    """--max-lateness-s, else one mean inter-arrival time (1 / --rate), at most SOAK_LATENESS_MAX_S."""
+    if a.max_lateness_s is not None:
+        return float(a.max_lateness_s)
+    return min(SOAK_LATENESS_MAX_S, 1.0 / a.rate)
+
+
+def arrival_gaps(a: argparse.Namespace, turns: list[TraceTurn] | None = None) -> Callable[[], float]:
+    """Seconds to the next arrival at --rate: exponential (Poisson arrivals, seeded by --seed) or the trace's own
+    inter-arrival gaps in its order, scaled so that their mean is 1 / rate, cycled."""
+    if a.arrivals == "poisson":
+        rng = random.Random(f"{a.seed}:soak-arrivals")
+        return functools.partial(rng.expovariate, a.rate)
+    offsets = sorted(t.arrival_offset_s for t in turns or [])
+    gaps = [later - earlier for earlier, later in zip(offsets, offsets[1:])]
+    if not gaps or sum(gaps) <= 0:
+        raise WorkloadError(f"--arrivals trace: {a.trace} needs at least two different arrival offsets to give "
+                            "the soak an arrival shape", 2)
+    scale = len(gaps) / (sum(gaps) * a.rate)
+    scaled = [g * scale for g in gaps]
+    position = [0]
+
+    def gap() -> float:
+        value = scaled[position[0] % len(scaled)]
+        position[0] += 1
+        return value
+    return gap
+
+
+class InFlight:
+    """Requests in flight over time, per window: the most at once and the time-weighted mean."""
+
+    def __init__(self) -> None:
+        self.now, self.t, self.area, self.top = 0, time.monotonic(), 0.0, 0
+        self.windows: dict[int, dict] = {}
+
+    def change(self, step: int) -> None:
+        t = time.monotonic()
+        self.area += self.now * (t - self.t)
+        self.t, self.now = t, self.now + step
+        self.top = max(self.top, self.now)
+
+    def close(self, window: int, opened: tuple[float, float]) -> tuple[float, float]:
+        """End `window` (opened at (t, area)); returns the next window's opening."""
+        self.change(0)
+        span = self.t - opened[0]
+        self.windows[window] = {"max": self.top, "mean": round((self.area - opened[1]) / span, 6) if span > 0 else None}
+        self.top = self.now
+        return self.t, self.area
+
+
+async def cmd_soak_open(ctx: RunContext, a: argparse.Namespace) -> None:
+    """Open loop at --rate requests/s for --duration-s in --windows windows (repetition = the window of the
+    request's scheduled time). Arrivals are Poisson (or the trace's shape, --arrivals trace) from a seeded RNG;
+    a send never waits for an earlier answer, only for a free slot under the in-flight cap (soak_cap), and each
+    record carries when it was due (t_scheduled) and how late it went (send_lateness_s), so its latency can be
+    taken from its schedule. /metrics (and the device counter) are read at every window boundary: each window's
+    summary has its own pair (phase_metrics, tier_bytes, window_seconds), its lateness and cap hits, and the
+    soak's verdict on its own client: schedule_kept is false when the lateness p99 over the soak exceeds
+    lateness_bound (the judge then marks the soak invalid). The floor (--min-requests) works as in the closed
+    loop: past its length the soak keeps its rate into the last window until it has them."""
+    conc, cap, bound = a.concurrency[0], soak_cap(a), lateness_bound(a)
+    gap = arrival_gaps(a, getattr(a, "trace_turns", None))
+    sessions, count, hbm = await _soak_sessions(ctx, a, conc)
     width = a.duration_s / a.windows
-    ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc} sessions={count}"
+    ctx.say(f"PHASE soak open loop at {a.rate:g} requests/s ({a.arrivals} arrivals) duration={a.duration_s:g}s "
+            f"windows={a.windows} sessions={count} in_flight_cap={cap} max_lateness_s={bound:g}"
             + (f" hbm_tokens={hbm}" if hbm else ""))
+    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None,
+                   "open_loop": True, "rate_per_s": a.rate, "arrivals": a.arrivals, "in_flight_cap": cap}
+    stats: dict[tuple, PhaseStats] = {}
+    marks: dict[int, tuple] = {1: await observe(ctx)}
+    flight = InFlight()
+    opened: dict[int, tuple[float, float]] = {}
+    idle: list[StreamClient] = []
+    clients: list[StreamClient] = []
+    running: set[asyncio.Future] = set()
+    freed = asyncio.Event()
     done0, ok0, said = ctx.recorder.done, ctx.recorder.ok, []
-    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None}
+    start = time.monotonic()
+    opened[1] = (start, 0.0)
+    flight.t = start
+    cpu0 = _cpu()
 
-    def more(now: float, sent: int) -> bool:
-        ok, in_flight = ctx.recorder.ok - ok0, sent - (ctx.recorder.done - done0)
-        if not a.min_requests or now >= start + 2 * a.duration_s or ok + in_flight >= a.min_requests:
-            return False
-        if not said:
-            said.append(ok)
-            extra["extended_with_ok"] = ok  # the summary says the soak ran past its length, and from how many
-            ctx.say(f"PHASE soak extended: {ok} error-free requests of the {a.min_requests} its failure-rate bar needs "
-                    f"after {a.duration_s:g}s; sending on into window {a.windows} for at most {a.duration_s:g}s more")
-        return True
+    async def boundaries() -> None:
+        for k in range(2, a.windows + 1):
+            await sleep_until(start + (k - 1) * width)
+            opened[k] = flight.close(k - 1, opened[k - 1])
+            marks[k] = await observe(ctx)
 
-    take = _cycling_requests(ctx, sessions, a, conc, start + a.duration_s,
-                             lambda now: min(a.windows, int((now - start) // width) + 1), more)
-    await run_requests(ctx, take, conc, labeller=lambda now: "soak", extra=extra)
+    async def one(req: PlannedRequest, client: StreamClient, st: PhaseStats) -> None:
+        try:
+            await send_one(ctx, client, req, "soak", st)
+        finally:
+            flight.change(-1)
+            idle.append(client)
+            freed.set()
+
+    watcher = asyncio.ensure_future(boundaries())
+    n, due = 0, start
+    try:
+        while True:
+            due += gap()
+            if due >= start + a.duration_s:
+                if not a.min_requests:
+                    break
+                await sleep_until(due)
+                ok, in_flight = ctx.recorder.ok - ok0, n - (ctx.recorder.done - done0)
+                if not _soak_more(ctx, a, start, time.monotonic(), ok, in_flight, said, extra):
+                    break
+            await sleep_until(due)
+            session = sessions[n % len(sessions)]
+            visit = n // len(sessions)
+            req = session_request(session, output_tokens=a.output_tokens, turn_tokens=a.turn_tokens if visit else 0,
+                                  turn_label=f"visit:{visit}", concurrency=conc,
+                                  repetition=min(a.windows, int((due - start) // width) + 1), turn=visit + 1)
+            req.t_scheduled = due
+            st = stats_for(stats, "soak", req)
+            if flight.now >= cap:
+                st.cap_hits += 1
+                while flight.now >= cap:
+                    freed.clear()
+                    await freed.wait()
+            client = idle.pop() if idle else None
+            if client is None:
+                client = StreamClient(ctx.endpoint, ctx.timeout, ctx.coalesce)
+                clients.append(client)
+            flight.change(+1)  # counted here, not when the task first runs: the next look at the cap sees it
+            task = asyncio.ensure_future(one(req, client, st))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            n += 1
+        if running:
+            await asyncio.gather(*running)
+        await watcher
+    finally:
+        ctx.finalizer.drain()
+        if not watcher.done():
+            watcher.cancel()
+        for task in list(running):
+            task.cancel()
+        for client in clients:
+            client.close()
+    cpu1 = _cpu()
+    last = max(opened)
+    flight.close(last, opened[last])
+    after = await observe(ctx)
+    lateness = [v for st in stats.values() for v in st.lateness]
+    overall = lateness_summary(lateness)
+    kept = overall["p99"] is None or overall["p99"] <= bound
+    extra["schedule_kept"] = kept
+    extra["schedule"] = {"max_lateness_s": bound, "lateness_p99_s": overall["p99"], "lateness_max_s": overall["max"],
+                         "requests": overall["count"], "cap_hits": sum(st.cap_hits for st in stats.values())}
+    ctx.say(f"SCHEDULE {'kept' if kept else 'NOT KEPT'}: {overall['count']} requests at {a.rate:g}/s, send lateness "
+            f"p99 {overall['p99'] if overall['p99'] is not None else 0:.4f} s (bound {bound:g} s), max "
+            f"{overall['max'] if overall['max'] is not None else 0:.4f} s, {extra['schedule']['cap_hits']} sends held "
+            f"at the in-flight cap {cap}")
+
+    def window(key: tuple, st: PhaseStats) -> dict:
+        w = key[2]
+        begin, end = marks.get(w), marks.get(w + 1, after)
+        out: dict[str, Any] = {"lateness_s": lateness_summary(st.lateness), "cap_hits": st.cap_hits,
+                               "in_flight": flight.windows.get(w, st.in_flight_summary())}
+        if begin is None:
+            return out
+        out["phase_metrics"] = {"before": begin[0], "after": end[0]}
+        out["window_seconds"] = round((opened[w + 1][0] if w + 1 in opened else flight.t) - opened[w][0], 6)
+        if begin[1] or end[1]:
+            out["window_metrics_error"] = begin[1] or end[1]
+        if ctx.disk_device:
+            out["tier_bytes"] = tier_bytes(ctx.disk_device, begin[2], end[2])
+        return out
+
+    write_summaries(ctx, stats, tuple(y - x for x, y in zip(cpu0, cpu1)), marks[1][0], after[0],
+                    marks[1][1] or after[1], extra, disk=(marks[1][2], after[2]), per_label=window)
 
 
 async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
@@ -1610,17 +2023,18 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
     def label(now: float) -> str:
         return "measure" if now < cut else "fault" if now < back else "recovery"
 
-    async def scrape_now(what: str) -> dict:
-        found, error, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+    async def scrape_now(what: str) -> tuple[dict, dict | None]:
+        found, error, disk = await observe(ctx)
         if error:
             events[f"{what}_metrics_error"] = error
-        return found
+        return found, disk
 
     async def switch() -> None:
         await asyncio.sleep(max(0.0, cut - time.monotonic()))
         events["cut_at"] = round(time.monotonic(), 6)
-        at_cut = await scrape_now("cut")
+        at_cut, disk_cut = await scrape_now("cut")
         bounds["measure"]["after"] = bounds["fault"]["before"] = at_cut
+        bounds["measure"]["disk_after"] = bounds["fault"]["disk_before"] = disk_cut
         ctx.say("FAULT cut" + (f": {a.cut_cmd}" if a.cut_cmd else ""))
         if a.cut_cmd:
             events["cut_exit"], said = await _shell(a.cut_cmd)
@@ -1640,17 +2054,31 @@ async def cmd_fault(ctx: RunContext, a: argparse.Namespace) -> None:
         try:
             events["eviction"] = await loop.run_in_executor(None, evict, ctx.endpoint, a.evict, a.restart_cmd,
                                                             a.health_timeout, ctx.simulated, True)
+            if ctx.lmcache_api:  # and LMCache's DRAM, so recovered hits are the tier's, not what DRAM kept
+                events["eviction"]["lmcache-dram"] = await loop.run_in_executor(None, clear_lmcache_dram,
+                                                                                ctx.lmcache_api)
         except WorkloadError as error:
             events["eviction"] = {"error": str(error)}
             ctx.say(f"EVICT failed after the restore: {error}")
-        at_recovery = await scrape_now("recovery")
+        at_recovery, disk_recovery = await scrape_now("recovery")
         events["recovery_metrics_at"] = round(time.monotonic(), 6)
         bounds["fault"]["after"] = bounds["recovery"]["before"] = at_recovery
+        bounds["fault"]["disk_after"] = bounds["recovery"]["disk_before"] = disk_recovery
 
     take = _cycling_requests(ctx, sessions, a, conc, start + duration, lambda now: 1)
     switcher = asyncio.ensure_future(switch())
+    cleared_first = ctx.dram_cleared
+
+    def dram(key: tuple, st: PhaseStats) -> dict:
+        """measure began after the run's eviction; fault at the cut (DRAM as it was); recovery after the
+        post-restore eviction, cleared when that eviction emptied LMCache's DRAM."""
+        if not ctx.lmcache_api:
+            return {}
+        return {"dram_cleared": {"measure": cleared_first, "fault": False,
+                                 "recovery": "lmcache-dram" in (events.get("eviction") or {})}.get(key[0], False)}
     try:
-        await run_requests(ctx, take, conc, labeller=label, extra={"fault": events}, phase_metrics=bounds)
+        await run_requests(ctx, take, conc, labeller=label, extra={"fault": events}, phase_metrics=bounds,
+                           per_label=dram)
     finally:
         if not switcher.done():
             switcher.cancel()
@@ -1672,15 +2100,18 @@ TRACE_COLUMNS = ("session_id", "turn", "prompt_tokens", "output_tokens", "arriva
 TRACE_OPTIONAL = ("block_ids", "stratum")
 
 
-def block_prompt(seed: int, blocks: tuple[str, ...], block_tokens: int, prompt_tokens: int, fill_key: str) -> list[int]:
+def block_prompt(seed: int, blocks: tuple[str, ...], block_tokens: int, prompt_tokens: int, fill_key: str,
+                 salt: str = "") -> list[int]:
     """A prompt built from content-addressed blocks: block id b is the same `block_tokens` tokens wherever it
-    appears (any session, any repetition), so shared and partial reuse are sent as the trace holds them; the
-    prompt is its first `prompt_tokens` tokens, and tokens beyond the listed blocks come from `fill_key` alone."""
+    appears with the same salt (any session of one replay repetition), so shared and partial reuse are sent as the
+    trace holds them, and other tokens under another salt (another repetition); the prompt is its first
+    `prompt_tokens` tokens, and tokens beyond the listed blocks come from `fill_key` alone."""
     ids: list[int] = []
+    address = f"{seed}:{salt}:block:" if salt else f"{seed}:block:"
     for block in blocks:
         if len(ids) >= prompt_tokens:
             break
-        ids.extend(token_ids(f"{seed}:block:{block}", block_tokens))
+        ids.extend(token_ids(address + block, block_tokens))
     if len(ids) < prompt_tokens:
         ids.extend(token_ids(fill_key, prompt_tokens - len(ids)))
     return ids[:prompt_tokens]
@@ -1777,58 +2208,180 @@ def _trace_int(path: str, line: int, cells: dict, column: str, low: int) -> int:
     return number
 
 
+def replay_salt(a: argparse.Namespace, repetition: int) -> str:
+    """The salt of one repetition's content address: within a repetition block b is the same tokens wherever it
+    appears (the sharing across sessions the trace holds is kept), and in every other repetition, phase (replay,
+    capacity) and run it is other tokens, so each repetition starts with nothing of it in any cache tier."""
+    return f"{a.run_id}:{a.phase}:r{repetition}"
+
+
+def replay_request(a: argparse.Namespace, t: TraceTurn, repetition: int, salt: str) -> PlannedRequest:
+    """One trace turn as a request: blocks from the repetition's content address, the rest from the session's."""
+    key = f"{a.seed}:{a.session_prefix or 'trace'}:{t.session_id}:{salt}"
+    if t.blocks is not None:
+        prompt = block_prompt(a.seed, t.blocks, a.block_tokens, t.prompt_tokens, f"{key}:{t.turn}:fill", salt)
+    else:  # a session's turn n extends its turn n−1: token_ids of one key are prefixes of each other
+        prompt = token_ids(key, t.prompt_tokens)
+    return PlannedRequest(t.session_id, _ids_json(prompt), t.prompt_tokens, t.output_tokens, phase=a.phase,
+                          repetition=repetition, concurrency=a.max_in_flight, turn=t.turn,
+                          stratum=t.stratum or None)
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """The q-quantile by linear interpolation between order statistics (numpy's default); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(math.floor(position))
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def lateness_summary(values: list[float]) -> dict:
+    """How late scheduled sends went out (s): p50, p99, max and how many."""
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, 6)
+    return {"p50": r(quantile(values, 0.5)), "p99": r(quantile(values, 0.99)),
+            "max": r(max(values) if values else None), "count": len(values)}
+
+
+async def sleep_until(moment: float) -> None:
+    """Sleep until the monotonic clock reaches `moment` (never wakes early: a send is never ahead of its time)."""
+    while True:
+        left = moment - time.monotonic()
+        if left <= 0:
+            return
+        await asyncio.sleep(left)
+
+
 async def cmd_replay(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTurn]) -> None:
-    """Open loop: each turn is sent at its arrival offset (× --time-scale), but never before the same
-    session's previous turn has ended. A session's turn n prompt extends its turn n−1 prompt. Records
-    carry concurrency = --max-in-flight (0: no cap)."""
+    """Open loop at the trace's arrival offsets (× --time-scale); a session's next turn never goes before its
+    previous one has ended, and its prompt extends that turn's. Ordered (the default): one global queue in the
+    trace's order (arrival offset, then line) sent strictly in that order — a request waiting for its session's
+    previous answer holds back every later one, so none overtakes it. Unordered (--unordered): one sender per
+    session, later requests of other sessions go ahead. Every repetition has its own salt in the content address
+    (replay_salt), so it starts cold. Records carry send_seq, t_scheduled and send_lateness_s; their concurrency
+    is the most requests this repetition had in flight, measured (the records of a repetition are held until it
+    ends, in a journal beside the records file), concurrency_cap the cap (--max-in-flight, null: none)."""
     by_session: dict[str, list[TraceTurn]] = {}
     for t in turns:
         by_session.setdefault(t.session_id, []).append(t)
     chosen = list(by_session)[:a.max_sessions] if a.max_sessions else list(by_session)
+    selected = [t for sid in chosen for t in by_session[sid]]
     cap = a.max_in_flight
-    ctx.recorder.total = sum(len(by_session[s]) for s in chosen) * a.repetitions
-    for rep in range(1, a.repetitions + 1):
-        if rep > 1:
+    first = getattr(a, "first_repetition", 1) or 1
+    ctx.recorder.total = len(selected) * a.repetitions
+    for rep in range(first, first + a.repetitions):
+        if rep > first:
             await _evict(ctx, a)
-        ctx.say(f"PHASE {a.phase} repetition={rep} sessions={len(chosen)}")
-        loop = asyncio.get_running_loop()
-        before, error_before, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+        salt = replay_salt(a, rep)
+        ctx.say(f"PHASE {a.phase} repetition={rep} sessions={len(chosen)} requests={len(selected)} "
+                f"order={'trace' if a.ordered else 'per-session'} salt={salt}")
+        before, error_before, disk_before = await observe(ctx)
         stats: dict[tuple, PhaseStats] = {}
-        gate = asyncio.Semaphore(cap) if cap else None
+        ctx.sent = 0
         start = time.monotonic()
         cpu0 = _cpu()
-
+        ctx.recorder.hold()
         try:
-            await asyncio.gather(*(_replay_session(ctx, a, sid, by_session[sid], rep, start, gate, stats)
-                                   for sid in chosen))
+            if a.ordered:
+                await _replay_ordered(ctx, a, selected, rep, salt, start, stats)
+            else:
+                gate = asyncio.Semaphore(cap) if cap else None
+                await asyncio.gather(*(_replay_session(ctx, a, by_session[sid], rep, salt, start, gate, stats)
+                                       for sid in chosen))
         finally:
             ctx.finalizer.drain()
+            peak = max((st.max_in_flight for st in stats.values()), default=0)
+            ctx.recorder.release(functools.partial(_measured_concurrency, peak=peak, cap=cap or None))
         cpu1 = _cpu()
-        after, error_after, _ = await loop.run_in_executor(None, scrape, ctx.endpoint)
+        after, error_after, disk_after = await observe(ctx)
+        lateness = [v for st in stats.values() for v in st.lateness]
         write_summaries(ctx, stats, tuple(y - x for x, y in zip(cpu0, cpu1)), before, after,
-                        error_before or error_after, {"trace_sessions": len(chosen)})
+                        error_before or error_after,
+                        {"trace_sessions": len(chosen), "salt": salt, "ordered": bool(a.ordered),
+                         "concurrency": peak, "concurrency_cap": cap or None,
+                         "lateness_s": lateness_summary(lateness)},
+                        disk=(disk_before, disk_after))
 
 
-async def _replay_session(ctx: RunContext, a: argparse.Namespace, sid: str, turns: list[TraceTurn], rep: int,
+def _measured_concurrency(record: dict, peak: int, cap: int | None) -> None:
+    record["concurrency"], record["concurrency_cap"] = peak, cap
+
+
+async def _replay_ordered(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTurn], rep: int, salt: str,
+                          start: float, stats: dict) -> None:
+    """One global queue in the trace's order, each request sent at its time once its session's previous one has
+    ended and a slot under the cap is free, and written to its connection before the next one is looked at."""
+    queue = sorted(turns, key=lambda t: (t.arrival_offset_s, t.line))
+    cap = a.max_in_flight
+    idle: list[StreamClient] = []
+    clients: list[StreamClient] = []
+    last: dict[str, asyncio.Future] = {}
+    running: set[asyncio.Future] = set()
+    count = [0]
+    freed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def one(req: PlannedRequest, client: StreamClient, sent: asyncio.Future) -> None:
+        try:
+            await send_one(ctx, client, req, a.phase, stats_for(stats, a.phase, req), sent)
+        finally:
+            idle.append(client)
+            count[0] -= 1
+            freed.set()
+
+    try:
+        for t in queue:
+            due = start + t.arrival_offset_s * a.time_scale
+            await sleep_until(due)
+            previous = last.get(t.session_id)
+            if previous is not None and not previous.done():
+                await asyncio.wait([previous])
+            while cap and count[0] >= cap:
+                freed.clear()
+                await freed.wait()
+            req = replay_request(a, t, rep, salt)
+            req.t_scheduled = due
+            if idle:
+                client = idle.pop()
+            else:
+                client = StreamClient(ctx.endpoint, ctx.timeout, ctx.coalesce)
+                clients.append(client)
+            sent = loop.create_future()
+            count[0] += 1
+            task = asyncio.ensure_future(one(req, client, sent))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            last[t.session_id] = task
+            await asyncio.wait([sent, task], return_when=asyncio.FIRST_COMPLETED)
+        if running:
+            await asyncio.gather(*running)
+    finally:
+        for task in list(running):
+            task.cancel()
+        for client in clients:
+            client.close()
+
+
+async def _replay_session(ctx: RunContext, a: argparse.Namespace, turns: list[TraceTurn], rep: int, salt: str,
                           start: float, gate: asyncio.Semaphore | None, stats: dict) -> None:
     clients: dict = {}
-    # the token stream depends on the repetition, so every repetition starts as cold as the first
-    key = f"{a.seed}:{a.session_prefix or 'trace'}:{sid}:{rep}"
-    for t in sorted(turns, key=lambda t: t.turn):
-        await asyncio.sleep(max(0.0, start + t.arrival_offset_s * a.time_scale - time.monotonic()))
-        if t.blocks is not None:   # content-addressed: the same block, the same tokens, in every repetition
-            prompt = block_prompt(a.seed, t.blocks, a.block_tokens, t.prompt_tokens, f"{key}:{t.turn}:fill")
-        else:
-            prompt = token_ids(key, t.prompt_tokens)
-        req = PlannedRequest(sid, _ids_json(prompt), t.prompt_tokens, t.output_tokens,
-                  phase=a.phase, repetition=rep, concurrency=a.max_in_flight, turn=t.turn, stratum=t.stratum or None)
-        if gate is None:
-            await send_one(ctx, client_for(ctx, clients, req), req, a.phase, stats_for(stats, a.phase, req))
-        else:
-            async with gate:
+    try:
+        for t in sorted(turns, key=lambda t: t.turn):
+            due = start + t.arrival_offset_s * a.time_scale
+            await sleep_until(due)
+            req = replay_request(a, t, rep, salt)
+            req.t_scheduled = due
+            if gate is None:
                 await send_one(ctx, client_for(ctx, clients, req), req, a.phase, stats_for(stats, a.phase, req))
-    for client in clients.values():
-        client.close()
+            else:
+                async with gate:
+                    await send_one(ctx, client_for(ctx, clients, req), req, a.phase, stats_for(stats, a.phase, req))
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 # ── Command line ───────────────────────────────────────────────────────────────────────────────────
@@ -1864,6 +2417,15 @@ def _positive(kind: type) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"{text!r} must be ≥ 0")
         return value
     return parse
+
+
+def _device(text: str) -> str:
+    name = text.strip()
+    if name.startswith("/dev/"):
+        name = name[5:]
+    if not DEVICE_NAME.match(name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a block device's kernel name (e.g. nvme1n1, loop7)")
+    return name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1911,18 +2473,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of reset, drop-caches, restart, none (default reset,drop-caches)")
     g.add_argument("--restart-cmd", help="shell command that restarts the server (for --evict restart)")
     g.add_argument("--health-timeout", type=_positive(float), default=600.0)
+    g.add_argument("--lmcache-api", action="append", default=[], metavar="URL",
+                   help="an LMCache internal API server (http://127.0.0.1:PORT), once per LMCache process that owns a "
+                        "cache: every eviction, after the prefix-cache reset, empties its DRAM with DELETE "
+                        "URL/cache/clear?locations=LocalCPUBackend (refused or non-2xx: the run stops, exit 3)")
+    g = p.add_argument_group("tier attribution")
+    g.add_argument("--disk-device", type=_device, metavar="NAME",
+                   help="kernel name of the block device holding the disk tier (e.g. nvme1n1): its sectors read "
+                        f"(${DISKSTATS_ENV}, else /proc/diskstats) are sampled with every /metrics scrape into the "
+                        "summaries' tier_bytes")
     g = p.add_argument_group("probe")
     g.add_argument("--prompts", type=_positive(int), default=PROBE["prompts"])
     g.add_argument("--no-warm", action="store_true", help="probe without the warm pass and eviction")
     g = p.add_argument_group("replay")
     g.add_argument("--trace", help="customer trace CSV: " + ",".join(TRACE_COLUMNS))
     g.add_argument("--max-sessions", type=_positive(int), default=0)
-    g.add_argument("--max-in-flight", type=_positive(int), default=0, help="cap on requests in flight (0: none)")
+    g.add_argument("--max-in-flight", type=_positive(int), default=0,
+                   help="cap on requests in flight (replay 0: none; open-loop soak 0: "
+                        f"max({SOAK_CAP_MIN}, {SOAK_CAP_PER_CLIENT} × -c))")
     g.add_argument("--time-scale", type=_positive(float), default=1.0, help="multiplies arrival offsets")
     g.add_argument("--block-tokens", type=_positive(int), default=512,
                    help="tokens per block id of the trace's block_ids column (default 512)")
     g.add_argument("--phase", choices=("replay", "capacity"), default="replay",
                    help="the records' phase: capacity for G4's replay against a capped tier (default replay)")
+    g.add_argument("--ordered", dest="ordered", action="store_true", default=True,
+                   help="(default) one global queue in the trace's order (arrival offset, line), sent strictly in "
+                        "that order at the trace's times")
+    g.add_argument("--unordered", dest="ordered", action="store_false",
+                   help="one sender per session: a later request of another session may go before an earlier one "
+                        "that waits for its session's previous answer")
     g = p.add_argument_group("share")
     g.add_argument("--url-b", help="instance B (reads what instance A wrote)")
     g.add_argument("--instance-b")
@@ -1933,6 +2512,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-requests", type=_positive(int), default=0,
                    help="soak: error-free requests its failure-rate bar needs; past --duration-s the soak keeps "
                         "sending (into its last window) until it has them, for at most --duration-s more (0: none)")
+    g.add_argument("--rate", type=_positive(float), default=0.0,
+                   help="soak: open loop at this many requests per second (0: the closed loop of -c clients)")
+    g.add_argument("--arrivals", choices=("poisson", "trace"), default="poisson",
+                   help="soak --rate: Poisson arrivals from a seeded RNG (default), or --trace's own inter-arrival "
+                        "gaps scaled to the rate")
+    g.add_argument("--max-lateness-s", type=_positive(float), default=None,
+                   help="soak --rate: the bound on the send lateness p99 above which the summaries say "
+                        "schedule_kept: false (default one mean inter-arrival time, 1/rate, at most "
+                        f"{SOAK_LATENESS_MAX_S:g} s)")
+    g.add_argument("--closed-loop", action="store_true",
+                   help="soak: the closed loop (-c clients, each sends when its last answer ended); the default "
+                        "without --rate")
     g.add_argument("--fault-start", type=_positive(float), default=10.0, help="seconds of load before the cut")
     g.add_argument("--fault-seconds", type=_positive(float), default=60.0)
     g.add_argument("--cut-cmd", help="shell command that cuts the FX path")
@@ -2001,18 +2592,28 @@ def main(argv: list[str] | None = None) -> int:
                 versions = json.loads(a.versions)
             except ValueError:
                 raise WorkloadError(f"--versions {a.versions!r} is not JSON", 2) from None
-        turns = load_trace(a.trace) if a.command == "replay" and a.trace else None
+        soak_trace = a.command == "soak" and a.rate and a.arrivals == "trace"
+        turns = load_trace(a.trace) if (a.command == "replay" or soak_trace) and a.trace else None
         if a.command == "replay" and turns is None:
             raise WorkloadError("replay needs --trace FILE.csv", 2)
         if a.command in ("soak",) and not a.duration_s:
             raise WorkloadError("soak needs --duration-s", 2)
+        if a.command == "soak" and a.closed_loop and a.rate:
+            raise WorkloadError(f"soak: --closed-loop and --rate {a.rate:g} contradict each other (the rate is the "
+                                "open loop's)", 2)
+        if soak_trace and turns is None:
+            raise WorkloadError("soak --arrivals trace needs --trace FILE.csv", 2)
+        a.trace_turns = turns
+        for url in a.lmcache_api:
+            lmcache_endpoint(url)
         model = a.model or ("" if a.command == "evict" else _first_model(endpoint))
         # simulated when told so or when the server says it is the simulator: no flag makes the simulator's answers real
         simulated = a.simulated == "yes" or detect_simulated(endpoint)
         recorder = Recorder(a.out, quiet=a.quiet)
         ctx = RunContext(endpoint, model, a.arm, a.run_id, a.instance or endpoint.name, recorder, simulated,
                          a.timeout, versions=versions, quiet=a.quiet, coalesce=a.coalesce_ms / 1000,
-                         prompt_tokens_details=a.prompt_tokens_details == "on")
+                         prompt_tokens_details=a.prompt_tokens_details == "on", lmcache_api=list(a.lmcache_api),
+                         disk_device=a.disk_device)
         try:
             if a.command == "cold-recovery":
                 run = cmd_cold_recovery(ctx, a)

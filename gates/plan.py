@@ -72,6 +72,8 @@ class CriterionSpec:
     concurrency: tuple[int, ...] = ()
     description_zh: str = ""
     confidence: float | None = None  # None: the plan's judging.confidence
+    # False: a figure the verdict reports and explains but that does not decide the gate (docs/plan-format.md)
+    gating: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,9 @@ class Plan:
         for gate in data["gates"]:
             if not gate["sample_trace"]:
                 gate.pop("sample_trace")  # plans that do not allow the sample hash as they always did
+            for criterion in gate["criteria"]:
+                if criterion["gating"]:
+                    criterion.pop("gating")  # plans whose every criterion gates hash as they always did
         return data
 
     def canonical_json(self) -> str:
@@ -371,6 +376,10 @@ def _criterion(raw: Any, source: str, where: str) -> CriterionSpec:
     concurrency = raw.get("concurrency", []) or []
     if not isinstance(concurrency, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in concurrency):
         raise PlanError(source, f"{where} › concurrency", f"{concurrency!r} must be a list of positive whole numbers")
+    gating = raw.get("gating", True)
+    if not isinstance(gating, bool):
+        raise PlanError(source, f"{where} › gating", f"{gating!r} must be true (the criterion decides the gate) or "
+                        "false (a figure reported beside the gate's criteria)")
     confidence = raw.get("confidence")
     if confidence is not None:
         confidence = _number(raw, "confidence", source, where)
@@ -391,6 +400,7 @@ def _criterion(raw: Any, source: str, where: str) -> CriterionSpec:
         phase=phase,
         concurrency=tuple(concurrency),
         confidence=confidence,
+        gating=gating,
     )
 
 

@@ -107,6 +107,18 @@ def where(cell: dict, spec, language: str) -> str:
     level = cell.get("concurrency")
     if spec.metric == "read_bw":
         return "From the LMCache retrieval log" if language == "en" else "根据 LMCache 读取日志"
+    flight = cell.get("in_flight")
+    if isinstance(flight, dict) and flight.get("max") is not None:
+        # an open-loop phase: the concurrency measured in flight, not the client's cap (issue 44, item 5)
+        mean = flight.get("mean")
+        if language == "en":
+            said = f"With at most {fmt(flight['max'], '')} requests in flight"
+            said += f" (mean {fmt(mean, '')}" if mean is not None else " ("
+            said += f"{'; ' if mean is not None else ''}the client's cap {level}), phase {spec.phase}"
+            return said
+        said = f"在途请求最多 {fmt(flight['max'], '')}"
+        said += f"（平均 {fmt(mean, '')}；" if mean is not None else "（"
+        return said + f"客户端上限 {level}）、{spec.phase} 阶段"
     if language == "en":
         phase = "all phases" if spec.phase == "any" else f"phase {spec.phase}"
         return f"At concurrency {level}, {phase}" if level is not None else f"In {phase}"
@@ -271,9 +283,14 @@ def gate_explanation(label: str, verdict: str, criteria: list[dict], failed_chec
         reasons = "; ".join(f"{c['name']}: {c['detail']}" for c in failed_checks)
         return (f"{label} invalid — the run cannot be judged until it is valid: {reasons}.",
                 f"{label} 无效 — 运行有效之前无法判定：{reasons}。")
+    reported = [c for c in criteria if c.get("gating") is False]
+    criteria = [c for c in criteria if c.get("gating") is not False]
     counts = {v: [c["key"] for c in criteria if c["verdict"] == v] for v in ("pass", "marginal", "fail")}
     en = f"{label} {verdict}: {len(counts['pass'])} of {len(criteria)} criteria pass"
     zh = f"{label} {VERDICT_ZH[verdict]}：{len(criteria)} 项标准中 {len(counts['pass'])} 项通过"
+    if reported:
+        en += f" (reported beside them, not deciding: {', '.join(c['key'] + ' ' + c['verdict'] for c in reported)})"
+        zh += f"（另列而不决定关卡：{', '.join(c['key'] + ' ' + VERDICT_ZH.get(c['verdict'], c['verdict']) for c in reported)}）"
     if counts["fail"]:
         en += f"; failed: {', '.join(counts['fail'])}"
         zh += f"；未通过：{', '.join(counts['fail'])}"

@@ -183,6 +183,18 @@ def _request_rows(source: str, rows: list[tuple[int, dict]]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records([obj for _, obj in rows], columns=REQUEST_COLUMNS)
     frame["_source"] = source
     frame["_line"] = np.array([line for line, _ in rows], dtype=np.int64)
+    caps = [obj.get("concurrency_cap") for _, obj in rows]
+    if any(cap is not None for cap in caps):
+        # an open-loop replay's records carry the measured most in flight as `concurrency` and the client's cap as
+        # `concurrency_cap` (issue 44, item 5): cells are keyed on the cap, one per arm whatever each repetition
+        # measured, and the measured figure is kept for the labels (`_in_flight_max`)
+        for (line, _), cap in zip(rows, caps, strict=True):
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise RecordError(source, f"{cap!r} is not a concurrency cap (a whole number ≥ 1)", line=line,
+                                  field="concurrency_cap")
+        capped = np.array([cap is not None for cap in caps])
+        frame["_in_flight_max"] = np.where(capped, pd.to_numeric(frame["concurrency"], errors="coerce"), np.nan)
+        frame["concurrency"] = [cap if cap is not None else c for cap, c in zip(caps, frame["concurrency"], strict=True)]
     return frame
 
 
@@ -266,6 +278,13 @@ def _phase_rows(source: str, rows: list[tuple[int, dict]]) -> list[dict]:
             for name, value in (obj.get(key) or {}).items():
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise RecordError(source, f"{value!r} is not a number", line=line, field=f"{key}.{name}")
+        cap = obj.get("concurrency_cap")
+        if cap is not None:
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise RecordError(source, f"{cap!r} is not a concurrency cap (a whole number ≥ 1)", line=line,
+                                  field="concurrency_cap")
+            # keyed on the cap like its records (an open-loop replay's measured concurrency is in in_flight)
+            obj = {**obj, "concurrency": cap, "_concurrency_measured": obj["concurrency"]}
         out.append({**obj, "_source": source, "_line": line})
     return out
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gates.judge import counters, intervals
+from gates.judge import counters, intervals, tiers
 from gates.judge.lazy import pd
 from gates.judge.metrics import (
     INVENTORY_ONLY,
@@ -117,7 +117,7 @@ def _check(name: str, problems: list[str | Said], ok_detail: str | Said | list[S
 
 
 def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *, warmup_windows: int = 1,
-          confidence_of=None, final: bool = True) -> list[dict]:
+          confidence_of=None, final: bool = True, expect: dict | None = None) -> list[dict]:
     checks = [_simulated(inputs), _duplicates(inputs.requests), _versions(inputs)]
     checks += _coverage(gate, frame, judging, warmup_windows)
     if any(spec.metric == "error_rate" for spec in gate.criteria) and final:
@@ -128,12 +128,17 @@ def check(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, judging: dict, *,
     checks.append(_hit_behaviour(gate, inputs, frame))
     checks.append(_connector(gate, inputs, frame))
     checks.append(_page_cache(gate, inputs))
+    checks.append(_fingerprint(gate, inputs, expect))
+    checks.append(tiers.dram_cleared(gate, inputs))
+    checks.append(tiers.tier_bytes_match(gate, inputs, judging))
     checks.append(_client(inputs))
+    if any("schedule_kept" in s for s in inputs.summaries):
+        checks.append(_schedule_kept(inputs))
     if any(spec.metric == "output_match" for spec in gate.criteria):
         checks.append(_hashes(gate, inputs.requests, frame))
     if any(spec.phase == "share" for spec in gate.criteria):
         checks.append(_other_instance(inputs.requests))
-        checks.append(_chunk_hash(gate, inputs))
+        checks.append(_chunk_hash(gate, inputs, expect))
     if any(spec.phase in FAULT_PHASES for spec in gate.criteria):
         checks.append(_fault_cut(gate, inputs))
     if any(spec.metric == "external_hit_ratio" for spec in gate.criteria):
@@ -493,7 +498,9 @@ def _client(inputs: Inputs) -> dict:
     problems, checked = [], 0
     for summary in inputs.summaries:
         in_flight = summary.get("max_in_flight")
-        if in_flight is None or summary["phase"] in OPEN_LOOP_PHASES:
+        # an open-loop phase (the trace's replay, a soak sent on a schedule: `schedule_kept` recorded) sends when a
+        # request is due, so its concurrency is a cap, not a target: schedule-kept judges its client instead
+        if in_flight is None or summary["phase"] in OPEN_LOOP_PHASES or "schedule_kept" in summary:
             continue
         checked += 1
         wanted = summary["concurrency"]
@@ -511,6 +518,41 @@ def _client(inputs: Inputs) -> dict:
     detail = (said(gettext_noop("the client kept the planned concurrency in flight (%(n)s phase summaries)"), n=checked)
               if checked else said(gettext_noop("not checked: no phase summary reports max_in_flight")))
     return _check("client-not-bottleneck", problems, detail)
+
+
+def _lateness(summary: dict) -> str:
+    """The lateness figures an open-loop summary carries (keys with "late" in their name, flat or one level down)."""
+    parts = []
+    for key in sorted(summary):
+        value = summary[key]
+        if "late" not in key:
+            continue
+        if isinstance(value, dict):
+            parts += [f"{key}.{k} {plain(v)}" for k, v in sorted(value.items())
+                      if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            parts.append(f"{key} {plain(value)}")
+    return ", ".join(parts) or "no lateness figures recorded"
+
+
+def _schedule_kept(inputs: Inputs) -> dict:
+    """An open-loop phase (issue 45: the soak sent at a planned rate) is measured from each request's scheduled
+    time; a client that could not keep its schedule sent less than planned, and its latencies say nothing of the
+    server: invalid with the lateness figures, never judged."""
+    problems, kept = [], 0
+    for summary in inputs.summaries:
+        if "schedule_kept" not in summary:
+            continue
+        where = f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}"
+        if summary["schedule_kept"] is True:
+            kept += 1
+            continue
+        problems.append(said(gettext_noop("%(where)s: the client did not keep its open-loop schedule "
+                                          "(schedule_kept: %(value)s; %(lateness)s): the window is not judged"),
+                             where=where, value=plain(summary["schedule_kept"]), lateness=_lateness(summary)))
+    return _check("schedule-kept", problems[:10] + ([said(gettext_noop("%(n)s more"), n=len(problems) - 10)]
+                                                    if len(problems) > 10 else []),
+                  said(gettext_noop("the client kept its open-loop schedule in %(n)s phase summaries"), n=kept))
 
 
 def _hashes(gate: GatePlan, requests: pd.DataFrame, frame: pd.DataFrame) -> dict:
@@ -547,38 +589,137 @@ def _other_instance(requests: pd.DataFrame) -> dict:
 SHARE_WRITE_PHASES = ("populate", "share")  # instance A writes the shared sessions, instance B reads them
 
 
-def _chunk_hash(gate: GatePlan, inputs: Inputs) -> dict:
-    """Instances sharing one pool find each other's chunks only if they hash tokens alike: the deploy manifest's
-    chunk_hash (versions.chunk_hash: LMCache's pre_caching_hash_algorithm and the PYTHONHASHSEED the server ran
-    with) must be the same deterministic one on every real instance of the sharing test. Without a seed, vLLM
-    draws the first block's hash at random per process and LMCache's `builtin` is Python's salted hash()."""
+def _chunk_hash(gate: GatePlan, inputs: Inputs, expect: dict | None = None) -> dict:
+    """Instances sharing one pool find each other's chunks only if they hash tokens alike. Judged on what the
+    processes OBSERVED (issue 43, item 6): every process's `NONE_HASH` (versions.none_hash.observed, collected by the
+    deploy at /health) is one value on every process and instance, equal to the one computed from the stated
+    algorithm and seed (versions.none_hash.expected); LMCache's fingerprint (versions.lmcache_fingerprint) is the
+    same on every instance and, when the plan names one (expect.lmcache_fingerprint), that one. The stated chunk
+    hash (versions.chunk_hash: LMCache's pre_caching_hash_algorithm and PYTHONHASHSEED) must still be a fixed,
+    common one: without a seed, vLLM draws the first block's hash at random per process and LMCache's `builtin`
+    is Python's salted hash(). A mismatch is invalid with both values, never a tier fail."""
     arms = {spec.candidate for spec in gate.criteria if spec.phase == "share" and spec.candidate}
     rows = [s for s in inputs.summaries if s["phase"] in SHARE_WRITE_PHASES and (not arms or s["arm"] in arms)
             and not summary_simulated(s)]
     if not rows:
         return _check("chunk-hash-shared", [], said(gettext_noop("no real populate or share phase to check")))
-    problems, found = [], {}
+    problems, found, observed = [], {}, {}
     for summary in rows:
-        where = f"{summary['arm']} {summary['phase']} on {summary.get('instance') or 'an unnamed instance'}"
-        stated = (summary.get("versions") or {}).get("chunk_hash")
+        instance = summary.get("instance") or "an unnamed instance"
+        where = f"{summary['arm']} {summary['phase']} on {instance}"
+        versions = summary.get("versions") or {}
+        stated = versions.get("chunk_hash")
         if not isinstance(stated, dict) or not stated.get("algorithm"):
             problems.append(said(gettext_noop("%(where)s: no chunk hash recorded (versions.chunk_hash from the deploy "
                                               "manifest), so whether the instances hash alike cannot be verified"),
                                  where=where))
+        else:
+            seed = stated.get("pythonhashseed")
+            if seed in (None, "", "random"):
+                problems.append(said(gettext_noop("%(where)s: %(algorithm)s without a fixed PYTHONHASHSEED hashes "
+                                                  "differently in every process"), where=where,
+                                     algorithm=stated["algorithm"]))
+            else:
+                found.setdefault(f"{stated['algorithm']} with PYTHONHASHSEED={seed}", []).append(where)
+        none_hash = versions.get("none_hash")
+        seen_values = [o for o in (none_hash.get("observed") or []) if isinstance(o, dict)] \
+            if isinstance(none_hash, dict) and isinstance(none_hash.get("observed"), list) else []
+        if not seen_values:
+            problems.append(said(gettext_noop("%(where)s: cannot be verified: no process's NONE_HASH was observed "
+                                              "(versions.none_hash.observed, collected by the deploy at /health)"),
+                                 where=where))
             continue
-        seed = stated.get("pythonhashseed")
-        if seed in (None, "", "random"):
-            problems.append(said(gettext_noop("%(where)s: %(algorithm)s without a fixed PYTHONHASHSEED hashes differently "
-                                              "in every process"), where=where, algorithm=stated["algorithm"]))
-            continue
-        found.setdefault(f"{stated['algorithm']} with PYTHONHASHSEED={seed}", []).append(where)
+        values = sorted({str(o.get("value")) for o in seen_values})
+        if len(values) > 1:
+            problems.append(said(gettext_noop("%(where)s: its processes logged different NONE_HASH values: %(values)s"),
+                                 where=where, values="; ".join(
+                                     f"{v} ({', '.join(sorted(str(o.get('process')) for o in seen_values if str(o.get('value')) == v)[:3])})"
+                                     for v in values)))
+        expected = none_hash.get("expected")
+        for value in values:
+            if expected and value != str(expected):
+                problems.append(said(gettext_noop("%(where)s: observed NONE_HASH %(observed)s, expected %(expected)s "
+                                                  "(from the stated algorithm and seed)"), where=where,
+                                     observed=value, expected=expected))
+            observed.setdefault(value, set()).add(instance)
     if len(found) > 1:
         problems.append(said(gettext_noop("the instances hash differently: %(hashes)s"),
                              hashes="; ".join(f"{value} ({', '.join(sorted(set(wheres))[:3])})"
                                               for value, wheres in sorted(found.items()))))
-    detail = (said(gettext_noop("every instance ran %(hash)s"), hash=next(iter(found))) if len(found) == 1
-              else said(gettext_noop("no chunk hash to compare")))
-    return _check("chunk-hash-shared", problems, detail)
+    if len(observed) > 1:
+        problems.append(said(gettext_noop("the instances observed different NONE_HASH values: %(values)s"),
+                             values="; ".join(f"{v} ({', '.join(sorted(i)[:3])})" for v, i in sorted(observed.items()))))
+    problems += fingerprint_problems(rows, expect, require=False)
+    if problems:
+        return _check("chunk-hash-shared", problems, [])
+    detail = [said(gettext_noop("every instance ran %(hash)s"), hash=next(iter(found)))] if len(found) == 1 else []
+    if len(observed) == 1:
+        detail.append(said(gettext_noop("every process observed NONE_HASH %(value)s"), value=next(iter(observed))))
+    return _check("chunk-hash-shared", [], detail or said(gettext_noop("no chunk hash to compare")))
+
+
+def _fingerprint_of(summary: dict) -> str | None:
+    value = (summary.get("versions") or {}).get("lmcache_fingerprint")
+    if isinstance(value, dict):
+        value = value.get("sha256")
+    return str(value) if value else None
+
+
+def expected_fingerprint(expect: dict | None) -> str | None:
+    value = (expect or {}).get("lmcache_fingerprint")
+    if isinstance(value, dict):
+        value = value.get("sha256")
+    return str(value) if value else None
+
+
+def fingerprint_problems(rows: list[dict], expect: dict | None, *, require: bool) -> list[Said]:
+    """LMCache's fingerprint (versions.lmcache_fingerprint.sha256, per instance) equal on every instance and to the
+    plan's expected one when named (expect.lmcache_fingerprint): a differing build is a wrong deployment, never a
+    tier fail. `require`: a missing fingerprint is a problem even when no instance records one."""
+    wanted = expected_fingerprint(expect)
+    per_instance: dict[str, set[str]] = {}
+    missing = []
+    for summary in rows:
+        instance = str(summary.get("instance") or summary.get("_source") or "an unnamed instance")
+        value = _fingerprint_of(summary)
+        if value is None:
+            missing.append(f"{summary['arm']}/{summary['phase']} on {instance}")
+        else:
+            per_instance.setdefault(instance, set()).add(value)
+    problems: list[Said] = []
+    if missing and (per_instance or require or wanted):
+        problems.append(said(gettext_noop("cannot be verified: no LMCache fingerprint recorded "
+                                          "(versions.lmcache_fingerprint) for %(where)s"),
+                             where=", ".join(sorted(set(missing))[:3]) + (f" and {len(set(missing)) - 3} more"
+                                                                          if len(set(missing)) > 3 else "")))
+    values = sorted({v for vs in per_instance.values() for v in vs})
+    if len(values) > 1:
+        problems.append(said(gettext_noop("the instances run different LMCache builds: %(values)s"),
+                             values="; ".join(f"{v[:16]} ({', '.join(sorted(i for i, vs in per_instance.items() if v in vs)[:3])})"
+                                              for v in values)))
+    if wanted:
+        for value in values:
+            if value != wanted:
+                problems.append(said(gettext_noop("LMCache fingerprint %(observed)s on %(instances)s, but the plan "
+                                                  "names %(expected)s (expect.lmcache_fingerprint): not the build "
+                                                  "the parties signed for"), observed=value,
+                                     instances=", ".join(sorted(i for i, vs in per_instance.items() if value in vs)[:3]),
+                                     expected=wanted))
+    return problems
+
+
+def _fingerprint(gate: GatePlan, inputs: Inputs, expect: dict | None) -> dict:
+    """Every real LMCache arm the gate measures ran one LMCache build on every instance, the plan's when it names
+    one (issue 43, item 4)."""
+    arms = {a for s in gate.criteria for a in (s.candidate, s.baseline) if a and a != RECOMPUTE_ARM}
+    rows = [s for s in inputs.summaries if s["arm"] in arms and not summary_simulated(s)]
+    if not rows:
+        return _check("lmcache-fingerprint", [], said(gettext_noop("no real LMCache arm to check")))
+    problems = fingerprint_problems(rows, expect, require=False)
+    values = sorted({v for v in (_fingerprint_of(s) for s in rows) if v})
+    detail = said(gettext_noop("one LMCache build on every instance: %(value)s"), value=values[0]) if values else \
+        said(gettext_noop("no LMCache fingerprint recorded and the plan names none"))
+    return _check("lmcache-fingerprint", problems, detail)
 
 
 FAULT_SENTENCES = {

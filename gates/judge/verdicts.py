@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gates.judge import bootstrap, counters, explain, intervals, sequential, validity
+from gates.judge import bootstrap, counters, explain, intervals, sequential, tiers, validity
 from gates.judge.lazy import pd
 from gates.judge.metrics import (
     CELL,
@@ -202,9 +202,49 @@ class _Judge:
         candidate_rows, strata = self.stratified(spec, validity.select(self.frame, spec.candidate, spec.phase))
         baseline_rows = (self.stratified(spec, validity.select(self.frame, spec.baseline, spec.phase))[0]
                          if spec.baseline else None)
+        cells = self._level_cells(spec, candidate_rows, baseline_rows)
         if strata:
-            return [{**cell, **strata} for cell in self._level_cells(spec, candidate_rows, baseline_rows)]
-        return self._level_cells(spec, candidate_rows, baseline_rows)
+            cells = [{**cell, **strata} for cell in cells]
+        if spec.phase in validity.OPEN_LOOP_PHASES:
+            cells = [self.with_in_flight(spec, cell) for cell in cells]
+        return cells
+
+    def in_flight(self, arm: str, phase: str, level: int | None) -> dict | None:
+        """Requests in flight as measured (issue 44, item 5): the phase summaries' `in_flight` {max, mean} (the
+        most over its repetitions, the mean of their means), else the records' measured most in flight, else the
+        summaries' max_in_flight; `cap` is the client's cap the cell is keyed on."""
+        summaries = [s for s in self.inputs.summaries if s["arm"] == arm and s["phase"] == phase
+                     and (level is None or int(s["concurrency"]) == int(level))]
+        measured = [s["in_flight"] for s in summaries if isinstance(s.get("in_flight"), dict)
+                    and isinstance(s["in_flight"].get("max"), (int, float))]
+        if measured:
+            means = [float(m["mean"]) for m in measured if isinstance(m.get("mean"), (int, float))]
+            return {"max": num(max(float(m["max"]) for m in measured)), "mean": num(np.mean(means)) if means else None,
+                    "cap": level, "source": "phase summaries' in_flight"}
+        rows = validity.select(self.frame, arm, phase)
+        if level is not None:
+            rows = rows[rows["concurrency"] == level]
+        column = self.inputs.requests.loc[rows.index, "_in_flight_max"] if "_in_flight_max" in self.inputs.requests \
+            else None
+        if column is not None and column.notna().any():
+            return {"max": num(float(column.max())), "mean": None, "cap": level,
+                    "source": "records' measured concurrency"}
+        peaks = [s["max_in_flight"] for s in summaries if isinstance(s.get("max_in_flight"), int)]
+        if peaks:
+            return {"max": max(peaks), "mean": None, "cap": level, "source": "phase summaries' max_in_flight"}
+        return None
+
+    def with_in_flight(self, spec: CriterionSpec, cell: dict) -> dict:
+        level = cell.get("concurrency")
+        found = self.in_flight(spec.candidate, spec.phase, level) if spec.candidate else None
+        if found is None:
+            return cell
+        cell = {**cell, "in_flight": found}
+        if spec.baseline:
+            base = self.in_flight(spec.baseline, spec.phase, level)
+            if base is not None:
+                cell["in_flight_baseline"] = base
+        return cell
 
     def _level_cells(self, spec: CriterionSpec, candidate_rows: pd.DataFrame,
                      baseline_rows: pd.DataFrame | None) -> list[dict]:
@@ -617,6 +657,7 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
         "confidence": num(confidence), "verdict": verdict, "value": worst.get("value"), "ci": worst.get("ci"), "n": n,
         "cells": cells, "rule": rule_en, "rule_zh": rule_zh, "explanation": english, "explanation_zh": chinese,
         **({"little_reuse": True} if little else {}),
+        **({"gating": False} if not spec.gating else {}),
     }
 
 
@@ -700,7 +741,8 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
                     inventories=inputs.inventories, digests=inputs.digests, kinds=inputs.kinds, samples=inputs.samples)
     judge = _Judge(plan, inputs, frame, {**plan.expect, **(expect or {})}, design)
     checks = validity.check(gate, inputs, frame, judging, warmup_windows=soak_warmup(plan),
-                            confidence_of=judge.confidence, final=design.look == len(design.looks))
+                            confidence_of=judge.confidence, final=design.look == len(design.looks),
+                            expect=judge.expect)
     checks += [validity.completeness(gate, full, every_summary, design.looks, main_phase(gate), planned=planned),
                validity.near_copies(gate, full, inputs.requests, float(judging.get("copy_tolerance_s", 1e-3)),
                                     every_summary),
@@ -716,7 +758,9 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     if failed:
         verdict = "invalid"
     else:
-        verdict = max((c["verdict"] for c in criteria), key=SEVERITY.__getitem__)
+        # a criterion with `gating: false` is reported beside the others and does not decide the gate
+        verdict = max((c["verdict"] for c in criteria if c.get("gating", True)), key=SEVERITY.__getitem__,
+                      default="pass")
     english, chinese = explain.gate_explanation(gate.label, verdict, criteria, failed)
     english, chinese = _with_look(english, chinese, design, verdict)
     table = cell_table(frame)
@@ -739,6 +783,10 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         "metrics": _metrics(table),
         "spread": _spread(table),
         "read_bw": _read_bandwidth(inputs.retrieves),
+        # judge version 6 (issue 43): per window, the disk tier's device bytes over the window's time (or LMCache's
+        # Retrieved lines, saying which), and the share of prompt tokens each tier served
+        "read_bw_windows": tiers.read_bw_windows(inputs),
+        "tier_shares": tiers.tier_shares(inputs, frame),
         "distributions": _distributions(frame),
         "inventory": [_public(i) for i in inputs.inventories],
         "inputs": dict(inputs.digests),

@@ -27,9 +27,10 @@ class ConfigError(Exception):
     """A configuration the server refuses to start with; the message names the key and the source."""
 
 
-# LMCache keys (lmcache/v1/config.py _CONFIG_DEFINITIONS) with their defaults; the simulator acts on
-# chunk_size, local_cpu, max_local_cpu_size, local_disk, max_local_disk_size, remote_url,
-# remote_storage_plugins, save_unfull_chunk and extra_config, and accepts the others unchanged.
+# LMCache keys (lmcache/v1/config.py _CONFIG_DEFINITIONS of 0.5.6, and a few of older versions) with their
+# defaults; the simulator acts on chunk_size, local_cpu, max_local_cpu_size, local_disk, max_local_disk_size,
+# remote_url, remote_storage_plugins, save_unfull_chunk, pre_caching_hash_algorithm, the internal_api_server_* keys
+# and extra_config, and accepts the others unchanged.
 LMCACHE_DEFAULTS: dict = {
     "chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0, "local_disk": None,
     "max_local_disk_size": 0.0, "local_disk_path_sharding": "by_gpu", "remote_url": None,
@@ -43,6 +44,31 @@ LMCACHE_DEFAULTS: dict = {
     "error_handling": False, "enable_pd": False, "pd_role": None, "cufile_buffer_size": None,
     "priority_limit": None, "numa_mode": None, "enable_blending": False, "log_level": "INFO",
     "py_enable_gc": True, "cache_ttl_secs": None, "external_lookup_client": None,
+    # the rest of LMCache 0.5.6's keys (lmcache/v1/config.py), accepted unchanged
+    "local_cpu_use_hugepages": False, "reserve_local_cpu_size": 0.0, "blend_recompute_ratios": None,
+    "blend_thresholds": None, "blend_check_layers": None, "blend_min_tokens": 256, "blend_special_str": " # # ",
+    "retrieve_locations": None, "store_location": None, "p2p_host": None, "p2p_init_ports": None,
+    "p2p_lookup_ports": None, "mp_host": None, "mp_port": 5555, "controller_pull_url": None,
+    "controller_reply_url": None, "lmcache_worker_ports": None, "lmcache_worker_ids": None,
+    "lmcache_worker_heartbeat_delay_time": 10, "lmcache_worker_heartbeat_time": None, "pd_buffer_size": None,
+    "pd_buffer_device": None, "pd_peer_host": None, "pd_peer_init_port": None, "pd_peer_alloc_port": None,
+    "pd_peer_query_port": None, "pd_proxy_host": None, "pd_proxy_port": None, "pd_allocation_timeout_sec": None,
+    "pd_shutdown_timeout_sec": 5.0, "pd_condition_poll_interval_sec": 0.005, "pd_max_prefill_len": 0,
+    "pd_backend_mode": "async", "pd_skip_proxy_notification": False, "pd_bidirectional": False,
+    "transfer_channel": None, "nixl_backends": None, "nixl_buffer_size": None, "nixl_buffer_device": None,
+    "gds_path_sharding": "by_gpu", "gds_buffer_size": None, "maru_path": None, "maru_pool_size": 4.0,
+    "audit_actual_remote_url": None, "internal_api_server_host": "127.0.0.1",
+    "internal_api_server_include_index_list": None, "internal_api_server_socket_path_prefix": None,
+    "runtime_plugin_locations": None, "storage_plugins": None, "hit_miss_ratio": None,
+    "lookup_server_worker_ids": None, "enable_scheduler_bypass_lookup": False, "script_allowed_imports": None,
+    "run_script_api_enabled": False, "enable_lazy_memory_allocator": False, "lazy_memory_initial_ratio": 0.2,
+    "lazy_memory_expand_trigger_ratio": 0.5, "lazy_memory_step_ratio": 0.1, "lazy_memory_safe_size": 0.0,
+    "enable_chunk_statistics": False, "chunk_statistics_auto_start_statistics": False,
+    "chunk_statistics_auto_exit_timeout_hours": 0.0, "chunk_statistics_auto_exit_target_unique_chunks": 0,
+    "chunk_statistics_strategy": "memory_bloom_filter", "enable_kv_events": False, "use_gpu_connector_v3": False,
+    "pin_timeout_sec": 300, "pin_check_interval_sec": 30, "remote_config_url": None, "app_id": None,
+    "enable_hidden_state_cache": False, "max_hidden_state_cpu_size": 2.0, "hidden_state_layers": None,
+    "hidden_states_retrieve_mode": "prefix_strict",
 }
 ENV_NOT_KEYS = {"CONFIG_FILE", "LOG_LEVEL", "TRACK_USAGE", "USE_EXPERIMENTAL"}
 BOOL_KEYS = {"local_cpu", "save_unfull_chunk", "enable_async_loading", "use_layerwise", "use_gds",
@@ -66,6 +92,14 @@ class LMCacheSettings:
     use_odirect: bool = False
     parallel_read: bool = True            # the vendor's parallel-read patch (per-GPU cold read 5.23 vs 0.98)
     use_layerwise: bool = False           # LMCache's layerwise retrieval: its lines carry no size or throughput
+    fs_use_odirect: bool = False          # extra_config.fs_connector_use_odirect (the fs pool's own key)
+    disk_io_threads: int = 4              # extra_config.disk_io_threads (LMCache 0.5.6's default 4; recorded only)
+    hash_algorithm: str = "builtin"       # pre_caching_hash_algorithm
+    api_enabled: bool = False             # internal_api_server_enabled
+    api_host: str = "127.0.0.1"           # internal_api_server_host
+    api_port_start: int = 6999            # internal_api_server_port_start: the scheduler's port; worker i's is +1+i
+    api_include: list[int] | None = None  # internal_api_server_include_index_list (0 = scheduler, 1+i = worker i)
+    api_socket_prefix: str | None = None  # internal_api_server_socket_path_prefix: Unix sockets <prefix>_<port>
     source: str = "defaults"
     raw: dict = field(default_factory=dict)
 
@@ -150,7 +184,21 @@ def read_lmcache(environ: dict | None = None) -> LMCacheSettings:
         save_unfull_chunk=merged["save_unfull_chunk"], use_layerwise=merged["use_layerwise"],
         use_odirect=_as_bool(extra.get("use_odirect", False), "extra_config.use_odirect", origin["extra_config"]),
         parallel_read=_as_bool(extra.get("parallel_read", True), "extra_config.parallel_read", origin["extra_config"]),
+        fs_use_odirect=_as_bool(extra.get("fs_connector_use_odirect", False), "extra_config.fs_connector_use_odirect",
+                                origin["extra_config"]),
+        disk_io_threads=_as_number(extra.get("disk_io_threads", 4), "extra_config.disk_io_threads",
+                                   origin["extra_config"], int),
+        hash_algorithm=str(merged["pre_caching_hash_algorithm"] or "builtin"),
+        api_enabled=merged["internal_api_server_enabled"], api_host=str(merged["internal_api_server_host"]),
+        api_port_start=merged["internal_api_server_port_start"],
+        api_include=_int_list(merged["internal_api_server_include_index_list"],
+                              "internal_api_server_include_index_list",
+                              origin["internal_api_server_include_index_list"]),
+        api_socket_prefix=merged["internal_api_server_socket_path_prefix"] or None,
         source=", ".join(sources) or "defaults", raw=merged)
+    if settings.api_enabled and not settings.api_socket_prefix and not 0 < settings.api_port_start < 65536:
+        raise ConfigError(f"{origin['internal_api_server_port_start']}: internal_api_server_port_start="
+                          f"{settings.api_port_start} is not a TCP port")
     if merged["local_disk"]:
         settings.local_disk = _file_url(merged["local_disk"], "local_disk", origin["local_disk"])
         if settings.max_local_disk_size <= 0:
@@ -169,6 +217,19 @@ def read_lmcache(environ: dict | None = None) -> LMCacheSettings:
                               f"extra_config['remote_storage_plugin.fs.base_path']")
         settings.fs_pool = Path(os.path.expanduser(str(base).split(",")[0]))
     return settings
+
+
+def _int_list(value, key: str, where: str) -> list[int] | None:
+    """LMCache's _to_int_list: a list, or a comma-separated string of integers."""
+    if value is None or value == "":
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{where}: {key}={value!r} is not a list of integers")
+    try:
+        return [int(str(item).strip()) for item in items]
+    except ValueError:
+        raise ConfigError(f"{where}: {key}={value!r} is not a list of integers") from None
 
 
 def _file_url(value, key: str, where: str) -> Path:

@@ -14,11 +14,12 @@ retrieves blocks the whole batch, as the real forward pass waits for ``start_loa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runners.sim.model import MI308X_NODE, QWEN3_CODER_480B, Hardware, ModelSpec, step_seconds
 
 EPSILON = 1e-9
+STALL_LOG_SECONDS = 60.0   # model seconds between two "stalled" events of a retrieval that cannot get its staging
 
 
 @dataclass(eq=False)
@@ -30,6 +31,11 @@ class SimRequest:
     cached_dram: int = 0          # further tokens LMCache holds in host DRAM
     cached_disk: int = 0          # further tokens LMCache reads from a disk tier / the fs pool
     disk_device: str = "local_nvme"
+    # bytes the retrieval reads from each device (all ranks, whole chunks), when the server knows them; else the
+    # engine reads cached_disk tokens from disk_device
+    disk_bytes: dict | None = None
+    staging_chunks: int = 0       # chunks per rank the retrieval stages from disk (LocalDiskBackend allocates them all)
+    pinned_chunks: int = 0        # chunks per rank it finds in DRAM (pinned by the lookup until the step ends)
     store: bool = False           # LMCache stores the newly computed KV (a cache arm)
     arrival: float = 0.0
     computed: int = 0
@@ -38,6 +44,7 @@ class SimRequest:
     state: str = "new"            # waiting, running, done
     first_token_at: float | None = None
     finished_at: float | None = None
+    prefill_marks: list = field(default_factory=list)   # (tokens computed, model time) after each prefill step
 
     @property
     def external_hit(self) -> int:
@@ -52,8 +59,15 @@ class Engine:
 
     def __init__(self, *, model: ModelSpec = QWEN3_CODER_480B, hw: Hardware = MI308X_NODE,
                  max_batched_tokens: int = 8192, cold_read: float | None = None, chunk_tokens: int = 256,
-                 device_bandwidth: Callable[[str], float] | None = None, listener: Listener | None = None):
+                 device_bandwidth: Callable[[str], float] | None = None, listener: Listener | None = None,
+                 staging_capacity: int | None = None, stall_log_seconds: float = STALL_LOG_SECONDS):
         self.model, self.hw = model, hw
+        # LMCache's CPU pool per rank, in chunks (None: not modelled). A retrieval stages every chunk it reads from
+        # disk there before reading any, besides the DRAM chunks the lookups of its step pinned; when they do not fit
+        # it waits for ever (LocalCPUBackend.allocate busy-loops: nothing can be evicted) and so does the step.
+        self.staging_capacity = staging_capacity
+        self.stall_log_seconds = stall_log_seconds
+        self.stall: dict | None = None
         self.max_batched_tokens = max_batched_tokens
         self.chunk_tokens = chunk_tokens
         self.cold_read = cold_read if cold_read is not None else hw.cold_read_patched
@@ -128,17 +142,31 @@ class Engine:
                 if request.external_hit:
                     tokens = min(request.external_hit, max(cached - request.cached_hbm, 0))
                     disk = min(request.cached_disk, tokens)
-                    reads.setdefault(request.disk_device, 0.0)
-                    reads[request.disk_device] += disk * self.model.kv_bytes_per_token()
-                    rank_bytes = tokens * self.model.kv_bytes_per_token() / self.hw.gpus
-                    seconds = self.hw.chunk_overhead * -(-tokens // self.chunk_tokens) + rank_bytes / self.cold_read
+                    per_token = self.model.kv_bytes_per_token()
+                    device_bytes = dict(request.disk_bytes) if request.disk_bytes is not None \
+                        else {request.disk_device: disk * per_token}
+                    for device, size in device_bytes.items():
+                        reads[device] = reads.get(device, 0.0) + size
+                    rank_bytes = tokens * per_token / self.hw.gpus
+                    # each rank copies its share into HBM: chunks read from disk at the per-GPU cold-read rate,
+                    # chunks found in host DRAM at the host-to-GPU rate
+                    disk_rank = disk * per_token / self.hw.gpus
+                    seconds = (self.hw.chunk_overhead * -(-tokens // self.chunk_tokens) + disk_rank / self.cold_read
+                               + (rank_bytes - disk_rank) / self.hw.h2d_bandwidth)
                     extra += seconds
                     retrievals.append({"request": request, "tokens": tokens, "rank_bytes": rank_bytes,
-                                       "seconds": seconds, "disk_tokens": disk, "device": request.disk_device})
+                                       "seconds": seconds, "disk_tokens": disk, "device": request.disk_device,
+                                       "device_bytes": device_bytes})
             take = min(request.prompt_tokens - request.computed, budget)
             chunks.append((request, take))
             budget -= take
         if not chunks and not decodes:
+            return
+        stall = self._staging_stall(retrievals)
+        if stall is not None:
+            self.stall = stall
+            self.step_plan = (chunks, decodes, retrievals)
+            self.step_end = self.now
             return
         # reads admitted together share their device: one device's reads take its bytes / its bandwidth
         for device, size in reads.items():
@@ -152,7 +180,25 @@ class Engine:
         self.step_plan = (chunks, decodes, retrievals)
         self.step_end = self.now + seconds
 
+    def _staging_stall(self, retrievals: list[dict]) -> dict | None:
+        """The first retrieval of the step whose staging does not fit in the CPU pool beside the step's pinned DRAM
+        chunks, or None."""
+        if self.staging_capacity is None:
+            return None
+        pinned = sum(r["request"].pinned_chunks for r in retrievals)
+        for retrieval in retrievals:
+            request = retrieval["request"]
+            if request.staging_chunks and pinned + request.staging_chunks > self.staging_capacity:
+                return {"request": request, "staging_chunks": request.staging_chunks, "pinned_chunks": pinned,
+                        "capacity_chunks": self.staging_capacity, "since": self.now}
+        return None
+
     def _finish_step(self) -> None:
+        if self.stall is not None:
+            # the step never ends: its retrieval busy-waits for staging that nothing will free
+            self._emit(self.stall["request"], "stalled", self.stall)
+            self.step_end = self.now + self.stall_log_seconds
+            return
         chunks, decodes, retrievals = self.step_plan
         self.step_end, self.step_plan = None, None
         for retrieval in retrievals:
@@ -168,6 +214,7 @@ class Engine:
             if request.state == "done":
                 continue
             request.computed += take
+            request.prefill_marks.append((request.computed, self.now))
             if request.computed >= request.prompt_tokens:
                 self.queue.remove(request)
                 request.generated = 1

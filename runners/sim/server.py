@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from aiohttp import web
 
+from runners.sim import diskstats
 from runners.sim.config import ServeConfig
-from runners.sim.engine import Engine, SimRequest
+from runners.sim.engine import STALL_LOG_SECONDS, Engine, SimRequest
 from runners.sim.model import (
     COLD_START,
     GB,
@@ -42,8 +43,9 @@ from runners.sim.model import (
     StartupSpec,
     hbm_kv_capacity_tokens,
 )
-from runners.sim.tiers import DiskTier, FsPool, LruTier, Writer, chunk_keys
-from runners.simnode.storage import fx_read_gbps, local_read_gbps
+from runners.sim.nonehash import none_hash, vllm_function
+from runners.sim.tiers import DiskTier, DramTier, FsPool, LruTier, Writer, chunk_keys
+from runners.simnode.storage import fx_read_gbps, fx_write_gbps, local_read_gbps, local_write_gbps
 
 ROCM_SUFFIX = "+rocm721"
 VLLM_BLOCK = 16                   # vLLM's KV block (tokens), as its cache_config_info reports num_gpu_blocks
@@ -168,12 +170,18 @@ class SimServer:
         self.tiers: list = []
         self.writer = Writer()
         self.rank_chunk_bytes = 0
+        self.pool_chunks: int | None = None     # LMCache's CPU pool per rank, in chunks (DRAM tier and staging)
+        self.write_free: dict[str, float] = {}  # model time each device's queue of disk writes is done
+        self.diskstats = _diskstats_path(config)
         if lm is not None:
             # LMCache's sizes are GiB (2^30 bytes) per rank: 0.5.6 allocates max_local_cpu_size * 1024**3 and caps
             # its disk backend at max_local_disk_size * 1024**3 (tests/real/test_lmcache_config.py holds this).
             self.rank_chunk_bytes = int(lm.chunk_size * self.model.kv_bytes_per_token() / self.hw.gpus)
+            # LocalCPUBackend exists whenever max_local_cpu_size > 0: with local_cpu true it is the DRAM tier (an LRU
+            # of whole chunks), with local_cpu false only the allocator that stages every transfer
+            self.pool_chunks = int(max(lm.max_local_cpu_size, 0) * GIB // self.rank_chunk_bytes)
             if lm.local_cpu and lm.max_local_cpu_size > 0:
-                self.tiers.append(LruTier("dram", int(lm.max_local_cpu_size * GIB // self.rank_chunk_bytes)))
+                self.tiers.append(DramTier("dram", self.pool_chunks, self.hw.gpus))
             if lm.local_disk is not None:
                 self.tiers.append(DiskTier("local_disk", lm.local_disk,
                                            int(lm.max_local_disk_size * GIB // self.rank_chunk_bytes),
@@ -183,7 +191,10 @@ class SimServer:
         cold_read = self.hw.cold_read_patched if lm is None or lm.parallel_read else self.hw.cold_read_unpatched
         self.engine = Engine(model=self.model, hw=self.hw, max_batched_tokens=config.max_batched_tokens,
                              cold_read=cold_read, device_bandwidth=self._bandwidth, listener=self._on_event,
-                             chunk_tokens=lm.chunk_size if lm else 256)
+                             chunk_tokens=lm.chunk_size if lm else 256,
+                             staging_capacity=self.pool_chunks if lm is not None and self.tiers else None,
+                             # LMCache repeats its warning every 0.1 s; here about every 10 wall seconds
+                             stall_log_seconds=max(STALL_LOG_SECONDS, 10.0 / config.time_scale))
         self.streams: dict[int, asyncio.Queue] = {}
         self.wake = asyncio.Event()
         self.fx_warned = False
@@ -237,11 +248,43 @@ class SimServer:
         return (fx_read_gbps(faults) if device == "fx" else local_read_gbps(faults)) * GB
 
     def _on_event(self, request: SimRequest, kind: str, now: float, info: dict) -> None:
+        if kind == "stalled":
+            self._log_stall(request, info)
+            return
         queue = self.streams.get(id(request))
         if kind == "retrieved":
             self._log_retrieval(request, info)
+            self._count_device(getattr(request, "device_kinds", None) or {}, reading=True)
         if queue is not None:
             queue.put_nowait(kind)
+
+    def _device_name(self, kind: str) -> str | None:
+        """The block device the node's `findmnt`, `lsblk` and `nvme list` name for a tier's storage kind."""
+        state = self.config.node.state or {}
+        if kind == "fx":
+            return diskstats.device_name((state.get("fx") or {}).get("namespace") or "/dev/nvme1n1")
+        if kind == "local_nvme":
+            return diskstats.device_name((state.get("local_nvme") or {}).get("namespace") or "/dev/nvme0n1")
+        return "sda2"
+
+    def _count_device(self, device_bytes: dict, reading: bool) -> None:
+        """Add a retrieval's reads (or a store's writes) to the node's diskstats file, per device."""
+        if self.diskstats is None:
+            return
+        for kind, size in device_bytes.items():
+            name = self._device_name(kind)
+            if not size or name is None:
+                continue
+            chunk = max(self.rank_chunk_bytes, 1)
+            ios = max(int(size // chunk), 1)  # one file per rank and chunk
+            try:
+                if reading:
+                    diskstats.add(self.diskstats, name, read_bytes=int(size), read_ios=ios)
+                else:
+                    diskstats.add(self.diskstats, name, write_bytes=int(size), write_ios=ios)
+            except OSError as error:
+                vllm_log("WARNING", f"cannot update the simulated node's diskstats {self.diskstats}: {error}")
+                self.diskstats = None
 
     async def admit(self, request: SimRequest) -> None:
         """Hand a request to the engine. Requests that reach an idle engine within GATHER_SECONDS (wall) of
@@ -339,33 +382,44 @@ class SimServer:
         if lm is None:
             return request
         usable = [tier for tier in self.tiers if self._tier_usable(tier)]
-        found: list[str] = []
-        for key in keys:
-            tier = next((t for t in usable if key in t), None)
-            if tier is None:
-                break
-            tier.touch(key)
-            found.append(tier.name)
+        now = self.engine.now
+        # LMCache's StorageManager.batched_contains: one pass over its backends in order (LocalCPUBackend,
+        # LocalDiskBackend, RemoteBackend); each serves the run of chunks it holds from where the previous one
+        # stopped. A disk write still in flight is not found (its key enters the index when the write is done).
+        found: list = []
+        for tier in usable:
+            while len(found) < len(keys) and tier.visible(keys[len(found)], now):
+                tier.touch(keys[len(found)])
+                found.append(tier)
         hit = len(found) * lm.chunk_size
         load = max(min(hit, len(prompt) - 1) - hbm_hit, 0)
         request.store = True
-        # tokens past the HBM hit, split by the tier each chunk comes from
-        dram = disk = 0
+        # tokens past the HBM hit, split by the tier each chunk comes from; the retrieval reads whole chunks
+        dram = disk = dram_chunks = disk_chunks = 0
         device = "local_nvme"
-        for index, name in enumerate(found):
+        device_bytes: dict[str, float] = {}
+        chunk_bytes = lm.chunk_size * self.model.kv_bytes_per_token()
+        for index, tier in enumerate(found):
             start = max(index * lm.chunk_size, hbm_hit)
             end = min((index + 1) * lm.chunk_size, hbm_hit + load)
             if end <= start:
                 continue
-            if name == "dram":
+            if tier.name == "dram":
                 dram += end - start
+                dram_chunks += 1
             else:
+                kind = self.config.node.storage_kind(tier.path)
+                kind = kind if kind in ("fx", "local_nvme") else "other"
+                if not disk:
+                    device = kind if kind != "other" else "local_nvme"
                 disk += end - start
-                if disk == end - start:
-                    tier = next(t for t in self.tiers if t.name == name)
-                    device = self.config.node.storage_kind(tier.path)
-                    device = device if device in ("fx", "local_nvme") else "local_nvme"
+                disk_chunks += 1
+                device_bytes[kind] = device_bytes.get(kind, 0.0) + chunk_bytes
         request.cached_dram, request.cached_disk, request.disk_device = dram, disk, device
+        request.disk_bytes = {("local_nvme" if k == "other" else k): v for k, v in device_bytes.items()}
+        request.device_kinds = device_bytes
+        request.staging_chunks = disk_chunks
+        request.pinned_chunks = dram_chunks
         self.counters.add("vllm:external_prefix_cache_queries_total", len(prompt) - hbm_hit)
         self.counters.add("vllm:external_prefix_cache_hits_total", load)
         self.counters.add("lmcache:num_requested_tokens_total", len(prompt))
@@ -373,8 +427,9 @@ class SimServer:
         self.counters.add("lmcache:num_hit_tokens_total", hit)
         self.counters.add("lmcache:num_lookup_hits_total", hit)
         self.counters.add("lmcache:num_vllm_hit_tokens_total", hbm_hit)
-        for name in set(found):
-            self.counters.add(f'fxpilot_sim_tier_hit_tokens_total{{tier="{name}"}}', found.count(name) * lm.chunk_size)
+        names = [tier.name for tier in found]
+        for name in set(names):
+            self.counters.add(f'fxpilot_sim_tier_hit_tokens_total{{tier="{name}"}}', names.count(name) * lm.chunk_size)
         if disk and request.disk_device == "fx" and any(t.name == "fs" for t in self.tiers):
             self.counters.add("lmcache:num_remote_read_bytes_total", disk * self.model.kv_bytes_per_token())
         lmcache_log(f"Reqid: {rid}, Total tokens {len(prompt)}, LMCache hit tokens: {hit}, need to load: {load}",
@@ -394,7 +449,10 @@ class SimServer:
             if not self._tier_usable(tier):
                 continue
             try:
-                stored = max(stored, tier.put_many(keys))
+                if isinstance(tier, (DiskTier, FsPool)):
+                    stored = max(stored, self._store_to_disk(tier, keys, request, lm.chunk_size))
+                else:
+                    stored = max(stored, tier.put_many(keys))
             except OSError as error:
                 lmcache_log(f"failed to store to {tier.name}: {error}", level="WARNING",
                             prefix=worker_prefix(0, self.hw.gpus))
@@ -404,6 +462,48 @@ class SimServer:
                         f"(skip_leading_tokens=0) for request {rid}",
                         where="vllm_v1_adapter.py:1180:lmcache.integration.vllm.vllm_v1_adapter",
                         prefix=worker_prefix(0, self.hw.gpus))
+
+    def _store_to_disk(self, tier, keys: list[str], request: SimRequest, chunk_size: int) -> int:
+        """Write-through to a disk tier, as LMCache's StorageManager.batched_put hands every stored chunk to every
+        backend: each new chunk's write is queued on its device when the prefill step that completed it ended (vLLM's
+        connector stores after every step) and takes the chunk's bytes at the device's write bandwidth; the chunk is
+        found by lookups only once its write is done (LocalDiskBackend indexes a key after writing its file; the fs
+        connector renames its temporary file into place)."""
+        new = [key for key in keys if not (key in tier.entries if isinstance(tier, DiskTier) else key in tier)]
+        ready: dict[str, float] = {}
+        if new:
+            kind = self.config.node.storage_kind(tier.path)
+            faults = self.config.node.faults()
+            rate = (fx_write_gbps(faults) if kind == "fx" else local_write_gbps(faults)) * GB
+            chunk_bytes = chunk_size * self.model.kv_bytes_per_token()
+            marks = request.prefill_marks or [(request.prompt_tokens, request.first_token_at or self.engine.now)]
+            index = {key: position for position, key in enumerate(keys)}
+            free = self.write_free.get(kind, 0.0)
+            mark = 0
+            for key in sorted(new, key=index.__getitem__):
+                end = (index[key] + 1) * chunk_size
+                while mark < len(marks) - 1 and marks[mark][0] < end:
+                    mark += 1
+                free = max(free, marks[mark][1]) + chunk_bytes / rate
+                ready[key] = free
+            self.write_free[kind] = free
+            self._count_device({kind: chunk_bytes * len(new)}, reading=False)
+        return tier.put_many(keys, ready)
+
+    def _log_stall(self, request: SimRequest, info: dict) -> None:
+        """LMCache 0.5.6's LocalCPUBackend.allocate with nothing to evict (every rank's worker says it)."""
+        for rank in range(self.hw.gpus):
+            lmcache_log("No eviction candidates found in local cpu backend. Local cpu memory is under pressure. "
+                        "Waiting for 0.1 seconds before retrying.", level="WARNING",
+                        where="local_cpu_backend.py:724:lmcache.v1.storage_backend.local_cpu_backend",
+                        prefix=worker_prefix(rank, self.hw.gpus))
+        if info.get("since") == self.engine.now:
+            size = self.rank_chunk_bytes / GIB
+            vllm_log("WARNING", f"(simulated) request {request.rid} stalls: its retrieval stages "
+                     f"{info['staging_chunks']} chunks per rank ({info['staging_chunks'] * size:.2f} GiB) from disk "
+                     f"beside {info['pinned_chunks']} pinned DRAM chunks, in a CPU pool of {info['capacity_chunks']} "
+                     f"chunks per rank (max_local_cpu_size {self.config.lmcache.max_local_cpu_size:g} GiB); LMCache "
+                     f"busy-waits for memory that nothing will free, and every request of this server waits with it")
 
     def _log_retrieval(self, request: SimRequest, info: dict) -> None:
         size_gib = info["rank_bytes"] / GIB
@@ -419,6 +519,99 @@ class SimServer:
                         f"(from {request.prompt_tokens} total tokens). size: {size_gib:.4f} gb, cost "
                         f"{seconds * 1000:.4f} ms, throughput: {size_gib / seconds:.4f} GB/s; (simulated)",
                         prefix=worker_prefix(rank, self.hw.gpus))
+
+    def backend_names(self) -> list[str]:
+        """LMCache 0.5.6's storage backends of a worker, in its order (storage_backend/__init__.py)."""
+        lm = self.config.lmcache
+        if lm is None:
+            return []
+        names = ["LocalCPUBackend"] if lm.max_local_cpu_size > 0 else []
+        if lm.local_disk is not None and lm.max_local_disk_size > 0:
+            names.append("LocalDiskBackend")
+        if lm.fs_pool is not None:
+            names.append("RemoteBackend" if lm.raw.get("remote_url") else "RemoteBackend-fs")
+        return names
+
+    def clear_cache(self, rank: int, locations: list[str] | None) -> int:
+        """`DELETE /cache/clear` on worker ``rank``'s internal API server: StorageManager.clear(locations). Only
+        LocalCPUBackend has a clear (it empties the DRAM tier of that rank; nothing when local_cpu is false); the
+        other backends are skipped with LMCache's warning. Returns the tokens removed, as LMCache does."""
+        removed = 0
+        for name in self.backend_names():
+            if locations is not None and name not in locations:
+                continue
+            if name == "LocalCPUBackend":
+                dram = next((tier for tier in self.tiers if isinstance(tier, DramTier)), None)
+                if dram is not None:
+                    removed += dram.clear_rank(rank) * self.config.lmcache.chunk_size
+            else:
+                lmcache_log(f"Storage backend {name} does not support clear operation. Skipping.", level="WARNING",
+                            where="storage_manager.py:1144:lmcache.v1.storage_backend.storage_manager",
+                            prefix=worker_prefix(rank, self.hw.gpus))
+        return removed
+
+    def api_endpoints(self) -> list[tuple[int | None, str, int, str | None]]:
+        """(worker rank or None for the scheduler, host, port, Unix socket path or None) of every internal API server
+        LMCache 0.5.6 starts with this configuration: the scheduler's on internal_api_server_port_start, worker i's on
+        the port after it plus i (api_server.py), filtered by internal_api_server_include_index_list."""
+        lm = self.config.lmcache
+        if lm is None or not lm.api_enabled:
+            return []
+        out = []
+        for offset in range(self.hw.gpus + 1):
+            if lm.api_include and offset not in lm.api_include:
+                continue
+            port = lm.api_port_start + offset
+            socket_path = f"{lm.api_socket_prefix}_{port}" if lm.api_socket_prefix else None
+            out.append((None if offset == 0 else offset - 1, lm.api_host, port, socket_path))
+        return out
+
+    def startup_lines(self) -> None:
+        """What LMCache 0.5.6 logs at start in each of its processes (the scheduler's, then every worker's): the chunk
+        hash it loaded, vLLM's first-block hash (NONE_HASH) and, in the workers, whether the disk tiers use O_DIRECT."""
+        lm = self.config.lmcache
+        if lm is None:
+            return
+        seed = os.environ.get("PYTHONHASHSEED")
+        function = vllm_function(lm.hash_algorithm)
+        for rank in [None, *range(self.hw.gpus)]:
+            prefix = worker_prefix(rank, self.hw.gpus)
+            where = "token_database.py:{}:lmcache.v1.token_database"
+            if function is None:
+                lmcache_log(f"Could not load '{lm.hash_algorithm}' from vLLM. Using builtin hash. This may cause "
+                            f"inconsistencies in distributed caching.", level="WARNING", where=where.format(162),
+                            prefix=prefix)
+                if seed is None:
+                    lmcache_log("Using builtin hash without PYTHONHASHSEED set. For production environments "
+                                "(non-testing scenarios), you MUST set PYTHONHASHSEED to ensure consistent hashing "
+                                "across processes. Example: export PYTHONHASHSEED=0", level="WARNING",
+                                where=where.format(170), prefix=prefix)
+            else:
+                lmcache_log(f"Loaded '{function}' from vllm.utils.hashing", where=where.format(190), prefix=prefix)
+                if seed is None and function.endswith("_cbor"):
+                    vllm_log("WARNING", "PYTHONHASHSEED is not set. This will lead to non-reproducible block-hashes "
+                             "when using CBOR-based hash functions such as sha256_cbor or xxhash_cbor. Consider "
+                             "setting PYTHONHASHSEED to a fixed value for reproducibility.",
+                             where="kv_cache_utils.py:100", prefix=prefix)
+            try:
+                value = none_hash(lm.hash_algorithm, seed)
+            except ImportError:
+                lmcache_log("Using default NONE_HASH=0 (vLLM not available)", where=where.format(108), prefix=prefix)
+            else:
+                lmcache_log(f"Initialized NONE_HASH={value} from vLLM (>= PR#20511)", where=where.format(100),
+                            prefix=prefix)
+            lmcache_log(f"Using hash algorithm: {lm.hash_algorithm}", where=where.format(110), prefix=prefix)
+            if rank is None:
+                continue
+            if lm.local_disk is not None and lm.max_local_disk_size > 0:
+                lmcache_log(f"Using O_DIRECT for disk I/O: {lm.use_odirect}",
+                            where="local_disk_backend.py:171:lmcache.v1.storage_backend.local_disk_backend",
+                            prefix=prefix)
+            if lm.fs_pool is not None:
+                lmcache_log(f"Initialized FSConnector with base paths [PosixPath({str(lm.fs_pool)!r})], relative tmp "
+                            f"dir: None, read ahead size: None, use O_DIRECT: {lm.fs_use_odirect}",
+                            where="fs_connector.py:122:lmcache.v1.storage_backend.connector.fs_connector",
+                            prefix=prefix)
 
     def reset_prefix_cache(self, external: bool) -> None:
         self.hbm.clear()
@@ -457,7 +650,11 @@ class SimServer:
                  "# HELP fxpilot_sim_clock_slip_seconds_total Wall seconds the model clock stood still while "
                  "the simulator ran behind.",
                  "# TYPE fxpilot_sim_clock_slip_seconds_total counter",
-                 f"fxpilot_sim_clock_slip_seconds_total {self.slip:.6f}"]
+                 f"fxpilot_sim_clock_slip_seconds_total {self.slip:.6f}",
+                 "# HELP fxpilot_sim_staging_stalled 1 while a retrieval waits for LMCache staging memory that "
+                 "nothing will free.",
+                 "# TYPE fxpilot_sim_staging_stalled gauge",
+                 f"fxpilot_sim_staging_stalled {1 if self.engine.stall else 0}"]
         counters = ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
                     "vllm:prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
                     "vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_cached_total",
@@ -493,6 +690,78 @@ class SimServer:
                   f"vllm:kv_cache_usage_perc{{{label}}} "
                   f"{len(self.hbm) / self.hbm.capacity if self.hbm.capacity else 0.0:.6f}"]
         return "\n".join(lines) + "\n"
+
+
+def _diskstats_path(config: ServeConfig):
+    """The node's diskstats file: $FXPILOT_DISKSTATS (the simulated node sets it for every command), else
+    <node root>/proc/diskstats when that exists; None when neither (no counters to update)."""
+    named = os.environ.get("FXPILOT_DISKSTATS")
+    if named:
+        return named
+    root = config.node.root
+    if root is not None and (root / "proc" / "diskstats").exists():
+        return str(root / "proc" / "diskstats")
+    return None
+
+
+# --- LMCache's internal API server -----------------------------------------------------------------------------
+
+def _api_json(payload: dict, status: int = 200) -> web.Response:
+    """FastAPI's PlainTextResponse(json.dumps(payload, indent=2), media_type="application/json") as LMCache sends it."""
+    return web.Response(text=json.dumps(payload, indent=2), status=status, content_type="application/json")
+
+
+def build_api_app(server: SimServer, rank: int | None) -> web.Application:
+    """One process's internal API server (LMCache 0.5.6 internal_api_server): `DELETE /cache/clear[?locations=…]`.
+    The scheduler's (rank None) has no LMCache engine and answers 503, as LMCache's _check_lmcache_engine does."""
+
+    async def clear(request: web.Request) -> web.Response:
+        if request.method != "DELETE":
+            return web.json_response({"detail": "Method Not Allowed"}, status=405)
+        if rank is None:
+            return _api_json({"error": "LMCache API is unavailable", "message": "LMCache engine not configured."}, 503)
+        locations = request.query.getall("locations", None)
+        removed = server.clear_cache(rank, locations)
+        return _api_json({"status": "success", "num_removed": removed})
+
+    async def not_found(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "Not Found"}, status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/cache/clear", clear)
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    return app
+
+
+async def start_api_servers(server: SimServer) -> list[web.AppRunner]:
+    """Start every internal API server the LMCache configuration asks for; a port that cannot be bound is logged
+    (as uvicorn does in LMCache's thread) and the server runs on without it."""
+    runners = []
+    for rank, host, port, socket_path in server.api_endpoints():
+        prefix = worker_prefix(rank, server.hw.gpus)
+        where = "api_server.py:{}:lmcache.v1.internal_api_server.api_server"
+        said = f"socket {socket_path}" if socket_path else f"port {port}"
+        lmcache_log(f"Init internal API server on {said}", where=where.format(105), prefix=prefix)
+        runner = web.AppRunner(build_api_app(server, rank), access_log=None)
+        await runner.setup()
+        try:
+            if socket_path:
+                os.makedirs(os.path.dirname(socket_path) or ".", exist_ok=True)
+                if os.path.exists(socket_path):
+                    os.unlink(socket_path)
+                site = web.UnixSite(runner, socket_path)
+            else:
+                site = web.TCPSite(runner, host, port)
+            await site.start()
+        except OSError as error:
+            await runner.cleanup()
+            lmcache_log(f"[Errno {error.errno}] error while attempting to bind on address ({host!r}, {port}): "
+                        f"{(error.strerror or str(error)).lower()} (internal API server not started)", level="ERROR",
+                        where=where.format(126), prefix=prefix)
+            continue
+        lmcache_log(f"Starting LMCache internal API server on {said}", where=where.format(126), prefix=prefix)
+        runners.append(runner)
+    return runners
 
 
 # --- HTTP ------------------------------------------------------------------------------------------------
@@ -735,9 +1004,12 @@ def build_app(server: SimServer) -> web.Application:
 
     async def start_driver(app: web.Application) -> None:
         app["driver"] = asyncio.ensure_future(server.drive())
+        app["api_runners"] = await start_api_servers(server)
 
     async def stop_driver(app: web.Application) -> None:
         app["driver"].cancel()
+        for runner in app.get("api_runners", []):
+            await runner.cleanup()
         server.writer.flush()
 
     app.on_startup.append(start_driver)
@@ -846,10 +1118,20 @@ def run(config: ServeConfig) -> None:
                     level="ERROR", where="manager.py:107:lmcache.v1.manager",
                     prefix=worker_prefix(0, config.tensor_parallel))
         config.lmcache = None
+    lm = config.lmcache
+    if lm is not None and lm.max_local_cpu_size <= 0 and (lm.local_disk is not None or lm.fs_pool is not None):
+        # 0.5.6 creates no LocalCPUBackend then, and the disk and remote backends assert that one exists
+        lmcache_log("Failed to initialize LMCacheManager components: AssertionError: Remote backend requires local "
+                    "CPU backend as a buffer.Please turn on local cpu backend with max_local_cpu_size > 0 (simulated: "
+                    f"max_local_cpu_size={lm.max_local_cpu_size:g}). System will operate in degraded mode "
+                    "(recompute).", level="ERROR", where="manager.py:107:lmcache.v1.manager",
+                    prefix=worker_prefix(0, config.tensor_parallel))
+        config.lmcache = None
     if config.cold_start:
         cold_start(config)
     server = SimServer(config)
     vllm_log("INFO", describe(server))
+    server.startup_lines()
     app = build_app(server)
     loop = asyncio.new_event_loop()
     server.watch(loop)

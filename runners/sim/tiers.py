@@ -117,11 +117,61 @@ class LruTier:
     def clear(self) -> None:
         self.entries.clear()
 
+    def visible(self, key: str, now: float) -> bool:
+        """Whether a lookup at model time ``now`` finds ``key`` (tiers written asynchronously override it)."""
+        return key in self
+
     def _evict(self, key: str) -> None:
         """Hook for tiers that hold something outside memory."""
 
     def _flush(self, added: list[str]) -> None:
         """Hook: make ``added`` (and what was evicted meanwhile) durable."""
+
+
+class DramTier(LruTier):
+    """LMCache's ``LocalCPUBackend`` hot cache with ``local_cpu: true``: an LRU of whole chunks, one copy per TP rank.
+
+    Every rank's worker runs its own LMCache engine with its own DRAM; a store or a promotion writes a chunk on every
+    rank. Each entry remembers which ranks hold it (a bit per rank), so the internal API server of one worker empties
+    that rank's DRAM only. A lookup finds a chunk in DRAM when every rank holds it (a chunk some rank lost is read
+    from the disk tier, for every rank: a simplification of a partial clear).
+    """
+
+    def __init__(self, name: str, capacity: int, ranks: int):
+        super().__init__(name, capacity)
+        self.full = (1 << max(int(ranks), 1)) - 1
+        self.entries: OrderedDict[str, int] = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return self.entries.get(key) == self.full
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def _insert(self, key: str) -> bool:
+        if self.capacity <= 0:
+            return False
+        held = self.entries.get(key)
+        self.entries[key] = self.full
+        self.entries.move_to_end(key)
+        if held is None:
+            while len(self.entries) > self.capacity:
+                self.entries.popitem(last=False)
+        return held != self.full
+
+    def clear_rank(self, rank: int) -> int:
+        """Empty one rank's DRAM (LocalCPUBackend.clear on that worker); returns the chunks it held."""
+        bit = 1 << rank
+        removed = 0
+        for key in list(self.entries):
+            mask = self.entries[key]
+            if mask & bit:
+                removed += 1
+                if mask == bit:
+                    del self.entries[key]
+                else:
+                    self.entries[key] = mask & ~bit
+        return removed
 
 
 class DiskTier(LruTier):
@@ -138,6 +188,9 @@ class DiskTier(LruTier):
         self.path = path
         self.writer = writer
         self.doomed: list[Path] = []
+        # chunks whose write is still in flight: model time at which it completes (LocalDiskBackend inserts a key
+        # into its index only once async_save_bytes_to_disk has written the file)
+        self.ready: dict[str, float] = {}
         self.meta = json.dumps({"tokens": chunk_tokens, "bytes_per_rank": rank_bytes, "simulated": True}).encode()
         path.mkdir(parents=True, exist_ok=True)
         found = sorted(self.path.glob("*" + self.suffix), key=lambda p: p.stat().st_mtime)
@@ -150,13 +203,37 @@ class DiskTier(LruTier):
     def _file(self, key: str) -> Path:
         return self.path / (key + self.suffix)
 
+    def visible(self, key: str, now: float) -> bool:
+        if key not in self.entries:
+            return False
+        due = self.ready.get(key)
+        if due is None:
+            return True
+        if due > now:
+            return False
+        del self.ready[key]
+        return True
+
+    def put_many(self, keys: list[str], ready: dict[str, float] | None = None) -> int:
+        """Insert every key in order (an insert reserves its space and evicts at once, as LocalDiskBackend's
+        submit_put_task does); a new key is found by lookups only from its time in ``ready`` (its write done)."""
+        added = [key for key in keys if self._insert(key)]
+        if ready:
+            for key in added:
+                if key in ready and key in self.entries:
+                    self.ready[key] = ready[key]
+        self._flush(added)
+        return len(added)
+
     def clear(self) -> None:
         for key in self.entries:
             self._evict(key)
         super().clear()
+        self.ready.clear()
         self._flush([])
 
     def _evict(self, key: str) -> None:
+        self.ready.pop(key, None)
         self.doomed.append(self._file(key))
 
     def _flush(self, added: list[str]) -> None:
@@ -179,19 +256,31 @@ class FsPool:
         self.path = path
         self.writer = writer
         self.written: set[str] = set()
+        self.ready: dict[str, float] = {}     # this instance's writes in flight: model time each completes
         self.meta = json.dumps({"tokens": chunk_tokens, "bytes_per_rank": rank_bytes, "simulated": True}).encode()
         path.mkdir(parents=True, exist_ok=True)
 
     def __contains__(self, key: str) -> bool:
         return key in self.written or os.path.exists(self.path / (key + self.suffix))
 
+    def visible(self, key: str, now: float) -> bool:
+        due = self.ready.get(key)
+        if due is not None:
+            if due > now:
+                return False
+            del self.ready[key]
+            return True
+        return key in self
+
     def touch(self, key: str) -> None:
         """Reads do not reorder a pool without eviction."""
 
-    def put_many(self, keys: list[str]) -> int:
+    def put_many(self, keys: list[str], ready: dict[str, float] | None = None) -> int:
         added = [key for key in keys if key not in self]
         if added:
             self.written.update(added)
+            if ready:
+                self.ready.update((key, ready[key]) for key in added if key in ready)
             self.writer.submit(_apply, [self.path / (key + self.suffix) for key in added], [], self.meta)
         return len(added)
 

@@ -32,6 +32,8 @@ from gates.sizing import Turn, length_summary, trace_session_lengths
 from gates.traces.analysis import analyse, report, session_final_lengths
 from gates.traces.formats import (
     FORMATS,
+    GZIP_MAGIC,
+    PUBLIC_FORMATS,
     TraceFormatError,
     bounded_heap,
     detect_format,
@@ -64,10 +66,10 @@ def parse(data: bytes, name: str = "customer-trace.csv") -> list:
     """
     if not data:
         raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
-    first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
-    fmt = detect_format(first) or _format_hint(first)
-    if fmt in ("mooncake", "azure", "burstgpt"):
-        return public_turns(data, name, fmt)
+    data = gunzipped(data, name)
+    fmt = sniff(data)
+    if fmt in PUBLIC_FORMATS or fmt == "mooncake-like":
+        return public_turns(data, name, None if fmt == "mooncake-like" else fmt)
     with tempfile.NamedTemporaryFile(suffix=".csv") as handle:
         handle.write(data)
         handle.flush()
@@ -81,10 +83,32 @@ def _refused(words) -> TraceRefused:
     return TraceRefused(words(), words)
 
 
+def gunzipped(data: bytes, name: str) -> bytes:
+    """The bytes as they are, or decompressed when they are gzip (told by the magic bytes, whatever the name)."""
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    import gzip
+    import zlib
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as error:
+        raise _refused(lambda e=error: _("%(name)s: a gzip file that cannot be decompressed: %(error)s")
+                       % {"name": name, "error": e}) from None
+
+
+def sniff(data: bytes) -> str | None:
+    """The format of a trace's bytes (gates.traces detection on the first line and, for JSON, the first 64 KiB), or
+    the public format its first line is meant to be when a column is missing, so the message names it."""
+    head = data[:1 << 16].decode("utf-8-sig", "replace")
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    found = detect_format(first, head) or _format_hint(first)
+    if found is None and first.lstrip().startswith(("{", "[")):
+        return "mooncake-like"       # JSON of no known shape: gates.traces refuses it, naming what it looks like
+    return found
+
+
 def _format_hint(first_line: str) -> str | None:
-    """The public format a first line is meant to be, when a column is missing (so the message names it)."""
-    if first_line.lstrip().startswith("{"):
-        return "mooncake"
+    """The public format a CSV first line is meant to be, when a column is missing (so the message names it)."""
     names = {n.strip() for n in first_line.split(",")}
     if "TIMESTAMP" in names or "ContextTokens" in names:
         return "azure"
@@ -246,13 +270,13 @@ def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
             progress(value, stage)
     if not data:
         raise _refused(lambda: _("%(name)s: the file is empty") % {"name": name})
-    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".trace") as handle:
+    data = gunzipped(data, name)
+    with tempfile.NamedTemporaryFile(suffix=".trace") as handle:
         handle.write(data)
         handle.flush()
-        first = next((line for line in data[:1 << 16].splitlines() if line.strip()), b"").decode("utf-8-sig", "replace")
-        fmt = detect_format(first) or _format_hint(first)
+        fmt = sniff(data)
         lengths = None
-        if fmt not in ("mooncake", "azure", "burstgpt"):
+        if fmt not in PUBLIC_FORMATS and fmt != "mooncake-like":
             try:
                 turns = load_trace(handle.name)
             except TraceError as error:

@@ -135,6 +135,9 @@ def report(analysis: Analysis, capacities: tuple[int, ...] = ()) -> dict[str, An
         "input_length": _quantiles(t.input_tokens),
         "input_length_histogram": _histogram(t.input_tokens, LENGTH_EDGES),
         "arrivals": _arrivals(ts),
+        # doubts about the file that did not stop it being read (out-of-order times, an inferred block size, prompt
+        # lengths estimated from text…): each with its line and field, and a template + values for translation
+        "warnings": list(t.warnings),
     }
     out["reuse"] = reuse_report(analysis, capacities)
     return out
@@ -176,7 +179,7 @@ def reuse_report(analysis: Analysis, capacities: tuple[int, ...] = ()) -> dict[s
                f"come from a cache, so a cache tier cannot change much for it" if little else
                f"{100 * frac(ideal):.1f} % of the prompt tokens could come from a cache of unbounded size")
     return {
-        "known": True, "basis": t.reuse_basis, "block_tokens": bt,
+        "known": True, "basis": t.reuse_basis, "block_tokens": bt, "block_tokens_basis": t.block_tokens_basis,
         "ideal_hit_fraction": frac(ideal), "ideal_hit_tokens": int(ideal),
         "lru": lru, "little": little, "summary": summary,
         "curve": [{"capacity_tokens": c["capacity_blocks"] * bt, "hit_fraction": frac(c["hit_tokens"])}

@@ -35,7 +35,8 @@ BAD_PUBLIC = [
     (b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": "x"}\n', "is not a list of block ids"),
     (b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1e400]}\n', ""),
     (b'{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []}\n', "finite number"),
-    (b'{"timestamp": 0, "input_length": 1, "output_length": 1}\n', "missing"),
+    (b'{"timestamp": 0, "input_length": 1, "output_length": 1, "session_id": "a"}\n'
+     b'{"timestamp": 1, "input_length": 1, "output_length": 1}\n', "every request names its session"),
     (b"TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "is not a time like"),
     (b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s,block_ids\na,1,10,1,0,1 2 3 4\n", "block ids for"),
     (b"hello\n", "not a trace format"),

@@ -85,8 +85,9 @@ def test_fxpilot_csv_without_block_ids_implies_the_session_prefix(tmp_path):
 @pytest.mark.parametrize("name, text, message", [
     ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\nnot json\n',
      "m.jsonl (Mooncake/FAST'25 JSONL), line 2: not a JSON object"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n',
-     "m.jsonl (Mooncake/FAST'25 JSONL), line 1, field hash_ids: missing"),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+                '{"timestamp": 1, "input_length": 5, "output_length": 1}\n',
+     "m.jsonl (Mooncake/FAST'25 JSONL), line 2, field hash_ids: missing here, though 1 of the 2 requests"),
     ("m.jsonl", '{"timestamp": -4, "input_length": 5, "output_length": 1, "hash_ids": []}\n',
      "line 1, field timestamp: -4 must be a finite number ≥ 0"),
     ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "b"]}\n',

@@ -48,3 +48,37 @@ def lru_hit_tokens(timestamps: Sequence[float], input_tokens: Sequence[int], blo
         while len(cache) > capacity:
             cache.popitem(last=False)
     return hits
+
+
+def tiered_hit_tokens(timestamps: Sequence[float], input_tokens: Sequence[int], blocks: Sequence[Sequence],
+                      block_tokens: int, hbm_tokens: int, dram_tokens: int,
+                      fx_tokens: int | None = None) -> tuple[int, int, int]:
+    """(HBM, DRAM, FX) hit tokens of the cascade gates.traces.tiers states: HBM an LRU over every request's blocks;
+    DRAM an LRU over the blocks after the HBM run; FX (unbounded when fx_tokens is None) over the blocks after the
+    DRAM run. Each level looks up first (its run continues the run above), then inserts or refreshes what it saw."""
+    levels = [OrderedDict(), OrderedDict(), OrderedDict()]
+    sizes = [hbm_tokens // block_tokens, dram_tokens // block_tokens,
+             None if fx_tokens is None else fx_tokens // block_tokens]
+    served = [0, 0, 0]
+    for i in arrival_order(timestamps):
+        request = list(blocks[i])
+        start = 0
+        done = 0
+        for level, cache in enumerate(levels):
+            seen = request[start:]
+            run = 0
+            for block in seen:
+                if block not in cache:
+                    break
+                run += 1
+            upto = min((start + run) * block_tokens, input_tokens[i])
+            served[level] += max(0, upto - done)
+            done = max(done, upto)
+            if sizes[level] != 0:
+                for block in seen:
+                    cache[block] = None
+                    cache.move_to_end(block)
+                while sizes[level] is not None and len(cache) > sizes[level]:
+                    cache.popitem(last=False)
+            start += run
+    return served[0], served[1], served[2]

@@ -321,27 +321,146 @@ def mount(args: list[str]) -> None:
 FINDMNT_COLUMNS = {"ID": "id", "TARGET": "path", "SOURCE": "device", "FSTYPE": "fstype", "OPTIONS": "options"}
 
 
+def _short_options(args: list[str], takes_value: str) -> list[str]:
+    """Split clustered short options as getopt does: `-no SOURCE` → `-n -o SOURCE`, `-oSOURCE` → `-o SOURCE`."""
+    out: list[str] = []
+    for arg in args:
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
+            for position, letter in enumerate(arg[1:], start=1):
+                out.append("-" + letter)
+                if letter in takes_value:
+                    if arg[position + 1:]:
+                        out.append(arg[position + 1:])
+                    break
+        elif arg.startswith("--") and "=" in arg:
+            out += arg.split("=", 1)
+        else:
+            out.append(arg)
+    return out
+
+
+def _mount_of(path: str, state: dict) -> dict | None:
+    """The mount holding ``path`` (findmnt --target): the longest mount point it lies under, comparing resolved paths
+    too (the FX mount point may be a link to the array every simulated node shares)."""
+    literal, real = os.path.abspath(os.path.expanduser(path)), _expand(path)
+    best, length = None, -1
+    for row in mounts(state):
+        for mount in {row["path"], os.path.realpath(row["path"])}:
+            mount = mount.rstrip("/") or "/"
+            for candidate in (literal, real):
+                inside = candidate == mount or candidate.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) > length:
+                    best, length = row, len(mount)
+    return best
+
+
 def findmnt(args: list[str]) -> None:
-    """`findmnt [-r] [-n] [-o COLUMNS] [--mountpoint] DIRECTORY`: the simulated node's mounts (ID as the kernel's)."""
-    columns, target, rest = ["TARGET", "SOURCE", "FSTYPE", "OPTIONS"], None, list(args)
+    """`findmnt [-n] [-r] [-o COLUMNS] [-M DIR | -T PATH | DIR]`: the simulated node's mounts (ID as the kernel's).
+    `--target PATH` answers the mount that holds PATH (which must exist, as with the real findmnt)."""
+    columns, target, containing = ["TARGET", "SOURCE", "FSTYPE", "OPTIONS"], None, None
+    rest = _short_options(list(args), "oMT")
     while rest:
         arg = rest.pop(0)
         if arg in ("-o", "--output") and rest:
             columns = [c.strip().upper() for c in rest.pop(0).split(",")]
         elif arg in ("-M", "--mountpoint") and rest:
             target = rest.pop(0)
+        elif arg in ("-T", "--target") and rest:
+            containing = rest.pop(0)
         elif not arg.startswith("-"):
             target = arg
     unknown = [c for c in columns if c not in FINDMNT_COLUMNS]
     if unknown:
         raise ToolError(f"findmnt: unknown column: {unknown[0]}", 1)
     state = _state()
-    rows = [row for row in mounts(state)
-            if target is None or _expand(target) in (row["path"], os.path.realpath(row["path"]))]
+    if containing is not None:
+        found = _mount_of(containing, state) if os.path.exists(os.path.expanduser(containing)) else None
+        rows = [found] if found else []
+    else:
+        rows = [row for row in mounts(state)
+                if target is None or _expand(target) in (row["path"], os.path.realpath(row["path"]))]
     if not rows:
         raise SystemExit(1)
     for row in rows:
         print(" ".join(str(row[FINDMNT_COLUMNS[c]]) for c in columns))
+
+
+def _block_devices(state: dict) -> list[dict]:
+    """The node's block devices as lsblk lists them: the boot disk and its root partition, the local NVMe, and the FX
+    namespace while it is connected."""
+    mounted = {row["device"]: row["path"] for row in mounts(state)}
+    rows = [{"NAME": "sda", "KNAME": "sda", "PKNAME": "", "TYPE": "disk", "SIZE": "894.3G", "MAJ:MIN": "8:0",
+             "MODEL": "SAMSUNG MZ7L3960", "TRAN": "sata"},
+            {"NAME": "sda2", "KNAME": "sda2", "PKNAME": "sda", "TYPE": "part", "SIZE": "893.3G", "MAJ:MIN": "8:2",
+             "MODEL": "", "TRAN": ""}]
+    local = state.get("local_nvme", {}).get("namespace") or "/dev/nvme0n1"
+    rows.append({"NAME": os.path.basename(local), "KNAME": os.path.basename(local), "PKNAME": "", "TYPE": "disk",
+                 "SIZE": "1.9T", "MAJ:MIN": "259:0", "MODEL": LOCAL_MODEL, "TRAN": "nvme"})
+    if fx_visible(state) and state["fx"].get("connected"):
+        fx = state["fx"]["namespace"]
+        rows.append({"NAME": os.path.basename(fx), "KNAME": os.path.basename(fx), "PKNAME": "", "TYPE": "disk",
+                     "SIZE": "27.9T", "MAJ:MIN": "259:1", "MODEL": FX_MODEL, "TRAN": "nvme"})
+    for row in rows:
+        row["MOUNTPOINT"] = row["MOUNTPOINTS"] = mounted.get("/dev/" + row["KNAME"], "")
+        row["FSTYPE"] = "xfs" if row["TYPE"] == "disk" and row["KNAME"].startswith("nvme") else (
+            "ext4" if row["KNAME"] == "sda2" else "")
+        row["PATH"] = "/dev/" + row["KNAME"]
+        row["RM"], row["RO"] = "0", "0"
+    return rows
+
+
+def lsblk(args: list[str]) -> None:
+    """`lsblk [-n] [-d] [-p] [-J] [-o COLUMNS] [DEVICE...]`: the simulated node's block devices. A partition's PKNAME
+    is its disk's kernel name (sda2 → sda); a whole namespace has none."""
+    rest = _short_options(list(args), "o")
+    columns = ["NAME", "MAJ:MIN", "RM", "SIZE", "RO", "TYPE", "MOUNTPOINTS"]
+    headings, as_json, no_deps, full_path, wanted = True, False, False, False, []
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-o", "--output") and rest:
+            columns = [c.strip().upper() for c in rest.pop(0).split(",")]
+        elif arg in ("-n", "--noheadings"):
+            headings = False
+        elif arg in ("-J", "--json"):
+            as_json = True
+        elif arg in ("-d", "--nodeps"):
+            no_deps = True
+        elif arg in ("-p", "--paths"):
+            full_path = True
+        elif not arg.startswith("-"):
+            wanted.append(arg)
+    state = _state()
+    devices = _block_devices(state)
+    known = set(devices[0])
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise ToolError(f"lsblk: unknown column: {unknown[0]}", 1)
+    rows = []
+    for name in wanted:
+        real = os.path.realpath(name) if name.startswith("/dev/") and os.path.islink(name) else name
+        match = next((d for d in devices if real in (d["PATH"], d["KNAME"])), None)
+        if match is None:
+            raise ToolError(f"lsblk: {name}: not a block device", 32)
+        rows.append(match)
+        if not no_deps and match["TYPE"] == "disk":
+            rows += [d for d in devices if d["PKNAME"] == match["KNAME"]]
+    if not wanted:
+        rows = [d for d in devices if not no_deps or d["TYPE"] == "disk"]
+
+    def value(row: dict, column: str) -> str:
+        text = row[column]
+        if full_path and column in ("NAME", "KNAME", "PKNAME") and text:
+            text = "/dev/" + text
+        return text
+
+    if as_json:
+        print(json.dumps({"blockdevices": [{c.lower(): (value(r, c) or None) for c in columns} for r in rows]},
+                         indent=3))
+        return
+    widths = [max([len(c)] + [len(value(r, c)) for r in rows]) for c in columns]
+    lines = ([columns] if headings else []) + [[value(r, c) for c in columns] for r in rows]
+    for line in lines:
+        print(" ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip())
 
 
 def umount(args: list[str]) -> None:
@@ -708,7 +827,7 @@ def _fio_dir(io_bytes: int, bw_bytes: float, iops: float, runtime: float, ios: i
 TOOLS = {
     "amd-smi": amd_smi, "rocm-smi": rocm_smi, "nvme": nvme, "mount": mount, "umount": umount, "findmnt": findmnt, "mkfs.xfs": mkfs_xfs,
     "ip": ip, "ethtool": ethtool, "ibv_devinfo": ibv_devinfo, "rdma": rdma, "nproc": nproc, "free": free, "df": df,
-    "fio": fio, "sudo": sudo,
+    "fio": fio, "sudo": sudo, "lsblk": lsblk,
 }
 
 

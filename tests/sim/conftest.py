@@ -83,7 +83,7 @@ class SimServer:
             self.wait_healthy()
         return self
 
-    def wait_healthy(self, timeout: float = 20.0) -> None:
+    def wait_healthy(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -104,10 +104,10 @@ class SimServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def metrics(self) -> dict:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as response:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=600) as response:
             return parse_metrics(response.read().decode())
 
-    def post(self, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict, bytes]:
+    def post(self, path: str, body: dict | None = None, timeout: float = 600) -> tuple[int, dict, bytes]:
         data = json.dumps(body or {}).encode()
         request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:

@@ -18,7 +18,7 @@ def caches(root) -> dict:
 def started(server: SimServer) -> float:
     began = time.monotonic()
     server.start(wait=False)
-    server.wait_healthy(timeout=60)
+    server.wait_healthy(timeout=600)
     return time.monotonic() - began
 
 

@@ -87,7 +87,7 @@ def test_the_serve_command_exits_with_the_reason(tmp_path):
     config.write_text("chunk_size: 256\nbogus: 1\n")
     result = subprocess.run([sys.executable, "-m", "runners.sim", "serve", MODEL, "--kv-transfer-config", TRANSFER],
                             env={"PATH": "/usr/bin:/bin", "LMCACHE_CONFIG_FILE": str(config)}, cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 1 and "unknown LMCache configuration key 'bogus'" in result.stderr
 
 

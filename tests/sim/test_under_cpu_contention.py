@@ -44,7 +44,7 @@ def test_fx_against_local_nvme_under_cpu_burners_gives_the_modelled_figures(node
         burner.start()
     try:
         clients = [_cold_recovery(arm, tmp_path / f"{arm.arm}.jsonl") for arm in (fx, local)]  # side by side
-        assert [client.wait(300) for client in clients] == [0, 0]
+        assert [client.wait(600) for client in clients] == [0, 0]
     finally:
         for burner in burners:
             burner.terminate()

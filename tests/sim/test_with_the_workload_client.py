@@ -17,7 +17,7 @@ def test_cold_recovery_with_the_workload_client_hits_the_tier_after_eviction(nod
     subprocess.run([sys.executable, str(REPO / "runners" / "remote" / "workload.py"), "cold-recovery", "--url",
                     server.url, "--arm", "local_nvme", "--out", str(out), "--model", MODEL, "--prompt-tokens", "2048",
                     "--turn-tokens", "64", "--output-tokens", "4", "-c", "2,4", "--repetitions", "2",
-                    "--requests-per-client", "1", "--evict", "reset", "--quiet"], check=True, timeout=120)
+                    "--requests-per-client", "1", "--evict", "reset", "--quiet"], check=True, timeout=600)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     measured = [r for r in records if r["phase"] == "measure"]
     assert len(measured) == 2 * (2 + 4) and all(r["status"] == "ok" and r["simulated"] for r in measured)
@@ -73,7 +73,7 @@ def test_the_soak_cycles_over_more_than_hbm_holds_so_every_judged_window_reads_t
     subprocess.run([sys.executable, str(REPO / "runners" / "remote" / "workload.py"), "soak", "--url", server.url,
                     "--arm", "fx", "--out", str(out), "--model", MODEL, "--prompt-tokens", "4096", "--turn-tokens", "64",
                     "--output-tokens", "4", "-c", "2", "--duration-s", "6", "--windows", "3", "--quiet"],
-                   check=True, timeout=120)
+                   check=True, timeout=600)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     summaries = [json.loads(line) for line in (tmp_path / "soak.summary.json").read_text().splitlines()]
     assert [s["repetition"] for s in summaries] == [1, 2, 3]  # one per window, one /metrics pair for them all

@@ -111,7 +111,7 @@ class Responder:
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        self.thread.join(timeout=30)
+        self.thread.join(timeout=600)
         if self.errors:
             raise self.errors[0]
 
@@ -150,10 +150,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
+def wait_until(predicate, timeout: float = 600, what: str = "") -> None:
+    """Wait for `predicate()`; `timeout` is a hang bound, not an expectation of speed."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
             return
         time.sleep(0.02)
-    raise AssertionError("timed out waiting")
+    raise AssertionError(f"hung: no {what or getattr(predicate, '__name__', 'condition')} after {timeout:g} s")

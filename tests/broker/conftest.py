@@ -100,7 +100,7 @@ class Procs:
         proc = self.spawn(name, [sys.executable, "-m", "celery", "-A", "fxpilot", "worker", "-Q", queue,
                                  "-c", str(concurrency), "-P", "prefork", "-n", f"{name}@%h", "-l", "INFO",
                                  "--without-gossip", "--without-mingle", "--include", "tests.broker.tasks"])
-        wait_for_text(proc, " ready.", 90)
+        wait_for_text(proc, " ready.", 600)
         return proc
 
     def producer(self, name: str, queue: str, keys: list[str], **options) -> subprocess.Popen:
@@ -133,7 +133,7 @@ class Procs:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                proc.wait(10)
+                proc.wait(600)
         for pid in marked(self.mark):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -149,7 +149,8 @@ def wait_for_text(proc: subprocess.Popen, text: str, timeout: float) -> None:
         if proc.poll() is not None:
             raise AssertionError(f"{proc.args[:6]} exited ({proc.returncode}):\n{proc.log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.1)
-    raise AssertionError(f"no {text!r} within {timeout} s:\n{proc.log.read_text(errors='replace')[-3000:]}")
+    raise AssertionError(f"hung: {proc.args[:6]} did not log {text!r} in {timeout:g} s:\n"
+                         f"{proc.log.read_text(errors='replace')[-3000:]}")
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ def test_the_judge_run_from_the_readme_reproduces_the_stored_verdict(judged_pilo
     command = re.search(r"\.\./\.\./\.\./\.venv/bin/python (.+?) > \.\./verdict\.replayed\.json", readme).group(1)
     command = command.replace("G3", "G1")
     work = root / "gates" / "G1" / "artifacts"
-    result = subprocess.run(f"{sys.executable} {command}", shell=True, cwd=work, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(f"{sys.executable} {command}", shell=True, cwd=work, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (root / "gates" / "G1" / "verdict.json").read_text()
     assert json.loads(result.stdout)["verdict"] == evaluation.verdict

@@ -29,7 +29,7 @@ def start_server() -> Iterator[Callable[..., str]]:
     yield start
     for proc in procs:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=600)
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def server_url(start_server: Callable[..., str]) -> str:
     return start_server()
 
 
-def run_client(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_client(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """The client as a node runs it: a separate python3 process, standard library only."""
     return subprocess.run([sys.executable, str(CLIENT), *args], capture_output=True, text=True, timeout=timeout)
 

@@ -62,6 +62,6 @@ def test_the_client_runs_on_the_oldest_python3_a_node_may_have(server_url, tmp_p
     out = tmp_path / "fx.jsonl"
     result = subprocess.run([str(python), str(CLIENT), "cold-recovery", "--url", server_url, "--arm", "fx", "--out",
                              str(out), "--prompt-tokens", "64", "--turn-tokens", "8", "--output-tokens", "4", "-c", "2",
-                             "--repetitions", "1", "--evict", "reset"], capture_output=True, text=True, timeout=60)
+                             "--repetitions", "1", "--evict", "reset"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert len(out.read_text().splitlines()) == 4 + 4

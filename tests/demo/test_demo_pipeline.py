@@ -22,7 +22,7 @@ def _verify(path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env["FXPILOT_DATA_DIR"] = str(path.parents[2])
     return subprocess.run([sys.executable, "manage.py", "verify_report", str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def _text(path: Path) -> str:

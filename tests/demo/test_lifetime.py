@@ -74,7 +74,7 @@ def test_a_group_that_ignores_its_death_signal_is_killed_after_the_grace_period(
         time.sleep(1.0)
         assert all(_alive(pid) for pid in pids)  # the watch does nothing while the parent lives
         parent.kill()
-        parent.wait(10)
+        parent.wait(600)
         assert _gone(pids, 10) == []
     finally:
         for pid in [parent.pid, *pids]:
@@ -89,7 +89,7 @@ def test_a_forked_child_with_a_death_signal_does_not_outlive_its_parent():
     try:
         assert _alive(child)
         parent.kill()
-        parent.wait(10)
+        parent.wait(600)
         assert _gone([child], 10) == []
     finally:
         for pid in (parent.pid, child):

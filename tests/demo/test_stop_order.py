@@ -45,7 +45,7 @@ STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n
 
 
 def _started(processes: Processes, log_dir: Path) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 600
     names = [name for name, _ in processes.running]
     while not all("ready" in (log_dir / f"{name}.log").read_text() for name in names):
         assert time.monotonic() < deadline, {n: (log_dir / f"{n}.log").read_text() for n in names}

@@ -30,7 +30,7 @@ class Sandbox(SimpleNamespace):
         env = dict(self.env)
         if extra_path is not None:
             env["PATH"] = f"{extra_path}:{env['PATH']}"
-        return subprocess.run(["bash", str(REMOTE / script), *args], env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(["bash", str(REMOTE / script), *args], env=env, capture_output=True, text=True, timeout=600)
 
     def write_env(self, name: str, values: dict) -> str:
         path = self.root / name

@@ -60,7 +60,7 @@ def _degrades(job, node, deploy, deployment) -> None:
         assert lmcache_trouble(conn, deployment) is None          # healthy at the start
         proc = detached.start(conn, f"{deployment.arm_dir}/steps/02-measure", _workload(deployment, "02-measure", 8))
     measure = _step(job, 2, "measure", node, "local_nvme", params={"deploy": 1}, remote=proc.to_dict())
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600
     with pytest.raises(StepError) as caught:
         while time.monotonic() < deadline:
             found = poll_workload(StepContext(measure, TOKEN))

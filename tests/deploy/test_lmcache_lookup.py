@@ -100,7 +100,7 @@ def _run(code: str, site: Path | None) -> dict:
     env = {"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
     if site is not None:
         env["PYTHONPATH"] = str(site)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -29,7 +29,7 @@ def cold_recovery(node, deployment) -> None:
             "--out", f"{deployment.records_dir}/{deployment.arm}.jsonl", "--run-id", deployment.run_id,
             "--instance", deployment.instance, "--prompt-tokens", "2048", "--turn-tokens", "64", "--output-tokens", "4",
             "-c", "8,16,32", "--repetitions", "1", "--requests-per-client", "1", "--evict", "reset", "--quiet"]
-    ssh.run(node, " ".join(shlex.quote(a) for a in args), timeout=300)
+    ssh.run(node, " ".join(shlex.quote(a) for a in args), timeout=600)
 
 
 def port_is_free(port: int) -> bool:

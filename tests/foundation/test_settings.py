@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _check(tmp_path, **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG")}
     environ.update({"FXPILOT_DATA_DIR": str(tmp_path), "FXPILOT_ENV": "development"}, **env)
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize(

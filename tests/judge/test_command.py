@@ -28,7 +28,7 @@ def judge(*args: str) -> subprocess.CompletedProcess:
     # an unreachable database: the command must not need one
     env = {**os.environ, "DATABASE_URL": "postgres://nobody:x@127.0.0.1:9/none", "FXPILOT_ENV": "test"}
     return subprocess.run([sys.executable, "manage.py", "judge", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
 
 
 @pytest.mark.parametrize(("slowdown", "expected"), [(None, "pass"), ({"fx": 1.3}, "fail")])

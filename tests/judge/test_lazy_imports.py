@@ -18,7 +18,7 @@ PROBE = ("import json, sys, django; django.setup(); import gates.judge, runners.
 def test_a_django_process_starts_without_importing_pandas_or_scipy():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fxpilot.settings"}
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=settings.BASE_DIR, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded == {"pandas": False, "scipy": False, "scipy.stats": False, "runners.steps": True}

@@ -34,9 +34,9 @@ def _detach(host: str, port: int, username: str, key_path: Path, folder: str) ->
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
     client.connect(host, port=port, username=username, key_filename=str(key_path), look_for_keys=False,
-                   allow_agent=False, timeout=30)
+                   allow_agent=False, timeout=600)
     try:
-        _, stdout, stderr = client.exec_command(f"bash {DETACH} {folder} 'exec sleep 3600'", timeout=60)
+        _, stdout, stderr = client.exec_command(f"bash {DETACH} {folder} 'exec sleep 3600'", timeout=600)
         out = stdout.read().decode()
         assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
     finally:

@@ -56,7 +56,7 @@ class Worker:
         handle = open(self.log, "ab")
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             if " ready." in self.log.read_text(errors="replace"):
                 return self
@@ -69,7 +69,7 @@ class Worker:
         """SIGKILL the whole worker (main process and pool children), as a crash would."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=600)
 
     def stop(self) -> None:
         # The test is over: no warm shutdown (it waits for the countdowns it holds); the next test purges its queues.
@@ -95,7 +95,7 @@ class Reconciler:
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=600)
 
 
 def wait_finished(row, cluster, seconds: float, every: float = 0.5):

@@ -109,7 +109,7 @@ def test_a_cancel_between_the_look_and_the_claim_starts_nothing(pilot, site, mon
 def _long_remote_wait(ctx):
     """Like a deploy waiting for /health: one long command on the node; then, like its teardown, a short one."""
     try:
-        ssh.run(ctx.node, "sleep 60", timeout=120)
+        ssh.run(ctx.node, "sleep 60", timeout=600)
     except ssh.Interrupted as exc:
         ctx.say(f"interrupted: {exc}")
         ssh.run(ctx.node, "echo cleaned-up > ~/cleanup-ran")  # the cleanup after an interruption runs whole

@@ -42,7 +42,7 @@ def test_a_server_killed_mid_measure_keeps_the_records_written_before_the_crash(
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
     set_faults(sim_site.servers[0], server_crash_after_requests=20)
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=FAST_RUN)
-    job = wait_for(job, 240)
+    job = wait_for(job, 600)
     assert job.status == Status.ERROR, explain(job, cluster)
     statuses = dict(job.steps.exclude(node__name="node2").values_list("name", "status"))  # node2: its cold start
     assert statuses["measure"] == Status.ERROR and statuses["collect"] == Status.CANCELED
@@ -74,7 +74,7 @@ def test_a_server_killed_mid_measure_keeps_the_records_written_before_the_crash(
     assert measure[0].name in page and "kept after error" in page
 
     # No SSH session of the run stays open on either node.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 600
     while any(established(s.port) for s in sim_site.servers) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = [line for s in sim_site.servers for line in established(s.port)]

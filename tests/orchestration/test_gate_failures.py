@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 SLOW_MEASURE = {**FAST_RUN, "time_scale": 0.03, "repetitions": 3}
 
 
-def until(condition, timeout: float = 90, every: float = 0.1, why=None) -> None:
+def until(condition, timeout: float = 600, every: float = 0.1, why=None) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -60,7 +60,7 @@ def test_a_worker_killed_during_measure_is_replaced_and_no_step_or_record_is_rep
     until(measuring(job, 2), why=lambda: explain(job, cluster))
     first.kill()
     cluster.worker("second", [cluster.control, sim_site.site.queue], concurrency=3)
-    job = wait_for(job, 240)
+    job = wait_for(job, 600)
     assert_judged(job, cluster)
     assert [s.attempts for s in job.steps.order_by("seq")] == [1] * 12, explain(job, cluster)
     rows = records_of(job)
@@ -74,10 +74,10 @@ def test_ssh_dropping_during_measure_is_survived_by_re_attaching(cluster, sim_si
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=SLOW_MEASURE)
     until(measuring(job, 2), why=lambda: explain(job, cluster))
     set_faults(sim_site.servers[0], drop_ssh_after_seconds=0)
-    until(lambda: "will re-attach" in "".join(job.chunks.values_list("text", flat=True)), timeout=30)
+    until(lambda: "will re-attach" in "".join(job.chunks.values_list("text", flat=True)), timeout=600)
     time.sleep(1.5)
     set_faults(sim_site.servers[0], drop_ssh_after_seconds=None)
-    job = wait_for(job, 240)
+    job = wait_for(job, 600)
     assert_judged(job, cluster)
     text = "".join(job.chunks.values_list("text", flat=True))
     assert "re-attached to the remote process" in text
@@ -90,7 +90,7 @@ def test_a_server_crash_ends_the_run_in_error_naming_the_step_and_leaves_the_pil
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
     set_faults(sim_site.servers[0], server_crash_after_requests=20)
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=FAST_RUN)
-    job = wait_for(job, 240)
+    job = wait_for(job, 600)
     assert job.status == Status.ERROR, explain(job, cluster)
     assert job.error.startswith("step 6 measure [recompute] on node1: "
                                 "the recompute server on node1 exited during measure")
@@ -109,7 +109,7 @@ def test_cancel_during_measure_ends_canceled_with_no_process_left_on_the_nodes(c
     job = start_gate_run(sim_site.pilot.gate(1), sim_site.people.alice, site=sim_site.site, params=SLOW_MEASURE)
     until(measuring(job, 2), why=lambda: explain(job, cluster))
     request_cancel(job, sim_site.people.alice)
-    job = wait_for(job, 120)
+    job = wait_for(job, 600)
     assert job.status == Status.CANCELED, explain(job, cluster)
     statuses = dict(job.steps.exclude(node__name="node2").values_list("name", "status"))  # node2: its cold start
     assert statuses["measure"] == Status.CANCELED and statuses["teardown"] == Status.SUCCESSFUL

@@ -52,7 +52,7 @@ def test_a_whole_g1_run_probes_both_nodes_measures_the_baseline_and_records_a_ve
     command = subprocess.run(
         [sys.executable, "manage.py", "run_gate", str(sim_site.pilot.code)[:8], "G1", "--site", sim_site.site.name,
          "--params", json.dumps(FAST_RUN), "--as", "alice"],
-        cwd=ROOT, env=cluster.environment, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=cluster.environment, capture_output=True, text=True, timeout=600)
     job = Job.objects.get(gate=sim_site.pilot.gate(1))
     evaluation = assert_judged(job, cluster)
     assert command.returncode == {"successful": 0, "failed": 1}[job.status], command.stdout[-3000:] + command.stderr
@@ -95,7 +95,7 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
     params = {**FAST_RUN, "repetitions": 2}  # the judge's intervals come from the spread across repetitions
     open_gate(sim_site.pilot, 3, sim_site.people)
     job = start_gate_run(sim_site.pilot.gate(3), sim_site.people.alice, site=sim_site.site, params=params)
-    job = wait_for(job, 300)
+    job = wait_for(job, 600)
     # Two fast repetitions send 112 FX requests; G3's ≤ 1 % failure-rate bar needs 390 to be shown at all, so the
     # judge may call the run invalid for that alone (the planner sizes real runs to send them; docs/judge.md).
     evaluation = Evaluation.objects.filter(job=job).order_by("-pk").first()

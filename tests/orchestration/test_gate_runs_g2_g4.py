@@ -21,7 +21,7 @@ def test_a_whole_g2_run_probes_outputs_on_fx_and_recompute_and_keeps_lmcache_ret
     open_gate(sim_site.pilot, 2, sim_site.people)
     job = start_gate_run(sim_site.pilot.gate(2), sim_site.people.alice, site=sim_site.site,
                          params={**FAST_RUN, "repetitions": 1})
-    job = wait_for(job, 300)
+    job = wait_for(job, 600)
     assert_judged(job, cluster)
     phases = Counter((r["arm"], r["phase"]) for r in records_of(job))
     assert phases[("fx", "probe")] == phases[("recompute", "probe")] == 4
@@ -37,7 +37,7 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
     # The customer's trace is uploaded through the G4 page's path (its content: the generator's, for speed).
     traces.upload(sim_site.pilot.gate(4), sample_trace(), "ours.csv", sim_site.people.bob, "customer")
     job = start_gate_run(sim_site.pilot.gate(4), sim_site.people.alice, site=sim_site.site, params=params)
-    job = wait_for(job, 300)
+    job = wait_for(job, 600)
     # Everything up to the judge ran; the verdict itself is the judge's business (see its own tests).
     before_judge = job.steps.exclude(name__in=("evaluate", "report"))
     assert set(before_judge.values_list("status", flat=True)) == {"successful"}, explain(job, cluster)

@@ -50,11 +50,11 @@ def test_a_second_pilot_on_the_same_nodes_waits_for_the_first_then_runs_and_neit
     waiting = f"held by G1 run {str(job.code)[:8]} of pilot {sim_site.pilot.name}"
     assert waiting in "".join(second.chunks.values_list("text", flat=True))
 
-    job = wait_for(job, 240)
+    job = wait_for(job, 600)
     evaluation = assert_judged(job, cluster)
     second.refresh_from_db()
     assert second.started is None or second.started >= job.finished, explain(second, cluster)
-    second = wait_for(second, 240)
+    second = wait_for(second, 600)
     other_evaluation = assert_judged(second, cluster)
     assert not second.steps.filter(status=Status.ERROR).exists(), explain(second, cluster)
     first_step = second.steps.filter(started__isnull=False).order_by("started").first()

@@ -29,7 +29,7 @@ def _upload(client, data: bytes, name: str = "report.pdf"):
     return client.post(reverse("report_verify"), {"file": SimpleUploadedFile(name, data, "application/pdf")})
 
 
-def _wait_finished(row: UploadVerification, cluster, seconds: float = 90) -> UploadVerification:
+def _wait_finished(row: UploadVerification, cluster, seconds: float = 600) -> UploadVerification:
     return wait_finished(row, cluster, seconds, every=0.25)
 
 

@@ -29,7 +29,7 @@ def outbox(settings):
 
     def sent() -> list:
         for thread in list(account.SENDING):
-            thread.join(10)
+            thread.join(600)
         return mail.outbox
 
     return sent

@@ -31,7 +31,7 @@ from runners import artifacts, output
 from runners.evaluation import evaluate_job
 from runners.models import Job, Node, Site, Status, Step
 from tests.orchestration.conftest import wait_finished
-from tests.portal.conftest import add_lab, verdict
+from tests.portal.conftest import add_lab, report_work_here, verdict
 from tests.portal.test_zh_pages import english_sentences, root_names
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 
@@ -50,13 +50,14 @@ ARGS = [
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 # A page load is a whole request in the live server inside this pytest process: the plan page's first view runs the
 # planner and imports scipy, which took > 15 s at load 17 (benchmarks/ci/README.md). A person waits for it too.
-NAVIGATION_TIMEOUT_MS = 90_000
+NAVIGATION_TIMEOUT_MS = 600_000
 # An element appearing, a click. A click that submits a form waits (under this timeout, not the navigation's) for the
 # page it asked for to start arriving, and at load 9 the language switch's answer took more than 15 s: so the same
 # bound as a page load. A wait ends when its event comes; the bound only says how long a failure takes to show.
 TIMEOUT_MS = NAVIGATION_TIMEOUT_MS
-REPORTS_TIMEOUT_MS = 400_000  # a worker rendering and signing the procurement report, on a loaded machine
+REPORTS_TIMEOUT_MS = 600_000  # a worker rendering and signing the procurement report, on a loaded machine
 JOB_SECONDS = REPORTS_TIMEOUT_MS / 1000
+RUN_HANG_S = 600  # a whole G1 run on a simulated node: only a hang reaches it (tests/foundation/test_deadlines.py)
 
 
 @pytest.fixture(scope="module")
@@ -359,10 +360,10 @@ def test_a_pilot_goes_from_host_key_to_the_procurement_report_in_the_browser(pag
     form = bob.locator(f"form[action$='/reports/{offered.code}/countersign/']")
     assert form.locator("input[name=sha256]").get_attribute("value") == offered.sha256
     form.get_by_text(offered.sha256).wait_for()  # the hash of the version he reads is shown beside the button
-    started = time.monotonic()
-    form.locator("button").click()
-    bob.wait_for_url(re.compile(r".*/reports/jobs/[0-9a-f-]+/$"))
-    assert time.monotonic() - started < 5, "the countersign POST waited on the work"
+    with report_work_here() as ran:  # the live server answers in this process; the worker is a process of its own
+        form.locator("button").click()
+        bob.wait_for_url(re.compile(r".*/reports/jobs/[0-9a-f-]+/$"))
+    assert ran == [], "the countersign POST did the work itself"
     assert_chinese(bob, names)
     shot(bob, "report-job-zh")
     bob.locator("#report-job-done").wait_for(timeout=REPORTS_TIMEOUT_MS)  # the page polls until the worker is done
@@ -515,8 +516,13 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
     page.wait_for_url(re.compile(r".*/runs/.*"))
     page.locator("#log .chunk").nth(1).wait_for()
     job = Job.objects.get(gate__pilot=pilot)
-    deadline = time.monotonic() + 300
-    while not job.is_finished and time.monotonic() < deadline:
+    # The run ends when it ends: at load 5–14 a G1 run was still at its report step after 300 s, every step before
+    # it successful (issue 47). The bound is a hang bound, and says what it waited for.
+    deadline = time.monotonic() + RUN_HANG_S
+    while not job.is_finished:
+        assert time.monotonic() < deadline, (
+            f"hung: G1 run {job.code} not finished after {RUN_HANG_S} s (status {job.status})\n"
+            + "".join(job.chunks.order_by("-seq").values_list("text", flat=True)[:20]) + cluster.logs())
         time.sleep(1)
         job.refresh_from_db()
     assert job.status == Status.SUCCESSFUL, (

@@ -7,6 +7,7 @@ from django.urls import reverse
 from gates import lifecycle
 from gates.models import CustomerTrace, Notification, Report, ReportJob
 from portal.notifications import sweep
+from tests.portal.conftest import report_work_here
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
 from tests.traces.helpers import run_trace_jobs
@@ -88,7 +89,6 @@ def test_signing_off_g4_as_both_parties_pins_the_countersigned_procurement_repor
 def test_the_countersign_post_names_the_version_read_and_waits_for_no_rendering(signed_pilot, client):
     """The POST answers at once in both languages; an old or missing hash signs nothing; a decision since the
     report was made has a worker render the new version instead; other organisations get 404, other roles 403."""
-    import time
 
     from reports import service
 
@@ -99,9 +99,9 @@ def test_the_countersign_post_names_the_version_read_and_waits_for_no_rendering(
     client.force_login(signed_pilot.bob)
     for language in ("en", "zh-hans"):
         client.post(reverse("set_language"), {"language": language, "next": "/"})
-        began = time.monotonic()
-        answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
-        assert answer.status_code == 302 and time.monotonic() - began < 5
+        with report_work_here() as ran:
+            answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
+        assert answer.status_code == 302 and ran == []  # the work is left to a worker
     assert ReportJob.objects.filter(kind="countersign", sha256=report.sha256).count() == 2
     assert Report.objects.count() == 2  # nothing signed or rendered in the request
     ReportJob.objects.all().delete()

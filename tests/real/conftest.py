@@ -160,7 +160,7 @@ def real_servers(real_site):
             # Stopped while the servers start (pytest's timeout, Ctrl-C): each deploy stops at its next look at
             # /health, as a canceled run's does, and tears its server down before this fixture gives up.
             Job.objects.filter(pk__in=[site.jobs[arm].pk for arm in ARMS]).update(cancel_requested=True)
-            concurrent.futures.wait(futures.values(), timeout=300)
+            concurrent.futures.wait(futures.values(), timeout=600)
             raise
         deployments = {}
         errors = []

@@ -75,7 +75,7 @@ def server_log(site, deployment: Deployment) -> str:
     """LMCache's lines (and any about the hash seed) of what the server has written so far, stdout and stderr."""
     paths = " ".join(ssh.shell_path(deployment.server[key]) for key in ("stdout", "stderr") if deployment.server.get(key))
     with ssh.connect(site.node) as conn:
-        return conn.run(f"grep -a -h -e LMCache -e PYTHONHASHSEED -- {paths} || true", echo=False, timeout=120).stdout
+        return conn.run(f"grep -a -h -e LMCache -e PYTHONHASHSEED -- {paths} || true", echo=False, timeout=600).stdout
 
 
 def cold_recovery(site, deployment: Deployment, *extra: str) -> str:

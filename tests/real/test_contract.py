@@ -27,7 +27,7 @@ READ = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix
 def _post(url: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else b""
     request = urllib.request.Request(url + path, data=data, method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
+    with urllib.request.urlopen(request, timeout=600) as response:
         return response.status, response.read()
 
 
@@ -58,7 +58,7 @@ def _shape(events: list[dict]) -> dict:
 
 
 def _metric_labels(url: str) -> dict[str, set[str]]:
-    with urllib.request.urlopen(url + "/metrics", timeout=60) as response:
+    with urllib.request.urlopen(url + "/metrics", timeout=600) as response:
         text = response.read().decode()
     out: dict[str, set[str]] = {}
     for line in text.splitlines():
@@ -90,7 +90,7 @@ HIT_TRIES = 30  # one a second: the disk tier's background write of a 1,030-toke
 def _both(real_servers, tmp_path, ask, prompt: list[int]) -> tuple[dict, dict]:
     """ask(url, model, prompt) of the real cache arm, then of a simulated server of the same arm."""
     real = real_servers.local_nvme
-    with urllib.request.urlopen(real.url + "/v1/models", timeout=60) as response:
+    with urllib.request.urlopen(real.url + "/v1/models", timeout=600) as response:
         model = json.loads(response.read())["data"][0]["id"]
     from_real = ask(real.url, model, prompt)
     sim = SimServer(SimNode(tmp_path / "node", scale=0.0005), "local_nvme").start()
@@ -119,7 +119,7 @@ JUDGED = ("vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total", "vllm:p
 
 
 def _counters(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url + "/metrics", timeout=60) as response:
+    with urllib.request.urlopen(url + "/metrics", timeout=600) as response:
         return workload.parse_metrics(response.read().decode())
 
 
@@ -134,9 +134,9 @@ def _deltas(url: str, model: str, prompt: list[int]) -> dict:
         missing = [name for name in JUDGED if name not in after]
         out[case] = {"missing": missing, "usage": events[-1]["usage"],
                      **{name: after.get(name, 0) - before.get(name, 0) for name in JUDGED if name in after}}
-    with urllib.request.urlopen(url + "/health", timeout=60) as response:
+    with urllib.request.urlopen(url + "/health", timeout=600) as response:
         out["health"] = (response.status, response.read())
-    with urllib.request.urlopen(url + "/v1/models", timeout=60) as response:
+    with urllib.request.urlopen(url + "/v1/models", timeout=600) as response:
         models = json.loads(response.read())
     # the simulator also says what it is (`simulated`), as in its stream events
     card = models["data"][0]

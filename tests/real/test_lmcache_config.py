@@ -51,7 +51,7 @@ def loaded(engine, tmp_path_factory) -> dict:
         paths[arm] = folder / f"{arm}.yaml"
         paths[arm].write_text(render_lmcache_config(settings, arm, run_id="abc123", share_pool=arm == "fx"))
     result = subprocess.run([str(engine.python), "-c", LOAD, *map(str, paths.values())], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     return {arm: out[str(path)] for arm, path in paths.items()}
@@ -79,7 +79,7 @@ def test_the_probes_lookup_finds_the_real_lmcache_056(engine):
     __commit__)."""
     from tests.deploy.test_lmcache_lookup import lookup_code
 
-    result = subprocess.run([str(engine.python), "-c", lookup_code()], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([str(engine.python), "-c", lookup_code()], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert (found["installed"], found["version"], found["commit"], found["commit_from"]) == (True, "0.5.6", "3e11e108",
@@ -109,7 +109,7 @@ def test_g4s_capped_disk_tier_holds_exactly_the_chunks_it_names_in_real_lmcaches
     path = tmp_path / "capped.yaml"
     path.write_text(render_lmcache_config(settings, "fx", run_id="cap1", capacity_tokens=chunks * chunk + chunk // 3))
     assert f"({chunks} chunks of {chunk})" in path.read_text()
-    result = subprocess.run([str(engine.python), "-c", CAPPED, str(path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([str(engine.python), "-c", CAPPED, str(path)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     limit = json.loads(result.stdout.strip().splitlines()[-1])["max_cache_size"]
     rank_chunk = int(chunk * kv_bytes_per_token(settings, False) / settings.tensor_parallel_size)

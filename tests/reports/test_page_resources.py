@@ -63,7 +63,7 @@ def test_the_pages_look_exactly_as_before(renderings, tmp_path):
     for name, data in renderings.items():
         (tmp_path / f"{name}.pdf").write_bytes(data)
         subprocess.run(["pdftoppm", "-r", "40", "-png", str(tmp_path / f"{name}.pdf"), str(tmp_path / name)],
-                       check=True, capture_output=True, timeout=120)
+                       check=True, capture_output=True, timeout=600)
         images[name] = [path.read_bytes() for path in sorted(tmp_path.glob(f"{name}-*.png"))]
     assert len(images["own"]) == len(_pages(renderings["own"]))
     assert images["own"] == images["shared"]

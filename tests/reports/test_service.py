@@ -57,7 +57,7 @@ def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
                                                     "node1/inventory.json", "node2/inventory.json"}
     assert AuditEvent.objects.filter(action="report.created", object_id=str(report.pk)).exists()
     done = subprocess.run([sys.executable, "manage.py", "verify_report", str(path)], cwd=settings.BASE_DIR,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -48,11 +48,11 @@ def _write(tmp_path: Path, data: bytes, name: str = "tampered.pdf") -> Path:
 
 def _manage(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", *args], cwd=settings.BASE_DIR, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
 
 
 def _pdfsig(path: Path) -> str:
-    return subprocess.run(["pdfsig", "-nocert", str(path)], capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(["pdfsig", "-nocert", str(path)], capture_output=True, text=True, timeout=600).stdout
 
 
 def test_a_fresh_report_verifies_and_says_which_report_it_is(signed, ca):
@@ -76,7 +76,7 @@ def test_verify_report_exits_zero_for_the_signed_report(signed, ca):
 
 def test_pyhanko_cli_validates_it_against_the_root(signed, ca):
     done = subprocess.run(["pyhanko", "sign", "validate", "--trust", str(ca / "root-cert.pem"), "--trust-replace",
-                           str(signed)], capture_output=True, text=True, timeout=120)
+                           str(signed)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -89,9 +89,9 @@ def test_pdfsig_says_valid_and_total_document_signed(signed):
 def nss_db(tmp_path_factory, ca) -> Path:
     """An NSS database trusting only the vendor's root, for pdfsig's certificate check (Debian libnss3-tools)."""
     folder = tmp_path_factory.mktemp("nss")
-    subprocess.run(["certutil", "-N", "-d", f"sql:{folder}", "--empty-password"], check=True, timeout=60)
+    subprocess.run(["certutil", "-N", "-d", f"sql:{folder}", "--empty-password"], check=True, timeout=600)
     subprocess.run(["certutil", "-A", "-d", f"sql:{folder}", "-n", "fxpilot-root", "-t", "CT,C,C", "-a",
-                    "-i", str(ca / "root-cert.pem")], check=True, timeout=60)
+                    "-i", str(ca / "root-cert.pem")], check=True, timeout=600)
     return folder
 
 
@@ -187,7 +187,7 @@ def test_a_report_signed_by_another_key_fails(other_ca, ca, tmp_path):
     assert any("does not chain to a trusted root" in r for r in result.reasons), result.reasons
     path = _write(tmp_path, data)
     done = subprocess.run(["pyhanko", "sign", "validate", "--trust", str(ca / "root-cert.pem"), "--trust-replace",
-                           str(path)], capture_output=True, text=True, timeout=120)
+                           str(path)], capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
 
 
@@ -202,7 +202,7 @@ def test_garbage_fails_with_a_reason(ca):
 
 
 def test_every_page_of_a_simulated_report_says_simulation(signed):
-    pages = subprocess.run(["pdftotext", "-layout", str(signed), "-"], capture_output=True, text=True, timeout=60).stdout
+    pages = subprocess.run(["pdftotext", "-layout", str(signed), "-"], capture_output=True, text=True, timeout=600).stdout
     pages = [p for p in pages.split("\f") if p.strip()]
     assert len(pages) >= 3
     assert all("SIMULATION" in page for page in pages)

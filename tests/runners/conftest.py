@@ -169,7 +169,7 @@ def sshd(tmp_path_factory, user_key):
     watch_files(folder / "sshd.pid")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=die_with_parent())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):

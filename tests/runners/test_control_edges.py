@@ -34,7 +34,7 @@ def test_the_pid_of_a_detached_command_is_the_command_itself_not_its_wrapper(sim
     # Killing the logged pid ends the command (the wrapper then records its exit code).
     proc = detached.start(node, "~/runs/own-pid-2", "exec sleep 30")
     subprocess.run(["kill", "-TERM", str(proc.pid)], check=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 600
     while (status := detached.poll(node, proc)).running and time.monotonic() < deadline:
         time.sleep(0.1)
     assert status.state == "exited" and status.exit_code == 143
@@ -49,7 +49,7 @@ def test_a_connection_used_as_a_context_manager_is_opened_once_and_closed(simnod
         with ssh.connect(node) as conn:
             conn.run("true", echo=False)
             assert len(established(server.port) - before) == 1
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 600
     while established(server.port) - before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not established(server.port) - before

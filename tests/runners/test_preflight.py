@@ -156,13 +156,13 @@ def test_preflight_sh_checks_the_page_cache_drop_as_the_ssh_user(tmp_path):
         env = {"PATH": "/usr/bin:/bin", "FXPILOT_DROP_CACHES": str(stand_in), "HOME": str(tmp_path)}
         args = ["bash", str(SCRIPT), "--out", str(out), "--model", "m/x", "--fx-mount", str(tmp_path),
                 "--local-path", str(tmp_path), "--run-root", str(tmp_path), "--drop-page-cache"]
-        subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
         rows = preflight.parse_report((out / "preflight.tsv").read_bytes())
         assert {"check": "pagecache", "subject": "drop", "status": "denied",
                 "detail": f"{subprocess.run(['id', '-un'], capture_output=True, text=True).stdout.strip()} cannot "
                           f"write {stand_in}"} in rows
         subprocess.run(["chattr", "-i", str(stand_in)], check=True)
-        subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
         rows = preflight.parse_report((out / "preflight.tsv").read_bytes())
         assert [r["status"] for r in rows if r["check"] == "pagecache"] == ["ok"]
     finally:

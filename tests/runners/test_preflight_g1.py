@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_g1_on_a_node_without_its_tools_ends_as_an_error_listing_them(cluster, sim_site):  # noqa: F811
     set_faults(sim_site.servers[1], missing_tools=["amd-smi", "rocm-smi", "fio", "vllm"])
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
-    job = wait_for(start_gate_run(sim_site.pilot.gate(1), params=FAST_RUN), timeout=240)
+    job = wait_for(start_gate_run(sim_site.pilot.gate(1), params=FAST_RUN), timeout=600)
     text = "".join(job.chunks.values_list("text", flat=True))
     assert job.status == Status.ERROR, f"{job.status}: {job.error}\n{text[-4000:]}"
     assert "node2 cannot run the gate (3 blockers)" in job.error

@@ -13,7 +13,7 @@ PROBE = Path(__file__).resolve().parents[2] / "runners" / "remote" / "probe.sh"
 
 
 def _venv_with_packages(root: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=600)
     site = next((root / "lib").glob("python3*/site-packages"))
     (site / "vllm").mkdir()
     (site / "vllm" / "__init__.py").write_text('__version__ = "0.20.1"\n')
@@ -33,7 +33,7 @@ def test_the_probe_asks_the_launchers_interpreter_for_vllm_and_lmcache(tmp_path)
     (tmp_path / "bin" / "vllm").chmod(0o755)
     subprocess.run(["bash", str(PROBE), "--out", str(out), "--fx-mount", str(tmp_path / "fx"), "--local-path",
                     str(tmp_path / "nvme"), "--fio-size", "1M", "--fio-runtime", "1", "--python", str(python)],
-                   capture_output=True, timeout=300,
+                   capture_output=True, timeout=600,
                    env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)})
     assert (out / "vllm-version.txt").read_text().strip() == "0.20.1"
     found = json.loads((out / "lmcache.json").read_text())

@@ -19,7 +19,7 @@ def sandbox(tmp_path, user_key):
 
     def run(command: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "-c", command], cwd=server.root, env=server.environment(), capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=600)
 
     run.server = server
     return run

@@ -42,7 +42,7 @@ def worker_env(monkeypatch, queues: str) -> dict:
 
 def start_modules(env: dict) -> set[str]:
     out = subprocess.run([sys.executable, "-c", START], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     return {m for m in out.stdout.strip().split(",") if m}
 

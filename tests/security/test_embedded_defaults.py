@@ -38,7 +38,7 @@ def test_the_database_folder_and_evidence_are_the_owners_only(tmp_path):
               "from django.core.files.base import ContentFile; from django.core.files.storage import storages; "
               "print(storages['evidence'].save('artifacts/ab/x', ContentFile(b'evidence')))")
     result = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=environ,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert _mode(data) == 0o700
     assert _mode(data / "fxpilot.sqlite3") == 0o600
@@ -52,7 +52,7 @@ def test_the_database_folder_and_evidence_are_the_owners_only(tmp_path):
     os.chmod(data, 0o755)
     result = subprocess.run([sys.executable, "manage.py", "shell", "-c", "from django.db import connection; "
                              "connection.ensure_connection()"], cwd=ROOT, env=environ, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=600)
     assert result.returncode == 0, result.stderr
     assert _mode(data / "fxpilot.sqlite3") == 0o600 and _mode(data) == 0o700
     assert old is not None

@@ -18,7 +18,7 @@ def _settings(tmp_path, **env) -> dict:
                if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "FXPILOT_CACHE_URL")}
     environ.update({"FXPILOT_DATA_DIR": str(tmp_path), "FXPILOT_ENV": "development"}, **env)
     result = subprocess.run([sys.executable, "manage.py", "shell", "-c", PRINT], cwd=ROOT, env=environ,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -45,7 +45,7 @@ def test_a_cache_url_that_is_not_redis_stops_start_up_naming_the_variable(tmp_pa
     environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     environ.update(FXPILOT_DATA_DIR=str(tmp_path), FXPILOT_ENV="development", FXPILOT_CACHE_URL="memcached://x:11211")
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=environ, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=600)
     assert result.returncode != 0 and "FXPILOT_CACHE_URL" in result.stderr and "Traceback" not in result.stderr
 
 

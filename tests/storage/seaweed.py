@@ -70,7 +70,7 @@ class SeaweedFS:
         return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY,
                             aws_secret_access_key=SECRET_KEY, region_name="us-east-1")
 
-    def start(self, *, prefix: list[str] | None = None, timeout: float = 60) -> SeaweedFS:
+    def start(self, *, prefix: list[str] | None = None, timeout: float = 600) -> SeaweedFS:
         data = self.folder / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.folder / "s3.json"
@@ -100,7 +100,7 @@ class SeaweedFS:
                 last = exc
                 time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"SeaweedFS S3 did not answer within {timeout:g} s ({last})")
+        raise RuntimeError(f"hung: SeaweedFS S3 did not answer in {timeout:g} s ({last})")
 
     def keys(self) -> list[str]:
         found, token = [], None
@@ -118,4 +118,4 @@ class SeaweedFS:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=600)

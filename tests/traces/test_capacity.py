@@ -106,7 +106,7 @@ def _replay(tmp_path, server_name: str, replay: bytes, disk_gb: float) -> tuple[
                               server.url, "--arm", "fx", "--out", str(out), "--model", MODEL, "--trace", str(trace),
                               "--block-tokens", "512", "--repetitions", "1", "--phase", "capacity",
                               "--max-in-flight", "1", "--time-scale", "0.0005", "--evict", "none", "--quiet"],
-                             capture_output=True, text=True, timeout=240)
+                             capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr
     finally:
         server.stop()

@@ -89,7 +89,7 @@ def test_a_sampled_mooncake_trace_hits_what_its_oracle_says_on_the_simulated_ser
         run = subprocess.run([sys.executable, str(REPO / "runners" / "remote" / "workload.py"), "replay", "--url",
                               server.url, "--arm", "fx", "--out", str(out), "--model", MODEL, "--trace", str(replay),
                               "--block-tokens", "512", "--repetitions", "1", "--evict", "reset", "--quiet"], capture_output=True, text=True,
-                             timeout=180)
+                             timeout=600)
         assert run.returncode == 0, run.stderr
     finally:
         server.stop()

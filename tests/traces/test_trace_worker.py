@@ -14,7 +14,7 @@ from tests.orchestration.conftest import cluster, fast_settings  # noqa: F401  (
 from tests.traces.test_trace_page import conversation_trace
 
 
-def analysed(row: CustomerTrace, seconds: float = 90) -> CustomerTrace:
+def analysed(row: CustomerTrace, seconds: float = 600) -> CustomerTrace:
     """The row once a worker ended its analysis (or as it was after `seconds`)."""
     deadline = time.monotonic() + seconds
     while row.state not in ("ready", "refused") and time.monotonic() < deadline:

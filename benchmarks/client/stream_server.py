@@ -15,7 +15,12 @@ For tests, the model name selects a misbehaviour: `http-500`, `close-mid-stream`
 cached, in usage and as GPU prefix-cache hits in /metrics: a cache still hot in HBM). Any other model
 name behaves. `--hang-after N` makes every request after the N-th hang.
 
+For the client's tier attribution, `--diskstats PATH --sectors-per-request N` keeps a file in /proc/diskstats
+format whose device `vdb` (`--disk-device`) has read N more 512-byte sectors for every completion request received,
+as a disk tier serving each prompt would have.
+
     python3 stream_server.py --port 8020 [--host 127.0.0.1] [--simulated] [--hang-after N] [--no-metrics]
+                             [--diskstats PATH --sectors-per-request N [--disk-device vdb]]
     (--port 0 picks a free port; the first line printed says which)
 """
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 
 MISBEHAVIOURS = {"http-500", "close-mid-stream", "malformed-sse", "no-token", "hang", "not-streaming", "error-event",
@@ -48,10 +54,32 @@ class Stream:
         self.misbehave = model if model in MISBEHAVIOURS else ""
 
 
+class Disk:
+    """A /proc/diskstats-format file: a device that reads `per_request` sectors for every request."""
+
+    def __init__(self, path: str, device: str, per_request: int):
+        self.path, self.device, self.per_request, self.sectors = path, device, per_request, 0
+        self.write()
+
+    def read_for_request(self) -> None:
+        self.sectors += self.per_request
+        self.write()
+
+    def write(self) -> None:
+        reads = self.sectors // 8
+        text = ("   7       0 loop0 5 0 40 1 0 0 0 0 0 1 1\n"
+                f" 252      16 {self.device} {reads} 0 {self.sectors} 3 7 1 64 2 0 5 5 0 0 0 0\n")
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.path)  # a reader sees the old or the new file, never half of one
+
+
 class Engine:
     """Decode steps over all running streams; one SSE event per stream per step."""
 
-    def __init__(self, simulated: bool, hang_after: int = 0, metrics: bool = True):
+    def __init__(self, simulated: bool, hang_after: int = 0, metrics: bool = True, disk: Disk | None = None):
+        self.disk = disk
         self.hang_after = hang_after
         self.metrics = metrics
         self.running: list[Stream] = []
@@ -216,6 +244,8 @@ class Connection(asyncio.Protocol):
             self.reply("400 Bad Request", json.dumps({"error": {"message": f"bad request: {error}"}}).encode())
             return
         model = str(req.get("model", "mock"))
+        if engine.disk is not None:
+            engine.disk.read_for_request()
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             prompt = prompt[0]
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
@@ -243,8 +273,9 @@ class Connection(asyncio.Protocol):
         engine.add(Stream(self, rid, model, tokens, bool(req.get("return_token_ids")), usage, n_prompt))
 
 
-async def serve(host: str, port: int, simulated: bool = False, hang_after: int = 0, metrics: bool = True) -> None:
-    engine = Engine(simulated, hang_after, metrics)
+async def serve(host: str, port: int, simulated: bool = False, hang_after: int = 0, metrics: bool = True,
+                disk: Disk | None = None) -> None:
+    engine = Engine(simulated, hang_after, metrics, disk)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Connection(engine), host, port, backlog=1024)
     port = server.sockets[0].getsockname()[1]
@@ -260,9 +291,13 @@ def main() -> None:
     p.add_argument("--simulated", action="store_true", help="say so in /metrics")
     p.add_argument("--hang-after", type=int, default=0, help="requests after this many hang (0: never)")
     p.add_argument("--no-metrics", action="store_true", help="answer 404 on /metrics (a server without them)")
+    p.add_argument("--diskstats", help="keep this /proc/diskstats-format file: the device reads for every request")
+    p.add_argument("--disk-device", default="vdb")
+    p.add_argument("--sectors-per-request", type=int, default=0)
     a = p.parse_args()
+    disk = Disk(a.diskstats, a.disk_device, a.sectors_per_request) if a.diskstats else None
     try:
-        asyncio.run(serve(a.host, a.port, a.simulated, a.hang_after, not a.no_metrics))
+        asyncio.run(serve(a.host, a.port, a.simulated, a.hang_after, not a.no_metrics, disk))
     except KeyboardInterrupt:
         pass
 

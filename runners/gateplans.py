@@ -14,27 +14,48 @@ the node's GPUs at a time).
       prompts on fx, then the probe prompts on recompute (output equivalence on one machine).
   G3  fx and local_nvme at 8, 16, 32 and recompute at 16, cold recovery, levels spread over nodes.
   G4  first node: replay of the customer trace on fx, then once more on an fx server whose tier is capped below
-      the size the sample's reuse asks for (the capacity check), then on recompute; cross-instance sharing: sessions
+      the size the sample's reuse asks for (the capacity check), then on every other arm the signed plan's G4
+      names (default: dram, the customer's alternative without FX, and recompute, which runs with vLLM's prefix
+      caching on: workloads.replay.recompute_prefix_caching); cross-instance sharing: sessions
       written through the first node's fx server are read through the second node's (the shared pool
       on the FX mount; with one node a fresh server on the same node is instance B); second node
-      (or the first): soak in windows, then a fault window that cuts the FX path and restores it.
+      (or the first): soak in windows, open loop at a rate planned from G3's evidence (soak_rate_plan), then a
+      fault window that cuts the FX path and restores it.
+
+Cold windows (populate → evict → measure: G1–G3's cold recovery, G2's probe prompts, G4's fault) empty every
+cache above the tier under test, LMCache's DRAM included (the workload client's --lmcache-api, steps.py); G4's
+replay, capacity check, sharing and soak keep DRAM warm, as production does.
 
 Per arm: deploy → populate → evict → measure → collect → teardown (teardown always runs once its
 deploy started); after every lane: evaluate (control queue) → report.
 """
 from __future__ import annotations
 
+import json
+import math
+import statistics
 from typing import Any
 
 from gates.judge.planner import soak_requests_needed
 from gates.models import Gate
-from runners.models import Job, Node, Step
+from runners.artifacts import ArtifactMismatch, EvidenceStoreError, read_artifact
+from runners.models import Job, Node, Status, Step
 
 G1_CONCURRENCY = 16
 G3_LEVELS = {"fx": [8, 16, 32], "local_nvme": [8, 16, 32], "recompute": [16]}
 G2_CONCURRENCY = 8
 SIM_SOAK_MAX_S = 60.0
 SIM_FAULT_MIN_S = 3.0
+G4_ARMS = ("fx", "dram", "recompute")
+"""G4's arms when the signed plan names none (the replay runs on each; fx first: the capacity check and the sharing
+test read what its replay chose)."""
+SOAK_RATE_FRACTION = 0.7
+"""The soak's open-loop rate as a share of the fx arm's throughput G3 measured at the soak's concurrency, when the
+plan's `workloads.soak.rate_fraction` does not say."""
+SOAK_RATE_MARGIN = 1.25
+"""On simulated nodes, a soak at its planned rate lasts at least this many times the seconds its failure-rate bar's
+requests take at that rate (their floor is sent on to anyway; the margin keeps that extension short)."""
+SOAK_RATE_SCHEMA = "fxpilot.soak-rate/1"
 
 
 class StepList:
@@ -210,6 +231,18 @@ def _g3(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     return lanes
 
 
+def g4_arms(job: Job) -> tuple[str, ...]:
+    """The arms G4's replay runs on: the signed plan's G4 `arms` (fx first: the capacity check and the sharing test
+    read what its replay chose), else G4_ARMS. A plan whose G4 names no fx has nothing to measure FX with: fx is added
+    in front."""
+    try:
+        named = tuple(job.pilot.signed_plan.to_plan().gate(4).arms or ())
+    except (AttributeError, KeyError, LookupError, ValueError):
+        named = ()
+    arms = named or G4_ARMS
+    return ("fx", *(arm for arm in dict.fromkeys(arms) if arm != "fx"))
+
+
 def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]:
     replay, soak, fault, share = (loads.get(name, {}) for name in ("replay", "soak", "fault", "share"))
     reps = _reps(job, replay)
@@ -223,6 +256,18 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
               else soak_requests_needed(job.pilot.signed_plan.to_plan()))
     if needed:
         soak_step["min_requests"] = needed
+    # open loop at a rate planned from evidence (issue 45): a share of the fx throughput G3 measured
+    planned = soak_rate_plan(job, soak)
+    soak_step["rate_plan"] = planned
+    if planned.get("rate_per_s"):
+        soak_step["rate"] = planned["rate_per_s"]
+        if needed and all(n.simulated for n in nodes):
+            # a simulated soak (a demo) lasts long enough for its floor at the planned rate, with a margin
+            floor_s = math.ceil(needed * SOAK_RATE_MARGIN / planned["rate_per_s"])
+            if floor_s > soak_step["seconds"]:
+                planned["seconds_raised"] = {"from": soak_step["seconds"], "to": float(floor_s),
+                                             "why": "the failure-rate bar's requests at the planned rate"}
+                soak_step["seconds"] = float(floor_s)
     cut = float(fault.get("cut_seconds", 60)) * float(job.params.get("time_scale", 1.0))
     if all(n.simulated for n in nodes):
         cut = max(cut, SIM_FAULT_MIN_S)  # enough requests in each window for the judge, whatever the time scale
@@ -230,8 +275,20 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
                   "concurrency": [int(fault.get("concurrency", 8))]}
     check = (replay.get("capacity_check") or {})
     # the capacity check (issue 24, item 5): the replay's sample once more, on an fx server capped below the size
-    # its reuse asks for; one repetition, one request in flight — a small replay, not a second full one
+    # its reuse asks for; one repetition, sent strictly in the trace's order — a small replay, not a second full one
     capped = [] if check.get("enabled", True) is False else [("capacity", {"workload": "replay", "capped": True})]
+    # the customer's alternatives: every other arm of the plan's G4 replays the same sample; recompute as the
+    # customer would run vLLM without a KV tier, its prefix cache on (issue 44, item 3)
+    prefix_caching = bool(replay.get("recompute_prefix_caching", True))
+    others = [arm for arm in g4_arms(job) if arm != "fx"]
+
+    def alternatives(lane: Lane) -> None:
+        if capped:
+            lane.arm("fx", capped, capped=True)
+        for arm in others:
+            lane.arm(arm, [("replay", dict(replay_step))],
+                     **({"prefix_caching": prefix_caching} if arm == "recompute" else {}))
+
     first = Lane(steps, nodes[0])
     first.open("fx", share_pool=True)
     first.phase("replay", replay_step)
@@ -240,9 +297,7 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
         first.phase("soak", soak_step)
         first.phase("fault", fault_step)
         first.close()
-        if capped:
-            first.arm("fx", capped, capped=True)
-        first.arm("recompute", [("replay", dict(replay_step))])
+        alternatives(first)
         return [first]
     # Instance B is the second node's fx server, up while the first node's client writes through A and reads
     # through B (the shared pool on the FX mount carries the sessions); soak and fault run there afterwards.
@@ -254,10 +309,78 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     second.phase("soak", soak_step, wait_for=[sharing])
     second.phase("fault", fault_step)
     second.close()
-    if capped:
-        first.arm("fx", capped, capped=True)
-    first.arm("recompute", [("replay", dict(replay_step))])
+    alternatives(first)
     return [first, second]
+
+
+def soak_rate_plan(job: Job, soak: dict) -> dict[str, Any]:
+    """The soak's open-loop rate and where it comes from (issue 45, item 1): the plan's `workloads.soak.rate_fraction`
+    (default SOAK_RATE_FRACTION) of the fx arm's throughput G3 measured at the soak's concurrency (g3_throughput),
+    in requests per second on the client's clock; a run's `soak_rate` sets it instead (said so). Without such
+    evidence `rate_per_s` is None and `reason` says why: the soak then runs its closed loop, and its step says so."""
+    concurrency = int(soak.get("concurrency", 16))
+    fraction = float(soak.get("rate_fraction", SOAK_RATE_FRACTION))
+    plan: dict[str, Any] = {"schema": SOAK_RATE_SCHEMA, "concurrency": concurrency, "fraction": fraction,
+                            "arrivals": str(soak.get("arrivals", "poisson")), "rate_per_s": None}
+    if job.params.get("soak_rate"):
+        return {**plan, "rate_per_s": float(job.params["soak_rate"]), "fraction": None,
+                "source": {"kind": "run-parameter", "parameter": "soak_rate"}}
+    if not 0 < fraction <= 1:
+        return {**plan, "reason": f"workloads.soak.rate_fraction is {fraction:g}; it must be above 0 and at most 1"}
+    measured = g3_throughput(job.pilot, arm="fx", concurrency=concurrency)
+    if "per_second" not in measured:
+        return {**plan, "reason": measured["reason"]}
+    return {**plan, "rate_per_s": round(fraction * measured["per_second"], 6), "source": measured}
+
+
+def g3_throughput(pilot, *, arm: str, concurrency: int) -> dict[str, Any]:
+    """What the pilot's last G3 run that ended successfully measured for `arm` at `concurrency`: per repetition,
+    the error-free requests of its measure window ÷ the window's seconds on the client's clock (duration_s of the
+    phase summaries: a simulated server's window as this machine served it), and their median (`per_second`).
+    Without such a run or cell, {"reason": …} says what is missing."""
+    gate = pilot.gates.filter(number=3).first()
+    if gate is None:
+        return {"reason": "the pilot has no G3"}
+    runs = Job.objects.filter(gate=gate, status=Status.SUCCESSFUL).order_by("-finished", "-created")
+    for run in runs:
+        windows = _measure_windows(run, arm, concurrency)
+        if windows is None:
+            return {"reason": f"G3 run {str(run.code)[:8]}'s phase summaries cannot be read"}
+        if not windows:
+            continue
+        rates = [w["per_second"] for w in windows]
+        return {"kind": "g3-throughput", "gate": 3, "job": str(run.code), "arm": arm, "concurrency": concurrency,
+                "per_second": round(statistics.median(rates), 6), "statistic": "median over repetitions",
+                "clock": "client", "repetitions": len(windows), "windows": windows,
+                "time_scale": float(run.params.get("time_scale", 1.0))}
+    if not runs.exists():
+        return {"reason": "G3 has no successful run: the soak's rate is planned from the fx throughput G3 measures"}
+    return {"reason": f"no successful G3 run measured {arm} at concurrency {concurrency} (the soak's concurrency)"}
+
+
+def _measure_windows(run: Job, arm: str, concurrency: int) -> list[dict] | None:
+    """The measure windows of `arm` at `concurrency` in a run's phase summaries (None: a summary unreadable)."""
+    windows = []
+    for artifact in run.artifacts.filter(kind="phase-summary").order_by("name"):
+        try:
+            lines = read_artifact(artifact).decode("utf-8", errors="replace").splitlines()
+        except (ArtifactMismatch, EvidenceStoreError, OSError):
+            return None
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not (isinstance(row, dict) and row.get("arm") == arm and row.get("phase") == "measure"
+                    and row.get("concurrency") == concurrency):
+                continue
+            ok = int(row.get("requests") or 0) - int(row.get("errors") or 0)
+            seconds = float(row.get("duration_s") or 0.0)
+            if ok > 0 and seconds > 0:
+                windows.append({"repetition": row.get("repetition"), "instance": row.get("instance"),
+                                "requests_ok": ok, "seconds": round(seconds, 6),
+                                "per_second": round(ok / seconds, 6)})
+    return windows
 
 
 def _soak_seconds(job: Job, soak: dict, nodes: list[Node]) -> float:

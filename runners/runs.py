@@ -22,6 +22,7 @@ from gates.judge import sequential
 from gates.models import AuditAction, Evaluation, Gate
 from runners import gateplans, traces
 from runners.artifacts import store_bytes
+from runners.config import ARMS
 from runners.dispatch import dispatch_advance
 from runners.gateplans import StepList
 from runners.models import UNFINISHED, Artifact, Job, LeaseRefused, Node, Site, Status, Step, take_nodes
@@ -53,13 +54,13 @@ PARAMS = {
     "time_scale": (_positive_number, gettext_lazy("a number above 0")),
     "repetitions": (_positive_int, gettext_lazy("a whole number ≥ 1")),
     "concurrency": (_positive_int, gettext_lazy("a whole number ≥ 1")),
-    "levels": (lambda v: isinstance(v, dict) and bool(v) and all(a in ("fx", "local_nvme", "recompute") and _levels(c)
-                                                                   for a, c in v.items()),
-               gettext_lazy("a mapping of arm (fx, local_nvme, recompute) → list of concurrency levels")),
+    "levels": (lambda v: isinstance(v, dict) and bool(v) and all(a in ARMS and _levels(c) for a, c in v.items()),
+               gettext_lazy("a mapping of arm (recompute, dram, local_nvme, fx) → list of concurrency levels")),
     "fio_runtime": (lambda v: _positive_int(v) and v <= 3600, gettext_lazy("whole seconds, 1–3600")),
     "fio_size": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d{1,6}[KMGkmg]?", v)),
                  gettext_lazy("a size such as 16M or 4G")),
     "soak_seconds": (_positive_number, gettext_lazy("a number of seconds above 0")),
+    "soak_rate": (_positive_number, gettext_lazy("requests per second above 0")),
     "soak_min_requests": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
                           gettext_lazy("a whole number ≥ 0 (0: the soak ends at its length)")),
     "workloads": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),

@@ -12,6 +12,7 @@ second one; its records file is fixed the same way, so nothing is written twice.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 
@@ -28,15 +29,20 @@ from runners.deploy import deploy_arm
 from runners.deployment import DeployError, Deployment, run_id_of, settings_for
 from runners.evaluation import PlanTamperedError, evaluate_job
 from runners.kinds import Poll, StepContext, StepError, StepFailed, StepKind
-from runners.lmcache import lmcache_trouble, lmcache_trouble_message, save_log_checked
+from runners.lmcache import GIB, kv_bytes_per_token, lmcache_trouble, lmcache_trouble_message, save_log_checked
 from runners.models import Artifact, Job, Node
 from runners.probe import ProbeSettingsError, probe_node
+from runners.remote import workload as client
 from runners.remote.workload import plan_args
 from runners.runs import SAMPLE_TRACE_NAME, TRACE_NAME, extend_run
 from runners.teardown import teardown_arm
 
 WORKLOAD_COMMANDS = {"populate": "populate", "evict": "evict", "measure": "measure", "probe_prompts": "probe",
                      "replay": "replay", "capacity": "replay", "share": "share", "soak": "soak", "fault": "fault"}
+COLD_WINDOW_STEPS = ("populate", "evict", "measure", "probe_prompts", "fault")
+"""The steps whose eviction opens a cold window: before it measures, the client empties every cache above the tier
+under test — vLLM's prefix cache, then LMCache's DRAM on every process that owns one (--lmcache-api). G4's replay,
+capacity check, sharing test and soak keep DRAM warm, as production does."""
 
 
 def _deployment(ctx: StepContext, seq: int | None = None) -> Deployment:
@@ -77,15 +83,25 @@ def run_deploy(ctx: StepContext) -> dict:
         capacity_tokens, said = capped_tokens(ctx.job)
         ctx.say(f"{ctx.node.name}: {said}")
     cold = bool(ctx.step.params.get("cold_start"))
+    extra = {}
+    if "prefix_caching" in ctx.step.params:
+        # G4's recompute as the customer would run vLLM without a KV tier: its prefix cache on (issue 44, item 3)
+        wanted = bool(ctx.step.params["prefix_caching"])
+        if "prefix_caching" in inspect.signature(deploy_arm).parameters:
+            extra["prefix_caching"] = wanted
+        elif wanted:
+            ctx.say(f"{ctx.node.name}: NOTE this deploy cannot turn vLLM's prefix caching on for {ctx.step.arm} "
+                    "(runners.deploy.deploy_arm takes no prefix_caching): it runs with --no-enable-prefix-caching")
     try:
         deployment = deploy_arm(ctx.job, ctx.step, ctx.node, ctx.step.arm, time_scale=_time_scale(ctx.job),
                                 share_pool=bool(ctx.step.params.get("share_pool")), capacity_tokens=capacity_tokens,
-                                cold_start=cold)
+                                cold_start=cold, **extra)
     except DeployError as exc:
         raise StepError(str(exc)) from None
     if cold:
         record_cold_start(ctx, deployment)
-    return {"deployment": deployment.to_dict(), **({"cold_start": deployment.cold_start} if cold else {})}
+    return {"deployment": deployment.to_dict(), **({"cold_start": deployment.cold_start} if cold else {}),
+            **({"prefix_caching": extra["prefix_caching"]} if "prefix_caching" in extra else {})}
 
 
 def record_cold_start(ctx: StepContext, deployment: Deployment) -> None:
@@ -199,34 +215,34 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--repetitions", str(params["repetitions"])]
     if params.get("first_repetition"):
         args += ["--first-repetition", str(params["first_repetition"])]
-    if step.name == "capacity":
-        # the same sample as the replay (the same bytes: prepare is deterministic), once, one request in flight so
-        # that the tier sees the requests in the order its oracle counted them
+    args += tier_args(step.name, deployment)
+    if command == "replay":
+        # the customer's trace in its own format, sampled by whole sessions with content-addressed blocks; the
+        # capacity check replays the same sample (the same bytes: prepare is deterministic on the same inputs,
+        # the tiers above FX as the first replay read them), once, strictly in the trace's order
         trace = f"{run_dir}/trace.csv"
+        above = tiers_above_fx(ctx, conn, deployment)
         try:
-            replay_bytes, chosen = tracereplay.prepare(_trace_bytes(ctx), dict(loads.get("replay") or {}))
+            replay_bytes, chosen = prepare_replay(_trace_bytes(ctx), dict(loads.get("replay") or {}), above)
         except ValueError as exc:
             raise StepError(f"the trace cannot be replayed: {exc}") from None
         conn.upload(replay_bytes, trace)
-        args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", "0", "--phase", "capacity",
-                 "--block-tokens", str(chosen["block_tokens"] or 512), "--max-in-flight", "1", "--repetitions", "1"]
-    elif command == "replay":
-        trace = f"{run_dir}/trace.csv"
-        # the customer's trace in its own format, sampled by whole sessions with content-addressed blocks
-        try:
-            replay_bytes, chosen = tracereplay.prepare(_trace_bytes(ctx), dict(loads.get("replay") or {}))
-        except ValueError as exc:
-            raise StepError(f"the trace cannot be replayed: {exc}") from None
-        ctx.say(f"{ctx.node.name}: {tracereplay.describe(chosen)}")
-        # what was replayed (sampled share, replayed rate, prompts cut) is evidence the reports state
-        store_bytes(job, f"{deployment.name_prefix}/replay-sample.json",
-                    json.dumps(chosen, sort_keys=True).encode(), kind="replay-sample", step=ctx.step,
-                    node=ctx.node, simulated=deployment.simulated)
-        conn.upload(replay_bytes, trace)
-        # An in-flight cap as large as the sessions replayed never holds a request back; records then carry
-        # that cap as their concurrency (the judge needs one ≥ 1).
         args += ["--trace", trace, "--time-scale", str(_time_scale(job)), "--max-sessions", "0",
-                 "--block-tokens", str(chosen["block_tokens"] or 512), "--max-in-flight", str(params["max_sessions"])]
+                 "--block-tokens", str(chosen["block_tokens"] or 512), "--ordered"]
+        if step.name == "capacity":
+            args += ["--phase", "capacity", "--repetitions", "1",
+                     "--max-in-flight", str(int((loads.get("replay") or {}).get("max_sessions", 64)))]
+        else:
+            ctx.say(f"{ctx.node.name}: {tracereplay.describe(chosen)}")
+            # what was replayed (sampled share, replayed rate, prompts cut) and what sits above FX is evidence the
+            # reports state
+            chosen = {**chosen, "tiers_above_fx": above}
+            store_bytes(job, f"{deployment.name_prefix}/replay-sample.json",
+                        json.dumps(chosen, sort_keys=True).encode(), kind="replay-sample", step=ctx.step,
+                        node=ctx.node, simulated=deployment.simulated)
+            # an in-flight cap as large as the sessions replayed never holds a request back; the records carry the
+            # most requests measured in flight as their concurrency, the cap as concurrency_cap
+            args += ["--max-in-flight", str(params["max_sessions"])]
     elif command == "share":
         reader = _deployment(ctx, params["reader"])
         args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]
@@ -234,6 +250,7 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--duration-s", f"{max(params['seconds'], 0.1):.3f}", "--windows", str(params["windows"])]
         if params.get("min_requests"):
             args += ["--min-requests", str(int(params["min_requests"]))]
+        args += soak_rate_args(ctx, deployment)
     elif command == "fault":
         interface = _roce_interface(ctx)
         cut = max(float(params["cut_seconds"]), 0.05)
@@ -245,16 +262,140 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
     return once(args)
 
 
+def tier_args(step_name: str, deployment: Deployment) -> list[str]:
+    """The client's tier flags for a step on this deployment: `--disk-device` (the disk tier's block device, its
+    read counters sampled with every /metrics scrape) on every step of an arm with a disk tier, and `--lmcache-api`
+    (every LMCache process's internal API server: its DRAM emptied at each eviction) on the cold-window steps
+    (COLD_WINDOW_STEPS). A deployment record without these fields (an older deploy) gets neither."""
+    out: list[str] = []
+    device = getattr(deployment, "disk_device", None)
+    if device:
+        out += ["--disk-device", str(device)]
+    if step_name in COLD_WINDOW_STEPS:
+        for url in getattr(deployment, "lmcache_api_urls", None) or []:
+            out += ["--lmcache-api", str(url)]
+    return out
+
+
+def soak_rate_args(ctx: StepContext, deployment: Deployment) -> list[str]:
+    """`--rate` for the soak (open loop at the planned rate, gateplans.soak_rate_plan), the plan and its source kept as
+    evidence (`<deployment>/soak-rate.json`, kind soak-rate) and said in the log; without a planned rate the soak
+    runs its closed loop and the log says why."""
+    params = ctx.step.params
+    planned = dict(params.get("rate_plan") or {})
+    rate = params.get("rate")
+    planned["open_loop"] = bool(rate)
+    store_bytes(ctx.job, f"{deployment.name_prefix}/soak-rate.json", json.dumps(planned, sort_keys=True).encode(),
+                kind="soak-rate", step=ctx.step, node=ctx.node, simulated=deployment.simulated)
+    if not rate:
+        ctx.say(f"{ctx.node.name}: soak: closed loop of {params['concurrency'][0]} clients — no rate could be planned "
+                f"({planned.get('reason') or 'no rate_plan'})")
+        return ["--closed-loop"]
+    ctx.say(f"{ctx.node.name}: soak: open loop at {float(rate):.3g} requests/s ({soak_rate_source(planned)}), "
+            f"{params['windows']} windows over {float(params['seconds']):g} s")
+    return ["--rate", f"{float(rate):.6g}"]
+
+
+def soak_rate_source(planned: dict) -> str:
+    """Where a soak's planned rate comes from, in words (the run log and the reports)."""
+    source = planned.get("source") or {}
+    if source.get("kind") == "run-parameter":
+        return "set by the run's soak_rate"
+    if source.get("kind") == "g3-throughput":
+        return (f"{100 * float(planned['fraction']):g} % of the {float(source['per_second']):.3g} requests/s the "
+                f"{source['arm']} arm served at concurrency {source['concurrency']} in G3 run "
+                f"{str(source['job'])[:8]}, median of {source['repetitions']} repetitions")
+    return planned.get("reason") or "no source"
+
+
+def tiers_above_fx(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deployment) -> dict:
+    """What sits above FX on this deployment, in tokens, for the replay's sample (issue 44, item 1): vLLM's HBM prefix
+    cache (`vllm:cache_config_info`: num_gpu_blocks × block_size, read from the server) and LMCache's DRAM
+    (`sizes.max_local_cpu_size` GiB per rank × TP ÷ the KV bytes per token). Every replay of a run uses the figures
+    its first replay read (kept in its replay-sample), so every arm and the capacity check replay the same sample."""
+    earlier = _replay_sample_or_none(ctx.job)
+    if earlier is not None and isinstance(earlier.get("tiers_above_fx"), dict):
+        return earlier["tiers_above_fx"]
+    found: dict = {"hbm_tokens": None, "dram_tokens": None}
+    text, error = _metrics_text(conn, deployment)
+    hbm = client.hbm_tokens(text) if text else None
+    found["hbm_tokens"] = hbm
+    found["hbm_source"] = (f"vllm:cache_config_info of {deployment.instance}" if hbm else
+                           f"{deployment.instance} did not report vllm:cache_config_info" + (f" ({error})" if error else ""))
+    settings_ = settings_for(ctx.job, ctx.node)
+    try:
+        per_token = kv_bytes_per_token(settings_, deployment.simulated)
+    except ValueError as exc:
+        found["dram_source"] = str(exc)
+        return found
+    size = float(settings_.sizes.max_local_cpu_size)
+    tp = int(settings_.tensor_parallel_size)
+    found["dram_tokens"] = int(size * GIB * tp // per_token) if size > 0 else 0
+    found["dram_source"] = (f"sizes.max_local_cpu_size {size:g} GiB per rank × TP {tp} ÷ {per_token} KV bytes per "
+                            "token")
+    return found
+
+
+def prepare_replay(data: bytes, replay: dict, above: dict) -> tuple[bytes, dict]:
+    """runners.tracereplay.prepare with the tiers above FX when it takes them (`hbm_tokens`, `dram_tokens`)."""
+    accepts = inspect.signature(tracereplay.prepare).parameters
+    extra = {key: above.get(key) for key in ("hbm_tokens", "dram_tokens") if key in accepts}
+    return tracereplay.prepare(data, replay, **extra)
+
+
+def _replay_sample_or_none(job: Job) -> dict | None:
+    artifact = job.artifacts.filter(kind="replay-sample").order_by("pk").first()
+    return json.loads(read_artifact(artifact)) if artifact is not None else None
+
+
+def _metrics_text(conn: ssh.NodeConnection, deployment: Deployment) -> tuple[str, str | None]:
+    """The server's /metrics as read on the node (it listens there), or ("", why not)."""
+    script = ("import sys, urllib.request\n"
+              "with urllib.request.urlopen(sys.argv[1] + '/metrics', timeout=60) as answer:\n"
+              "    sys.stdout.write(answer.read().decode('utf-8', 'replace'))\n")
+    res = conn.run(f"python3 -c {shlex.quote(script)} {shlex.quote(deployment.url)}", echo=False, check=False,
+                   timeout=120)
+    if res.exit_code != 0:
+        return "", f"reading its /metrics failed: {' | '.join(res.stderr.strip().splitlines()[-1:])}"
+    return res.stdout, None
+
+
+SWITCHES = ("--ordered", "--unordered", "--closed-loop", "--quiet", "--no-warm")
+"""The client's flags that take no value."""
+REPEATABLE = ("--lmcache-api",)
+"""The client's flags given once per value."""
+
+
 def once(args: list[str]) -> list[str]:
     """The workload's arguments with each flag once: the plan's defaults first, the run's own values replace them
-    where they stand (the client would take the last anyway; the command logged is the command run)."""
-    command, rest = args[0], args[1:]
-    if len(rest) % 2 or not all(flag.startswith("--") for flag in rest[::2]):
-        raise StepError(f"the workload arguments are not flag/value pairs: {rest!r}")
-    flags: dict[str, str] = {}
-    for flag, value in zip(rest[::2], rest[1::2], strict=True):
-        flags[flag] = value
-    return [command, *(item for pair in flags.items() for item in pair)]
+    where they stand (the client would take the last anyway; the command logged is the command run). Switches
+    (SWITCHES) take no value; a repeatable flag (REPEATABLE) keeps each of its values once, in order."""
+    command, rest = args[0], list(args[1:])
+    flags: dict[str, list[str | None]] = {}
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        if not flag.startswith("--"):
+            raise StepError(f"the workload arguments are not flag/value pairs: {rest!r}")
+        if flag in SWITCHES:
+            flags[flag] = [None]
+            i += 1
+            continue
+        if i + 1 >= len(rest):
+            raise StepError(f"the workload arguments are not flag/value pairs: {rest!r}")
+        value = rest[i + 1]
+        if flag in REPEATABLE:
+            kept = flags.setdefault(flag, [])
+            if value not in kept:
+                kept.append(value)
+        else:
+            flags[flag] = [value]
+        i += 2
+    out = [command]
+    for flag, values in flags.items():
+        for value in values:
+            out += [flag] if value is None else [flag, value]
+    return out
 
 
 def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:

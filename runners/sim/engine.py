@@ -13,6 +13,7 @@ retrieves blocks the whole batch, as the real forward pass waits for ``start_loa
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,10 @@ from runners.sim.model import MI308X_NODE, QWEN3_CODER_480B, Hardware, ModelSpec
 
 EPSILON = 1e-9
 STALL_LOG_SECONDS = 60.0   # model seconds between two "stalled" events of a retrieval that cannot get its staging
+# LMCache 0.5.6's PinMonitor: a lookup pin older than pin_timeout_sec is forced off at its next check, every
+# pin_check_interval_sec (config.py defaults)
+PIN_TIMEOUT_SECONDS = 300.0
+PIN_CHECK_SECONDS = 30.0
 
 
 @dataclass(eq=False)
@@ -162,13 +167,13 @@ class Engine:
             budget -= take
         if not chunks and not decodes:
             return
-        stall = self._staging_stall(retrievals)
+        stall, wait = self._staging_stall(retrievals)
         if stall is not None:
             self.stall = stall
             self.step_plan = (chunks, decodes, retrievals)
             self.step_end = self.now
             return
-        # reads admitted together share their device: one device's reads take its bytes / its bandwidth
+        extra += wait        # reads admitted together share their device: one device's reads take its bytes / its bandwidth
         for device, size in reads.items():
             extra += size / max(self.device_bandwidth(device), 1.0)
         prefill = [(r.computed, n) for r, n in chunks]
@@ -180,18 +185,34 @@ class Engine:
         self.step_plan = (chunks, decodes, retrievals)
         self.step_end = self.now + seconds
 
-    def _staging_stall(self, retrievals: list[dict]) -> dict | None:
-        """The first retrieval of the step whose staging does not fit in the CPU pool beside the step's pinned DRAM
-        chunks, or None."""
+    def _staging_stall(self, retrievals: list[dict]) -> tuple[dict | None, float]:
+        """Whether the step's retrievals get their staging in LMCache's CPU pool: (a stall that never ends, or None;
+        model seconds the step waits). Retrievals run one after another; each stages all its disk chunks while the
+        DRAM chunks every lookup of the step pinned stay unevictable (unpinned when the step ends). Its own DRAM
+        chunks it holds for the copy, so own DRAM + own disk chunks above the pool never fit: a stall for ever. When
+        only the other requests' pins are in the way, LMCache's PinMonitor forces them off once they are older than
+        pin_timeout_sec, at its next check: the step waits until then."""
         if self.staging_capacity is None:
-            return None
-        pinned = sum(r["request"].pinned_chunks for r in retrievals)
+            return None, 0.0
+        pinned_requests = [r["request"] for r in retrievals if r["request"].pinned_chunks]
+        pinned = sum(request.pinned_chunks for request in pinned_requests)
+        until = self.now
         for retrieval in retrievals:
             request = retrieval["request"]
-            if request.staging_chunks and pinned + request.staging_chunks > self.staging_capacity:
+            if not request.staging_chunks:
+                continue
+            if request.pinned_chunks + request.staging_chunks > self.staging_capacity:
                 return {"request": request, "staging_chunks": request.staging_chunks, "pinned_chunks": pinned,
-                        "capacity_chunks": self.staging_capacity, "since": self.now}
-        return None
+                        "capacity_chunks": self.staging_capacity, "since": self.now}, 0.0
+            if pinned + request.staging_chunks > self.staging_capacity:
+                pinned_at = max(other.arrival for other in pinned_requests if other is not request)
+                check = (math.floor((pinned_at + PIN_TIMEOUT_SECONDS) / PIN_CHECK_SECONDS) + 1) * PIN_CHECK_SECONDS
+                until = max(until, check)
+                self._emit(request, "stalled", {"request": request, "staging_chunks": request.staging_chunks,
+                                                "pinned_chunks": pinned, "capacity_chunks": self.staging_capacity,
+                                                "since": self.now, "until": until})
+                pinned = 0
+        return None, until - self.now
 
     def _finish_step(self) -> None:
         if self.stall is not None:

@@ -499,11 +499,15 @@ class SimServer:
                         prefix=worker_prefix(rank, self.hw.gpus))
         if info.get("since") == self.engine.now:
             size = self.rank_chunk_bytes / GIB
+            what = (f"until {info['until'] - info['since']:.0f} model seconds later, when LMCache's pin monitor forces "
+                    f"the other requests' lookup pins off (pin_timeout_sec 300 s, checked every 30 s); every request "
+                    f"of this server waits with it" if "until" in info else
+                    "for memory that nothing will free: every request of this server waits with it, for ever")
             vllm_log("WARNING", f"(simulated) request {request.rid} stalls: its retrieval stages "
                      f"{info['staging_chunks']} chunks per rank ({info['staging_chunks'] * size:.2f} GiB) from disk "
                      f"beside {info['pinned_chunks']} pinned DRAM chunks, in a CPU pool of {info['capacity_chunks']} "
                      f"chunks per rank (max_local_cpu_size {self.config.lmcache.max_local_cpu_size:g} GiB); LMCache "
-                     f"busy-waits for memory that nothing will free, and every request of this server waits with it")
+                     f"busy-waits {what}")
 
     def _log_retrieval(self, request: SimRequest, info: dict) -> None:
         size_gib = info["rank_bytes"] / GIB

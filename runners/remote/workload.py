@@ -9,7 +9,9 @@ Records are `fxpilot.request/1` JSON lines written (and flushed) as each request
     python3 workload.py COMMAND --url http://127.0.0.1:8000 --arm fx --out records/fx.jsonl [options]
 
 Commands (each takes the common options: --model, --run-id, --instance, --simulated, --timeout, --seed,
---session-prefix, --api-key-env, --versions, --coalesce-ms, --quiet):
+--session-prefix, --api-key-env, --versions, --coalesce-ms, --quiet, and for tier attribution --lmcache-api URL
+(repeatable: every eviction empties those LMCache processes' DRAM) and --disk-device NAME (its sectors read,
+from $FXPILOT_DISKSTATS or /proc/diskstats, sampled with every /metrics scrape into the summaries' tier_bytes)):
   populate       each session's context once                    --sessions --prompt-tokens --output-tokens -c
   evict          empty the caches (no records)                  --evict --restart-cmd --health-timeout
   measure        sessions return with a new turn, closed loop   --sessions --prompt-tokens --turn-tokens
@@ -20,12 +22,15 @@ Commands (each takes the common options: --model, --run-id, --instance, --simula
   probe          G2 output equivalence: the same prompts at temperature 0 (warm pass, evict, probe pass)
                  --prompts --prompt-tokens --output-tokens --no-warm
   replay         G4 customer trace CSV (session_id,turn,prompt_tokens,output_tokens,arrival_offset_s
-                 [,block_ids,stratum]), open loop at the trace's arrival offsets; with block_ids, prompts are
-                 built from content-addressed blocks   --trace --max-sessions --repetitions --time-scale
-                 --block-tokens
+                 [,block_ids,stratum]), open loop at the trace's arrival offsets, strictly in the trace's order
+                 from one queue (--unordered: a sender per session); with block_ids, prompts are built from
+                 content-addressed blocks, salted per repetition so each starts cold   --trace --max-sessions
+                 --repetitions --time-scale --block-tokens --max-in-flight --ordered/--unordered
   share          write sessions through --url, read them through --url-b (records of phase `share` carry
                  instance B)                                    --url-b --instance-b
-  soak           closed loop for --duration-s split into --windows (repetition = window number)
+  soak           --duration-s split into --windows (repetition = window number): open loop at --rate
+                 requests/s (Poisson, or --arrivals trace), lateness recorded, schedule_kept in the summaries
+                 (--max-lateness-s); without --rate (or with --closed-loop) the closed loop of -c clients
   fault          closed loop while the FX path is cut: `measure` before --fault-start, `fault` during
                  --fault-seconds, `recovery` after; runs --cut-cmd / --restore-cmd at those moments
 
@@ -1174,14 +1179,15 @@ class Recorder:
 
     @property
     def journal(self) -> str:
-        """Where held records wait (not `.jsonl`: a copy left by a killed client is kept, never judged)."""
-        return (self.path[:-6] if self.path.endswith(".jsonl") else self.path) + ".pending"
+        """Where held records wait: one file per client process (a copy left by a killed client is never
+        overwritten by the next one), not named `.jsonl`, so it is collected as raw evidence, never judged."""
+        return (self.path[:-6] if self.path.endswith(".jsonl") else self.path) + f".pending-{os.getpid()}"
 
     def hold(self) -> None:
         """Keep the next records until release(): a value they carry (a replay's measured concurrency) is known
         only when their window ends. Each is still written at once, to the journal, so a crash loses nothing."""
         self.held = []
-        self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def release(self, update: Callable[[dict], None] | None = None) -> None:
         """Write the held records (in send order where they carry one) after `update` has filled them in."""
@@ -2541,7 +2547,8 @@ def plan_args(command: str, workloads: dict) -> list[str]:
     flags = {"prompt_tokens": "--prompt-tokens", "turn_tokens": "--turn-tokens", "output_tokens": "--output-tokens",
              "requests_per_client": "--requests-per-client", "repetitions": "--repetitions", "sessions": "--sessions",
              "prompts": "--prompts", "max_sessions": "--max-sessions", "windows": "--windows",
-             "cut_seconds": "--fault-seconds", "fault_start_s": "--fault-start", "duration_s": "--duration-s"}
+             "cut_seconds": "--fault-seconds", "fault_start_s": "--fault-start", "duration_s": "--duration-s",
+             "max_lateness_s": "--max-lateness-s"}
     out: list[str] = []
     if "hours" in values:
         values.setdefault("duration_s", float(values["hours"]) * 3600)

@@ -257,7 +257,7 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     if needed:
         soak_step["min_requests"] = needed
     # open loop at a rate planned from evidence (issue 45): a share of the fx throughput G3 measured
-    planned = soak_rate_plan(job, soak)
+    planned = soak_rate_plan(job.pilot, soak, job.params)
     soak_step["rate_plan"] = planned
     if planned.get("rate_per_s"):
         soak_step["rate"] = planned["rate_per_s"]
@@ -313,24 +313,38 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     return [first, second]
 
 
-def soak_rate_plan(job: Job, soak: dict) -> dict[str, Any]:
+def soak_rate_plan(pilot, soak: dict, params: dict | None = None) -> dict[str, Any]:
     """The soak's open-loop rate and where it comes from (issue 45, item 1): the plan's `workloads.soak.rate_fraction`
     (default SOAK_RATE_FRACTION) of the fx arm's throughput G3 measured at the soak's concurrency (g3_throughput),
-    in requests per second on the client's clock; a run's `soak_rate` sets it instead (said so). Without such
-    evidence `rate_per_s` is None and `reason` says why: the soak then runs its closed loop, and its step says so."""
+    in requests per second on the client's clock; a run's `soak_rate` (params) sets it instead (said so). Without
+    such evidence `rate_per_s` is None and `reason` says why: the soak then runs its closed loop, and its step says
+    so. The demo sizes its soak from the same plan (portal.management.demo_soak.planned_rate)."""
+    params = params or {}
     concurrency = int(soak.get("concurrency", 16))
     fraction = float(soak.get("rate_fraction", SOAK_RATE_FRACTION))
     plan: dict[str, Any] = {"schema": SOAK_RATE_SCHEMA, "concurrency": concurrency, "fraction": fraction,
                             "arrivals": str(soak.get("arrivals", "poisson")), "rate_per_s": None}
-    if job.params.get("soak_rate"):
-        return {**plan, "rate_per_s": float(job.params["soak_rate"]), "fraction": None,
+    if params.get("soak_rate"):
+        return {**plan, "rate_per_s": float(params["soak_rate"]), "fraction": None,
                 "source": {"kind": "run-parameter", "parameter": "soak_rate"}}
     if not 0 < fraction <= 1:
         return {**plan, "reason": f"workloads.soak.rate_fraction is {fraction:g}; it must be above 0 and at most 1"}
-    measured = g3_throughput(job.pilot, arm="fx", concurrency=concurrency)
+    measured = g3_throughput(pilot, arm="fx", concurrency=concurrency)
     if "per_second" not in measured:
         return {**plan, "reason": measured["reason"]}
     return {**plan, "rate_per_s": round(fraction * measured["per_second"], 6), "source": measured}
+
+
+def soak_rate_source(planned: dict) -> str:
+    """Where a soak's planned rate comes from, in words (the run log and the reports)."""
+    source = planned.get("source") or {}
+    if source.get("kind") == "run-parameter":
+        return "set by the run's soak_rate"
+    if source.get("kind") == "g3-throughput":
+        return (f"{100 * float(planned['fraction']):g} % of the {float(source['per_second']):.3g} requests/s the "
+                f"{source['arm']} arm served at concurrency {source['concurrency']} in G3 run "
+                f"{str(source['job'])[:8]}, median of {source['repetitions']} repetitions")
+    return planned.get("reason") or "no source"
 
 
 def g3_throughput(pilot, *, arm: str, concurrency: int) -> dict[str, Any]:

@@ -291,21 +291,9 @@ def soak_rate_args(ctx: StepContext, deployment: Deployment) -> list[str]:
         ctx.say(f"{ctx.node.name}: soak: closed loop of {params['concurrency'][0]} clients — no rate could be planned "
                 f"({planned.get('reason') or 'no rate_plan'})")
         return ["--closed-loop"]
-    ctx.say(f"{ctx.node.name}: soak: open loop at {float(rate):.3g} requests/s ({soak_rate_source(planned)}), "
+    ctx.say(f"{ctx.node.name}: soak: open loop at {float(rate):.3g} requests/s ({gateplans.soak_rate_source(planned)}), "
             f"{params['windows']} windows over {float(params['seconds']):g} s")
     return ["--rate", f"{float(rate):.6g}"]
-
-
-def soak_rate_source(planned: dict) -> str:
-    """Where a soak's planned rate comes from, in words (the run log and the reports)."""
-    source = planned.get("source") or {}
-    if source.get("kind") == "run-parameter":
-        return "set by the run's soak_rate"
-    if source.get("kind") == "g3-throughput":
-        return (f"{100 * float(planned['fraction']):g} % of the {float(source['per_second']):.3g} requests/s the "
-                f"{source['arm']} arm served at concurrency {source['concurrency']} in G3 run "
-                f"{str(source['job'])[:8]}, median of {source['repetitions']} repetitions")
-    return planned.get("reason") or "no source"
 
 
 def tiers_above_fx(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deployment) -> dict:

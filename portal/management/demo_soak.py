@@ -18,6 +18,13 @@ the warm-up takes a fraction of the time. `soak_seconds` turns the rate into the
 `SOAK_MARGIN` (in G4 the soak shares the CPU with the other node's replay, and a machine's load moves),
 over the rate, plus the warm-up of the soak's own sessions. The soak itself does not end short of the planner's
 count (it sends on for at most its length again), so a machine that got busier costs seconds, not a second G4.
+
+G4's soak is open loop (issue 45): it sends at a rate planned from evidence, a share of the fx throughput G3 measured
+at the soak's concurrency (`runners.gateplans.soak_rate_plan`). On simulated nodes the gate run itself makes the soak
+long enough for the planner's count at that rate; `planned_rate` gives the demo the same rate before G4 starts, so
+that it sizes the soak on the rate the soak will send at (`soak_seconds(needed, planned_rate(...) or measured)`) and
+says it (`soak_line`). The calibration still measures what this machine serves closed loop: a planned rate above it
+is one the simulated server could not keep up with here, which `planned_rate` says.
 """
 from __future__ import annotations
 
@@ -34,6 +41,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners import gateplans
+from runners.config import DEFAULT_SIMULATED
 from runners.remote.workload import soak_pool
 from runners.sim.model import hbm_kv_capacity_tokens
 
@@ -149,10 +158,13 @@ def measure_soak_rate(*, model: str, time_scale: float, concurrency: int, folder
     folder.mkdir(parents=True)
     port = _free_port()
     config = folder / "lmcache.yaml"
-    # the soak's fx arm as the deploy renders it for a simulated node (runners/deploy.py): a small CPU tier,
-    # the disk tier, chunks of 256 tokens
-    config.write_text("# simulated: true (the demo's soak calibration)\nchunk_size: 256\nlocal_cpu: true\n"
-                      f"max_local_cpu_size: 0.25\nlocal_disk: \"file://{folder / 'kv'}/\"\nmax_local_disk_size: 200.0\n"
+    # the soak's fx arm as the deploy renders it for a simulated node (runners/deploy.py): LMCache's DRAM tier and
+    # the disk tier at the simulated deployment's sizes (runners.config.DEFAULT_SIMULATED)
+    sizes = DEFAULT_SIMULATED["sizes"]
+    config.write_text("# simulated: true (the demo's soak calibration)\n"
+                      f"chunk_size: {int(sizes['chunk_size'])}\nlocal_cpu: true\n"
+                      f"max_local_cpu_size: {float(sizes['max_local_cpu_size'])}\n"
+                      f"local_disk: \"file://{folder / 'kv'}/\"\nmax_local_disk_size: {float(sizes['max_local_disk_size'])}\n"
                       "extra_config:\n  use_odirect: true\n")
     env = {**os.environ, "LMCACHE_CONFIG_FILE": str(config)}
     env.pop("FXPILOT_SIM_ROOT", None)
@@ -220,3 +232,26 @@ def soak_seconds(requests_needed: int, rate: SoakRate, *, margin: float = SOAK_M
     steady = requests_needed * margin / max(rate.per_second, 0.1)
     warmup = rate.warmup_seconds * sessions_per_client
     return float(max(MIN_SOAK_SECONDS, math.ceil(steady + warmup)))
+
+
+def planned_rate(pilot, plan, measured: SoakRate | None = None) -> SoakRate | None:
+    """The rate G4's soak will send at (runners.gateplans.soak_rate_plan: the plan's share of the fx throughput G3
+    measured at the soak's concurrency), as a SoakRate with the calibration's warm-up; None when G3's evidence
+    gives none (the soak then runs its closed loop). Its note says where the rate comes from and, when the
+    calibration served less than that closed loop on this machine, that the simulated server may not keep up."""
+    soak = dict((plan.workloads or {}).get("soak") or {})
+    found = gateplans.soak_rate_plan(pilot, soak)
+    if not found.get("rate_per_s"):
+        return None
+    note = gateplans.soak_rate_source(found)
+    if measured is not None and measured.measured and measured.per_second < found["rate_per_s"]:
+        note += (f"; this machine served {measured.per_second:.3g} requests/s closed loop in the calibration, less "
+                 "than the planned rate: the simulated server may fall behind the soak's schedule")
+    return SoakRate(per_second=float(found["rate_per_s"]), requests=0, seconds=0.0,
+                    warmup_seconds=measured.warmup_seconds if measured is not None else 0.0, note=note)
+
+
+def soak_line(rate: SoakRate, seconds: float, windows: int) -> str:
+    """The demo's line for an open-loop soak, e.g. "soak: open loop at 3.2 requests/s, 1,840 requests, 12 windows"."""
+    return (f"soak: open loop at {rate.per_second:.3g} requests/s, {int(rate.per_second * seconds):,} requests, "
+            f"{int(windows)} windows")

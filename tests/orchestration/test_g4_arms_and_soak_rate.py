@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from portal.management import demo_soak
 from runners import gateplans, steps, traces
 from runners.artifacts import store_bytes
 from runners.deployment import Deployment
@@ -64,7 +65,7 @@ def test_the_soak_rate_is_a_share_of_the_fx_throughput_g3_measured_at_the_soaks_
     needed = soak.params.get("min_requests")
     if needed:
         assert soak.params["seconds"] * soak.params["rate"] >= needed
-    words = steps.soak_rate_source(planned)
+    words = gateplans.soak_rate_source(planned)
     assert "70 % of the 10 requests/s the fx arm served at concurrency 16 in G3 run" in words
 
 
@@ -149,3 +150,15 @@ def test_every_switch_and_repeatable_flag_is_one_the_client_has():
         assert known[switch].nargs == 0, switch
     for flag in steps.REPEATABLE:
         assert type(known[flag]).__name__ == "_AppendAction", flag
+
+
+def test_the_demo_sizes_its_soak_on_the_rate_the_soak_will_send_at(signed_pilot):
+    pilot = signed_pilot.pilot
+    plan = pilot.signed_plan.to_plan()
+    assert demo_soak.planned_rate(pilot, plan) is None      # no G3 yet: the soak's closed loop
+    _g3_run(pilot, [_summary("fx", "measure", 16, 1, 20, 0, 2.0)])
+    measured = demo_soak.SoakRate(per_second=5.0, requests=40, seconds=8.0, warmup_seconds=2.0)
+    rate = demo_soak.planned_rate(pilot, plan, measured)
+    assert rate.per_second == pytest.approx(7.0) and rate.warmup_seconds == 2.0
+    assert "70 % of the 10 requests/s" in rate.note and "may fall behind" in rate.note
+    assert demo_soak.soak_line(rate, 100.0, 12) == "soak: open loop at 7 requests/s, 700 requests, 12 windows"

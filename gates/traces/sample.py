@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gates.traces.analysis import STRATA, Analysis
+from gates.traces.reuse import profile
 
 
 @dataclass
@@ -45,10 +46,39 @@ def session_hash(name: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def shared_sources(analysis: Analysis, keep_session: np.ndarray) -> np.ndarray:
+    """The sessions whose requests last held the shared prefix a kept session's first request reuses (one level:
+    a source's own sources are not pulled in), so that the sample keeps the sharing across sessions the trace
+    has — the prefix is brought in by the session that brought it in the trace, at the same distance."""
+    reuse = analysis.reuse
+    if reuse is None or analysis.stratum is None:
+        return np.zeros(0, dtype=np.int64)
+    order = reuse.order
+    arrival_session = analysis.session[order]
+    shared = (analysis.stratum[order] == 1) & keep_session[arrival_session] & (reuse.run_source >= 0)
+    sources = arrival_session[reuse.run_source[shared]]
+    sources = np.unique(sources)
+    return sources[~keep_session[sources]]
+
+
+def cross_session_blocks(session: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> int:
+    """Distinct blocks that two or more sessions use (the sharing across sessions)."""
+    counts = np.diff(offsets)
+    if ids.size == 0:
+        return 0
+    owner = np.repeat(np.asarray(session, dtype=np.int64), counts)
+    _, block = np.unique(ids, return_inverse=True)
+    pairs = np.unique(block.reshape(-1).astype(np.int64) * (int(owner.max()) + 1) + owner)
+    per_block = np.bincount(pairs // (int(owner.max()) + 1))
+    return int((per_block >= 2).sum())
+
+
 def choose(analysis: Analysis, *, ratio: float | None = None, window: tuple[float, float] | None = None,
            seed: int = 20260629, speedup: float = 1.0, idle_gap_cap_s: float | None = None,
-           max_model_len: int | None = None, over_length: str = "cut", max_requests: int | None = None) -> Sample:
-    """Whole sessions of the analysed trace, timed and fitted for replay (see the module's description)."""
+           max_model_len: int | None = None, over_length: str = "cut", max_requests: int | None = None,
+           keep_shared: bool = False) -> Sample:
+    """Whole sessions of the analysed trace, timed and fitted for replay (see the module's description); with
+    `keep_shared`, also the sessions that brought in the shared prefixes the chosen ones reuse."""
     if ratio is None and window is None:
         ratio = 1.0
     if ratio is not None and not 0 < ratio <= 1:
@@ -69,6 +99,11 @@ def choose(analysis: Analysis, *, ratio: float | None = None, window: tuple[floa
         keep_session = (first_time >= start) & (first_time < end)
     else:
         keep_session = np.array([session_hash(n, seed) < ratio for n in names], dtype=bool)
+    added = 0
+    if keep_shared:
+        sources = shared_sources(analysis, keep_session)
+        keep_session[sources] = True
+        added = int(sources.size)
     kept = order[keep_session[session[order]]]
     if max_requests is not None and kept.size > max_requests:
         # whole sessions until the budget is spent, in the order of their first arrival
@@ -131,6 +166,7 @@ def choose(analysis: Analysis, *, ratio: float | None = None, window: tuple[floa
         "left_out_requests": int(too_long.sum()) if over_length == "out" else 0,
         "block_tokens": t.block_tokens if t.reuse_known else None,
         "reuse_known": t.reuse_known,
+        "shared_sources_added": added,
     }
     names_kept = [names[s] for s in session[kept].tolist()]
     return Sample(kept, offsets, prompt, output, names_kept, turn, blocks, stratum, stats)
@@ -149,3 +185,99 @@ def replay_csv(sample: Sample) -> str:
                          max(1, int(sample.output_tokens[i])), f"{sample.offsets_s[i]:.6f}",
                          " ".join(str(int(b)) for b in sample.blocks[i]), sample.stratum[i] or ""])
     return out.getvalue()
+
+
+def sample_arrays(sample: Sample) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(block offsets, block ids, prompt tokens, times) of a sample, in its (arrival) order."""
+    counts = np.array([b.size for b in sample.blocks], dtype=np.int64)
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    ids = (np.concatenate([np.asarray(b, dtype=np.int64) for b in sample.blocks]) if sample.blocks
+           else np.zeros(0, dtype=np.int64))
+    return offsets, ids, sample.prompt_tokens.astype(np.int64), sample.offsets_s.astype(np.float64)
+
+
+def working_set(sample: Sample, block_tokens: int, share: float) -> int:
+    """The fewest tokens an LRU cache needs to serve `share` of the sample's own reuse (0 when nothing is reused)."""
+    offsets, ids, prompt, ts = sample_arrays(sample)
+    if ids.size == 0:
+        return 0
+    found = profile(offsets, ids, prompt, block_tokens, ts).capacity_for(share)
+    return int(found or 0) * block_tokens
+
+
+def gpu_hours(duration_s: float, gpus: int = 1, replays: int = 1) -> float:
+    """GPU-hours a replay of `duration_s` seconds costs on `gpus` GPUs, `replays` times (arms × repetitions)."""
+    return duration_s / 3600.0 * max(1, gpus) * max(1, replays)
+
+
+def size_for_tier(analysis: Analysis, hbm_tokens: int | None, dram_tokens: int | None, *, share: float = 0.95,
+                  ratio: float | None = None, max_requests: int | None = None, max_gpu_hours: float | None = None,
+                  gpus: int = 1, replays: int = 1, **timing: Any) -> tuple[Sample, dict[str, Any]]:
+    """The smallest sample of whole sessions (with the shared prefixes they reuse) whose working set exceeds what
+    sits above FX (HBM + DRAM), so that its reuse can only be served by FX — within the budget (`max_requests`,
+    `max_gpu_hours` at `gpus` GPUs × `replays` replays). Starts from the ratio the trace's own capacity curve
+    suggests (HBM + DRAM ÷ the trace's working set, × 1.25; never below `ratio`) and grows it until the sample's
+    own working set is large enough, the budget is spent or the whole trace is taken. When no affordable sample
+    can, `needs_tier` is false and `reason` says why with the numbers (the sample is then the last one tried).
+    `timing` is passed on to `choose` (seed, speedup, idle_gap_cap_s, max_model_len, over_length)."""
+    reuse = analysis.reuse
+    above = int(hbm_tokens or 0) + int(dram_tokens or 0)
+    sizing: dict[str, Any] = {"hbm_tokens": hbm_tokens, "dram_tokens": dram_tokens, "above_fx_tokens": above,
+                              "working_set_share": share, "gpus": gpus, "replays": replays,
+                              "max_requests": max_requests, "max_gpu_hours": max_gpu_hours, "attempts": []}
+    if reuse is None or not (hbm_tokens or dram_tokens):
+        sample = choose(analysis, ratio=ratio, **timing)
+        sizing.update(needs_tier=None, reason=("reuse unknown: no working set to size from" if reuse is None else
+                                               "the HBM and DRAM sizes are not known: the plan's sample is replayed"))
+        return sample, _finish(sample, sizing, gpus, replays)
+    bt = reuse.block_tokens
+    trace_ws = int(reuse.capacity_for(share) or 0) * bt
+    sizing["trace_working_set_tokens"] = trace_ws
+    if trace_ws <= above:
+        sample = choose(analysis, ratio=ratio, keep_shared=True, **timing)
+        sizing.update(needs_tier=False, working_set_tokens=working_set(sample, bt, share),
+                      reason=(f"the whole trace's working set ({trace_ws:,} tokens for {100 * share:g} % of its "
+                              f"reuse) fits in HBM + DRAM ({above:,} tokens): this traffic does not need the tier "
+                              f"at this deployment's size"))
+        return sample, _finish(sample, sizing, gpus, replays)
+    r = min(1.0, max(float(ratio or 0.0), above / trace_ws * 1.25, 1e-6))
+    sample, ws = None, 0
+    for _ in range(12):
+        sample = choose(analysis, ratio=r, keep_shared=True, **timing)
+        ws = working_set(sample, bt, share)
+        hours = gpu_hours(float(sample.stats["replay_duration_s"]), gpus, replays)
+        sizing["attempts"].append({"ratio": r, "requests": int(sample.index.size), "working_set_tokens": ws,
+                                   "gpu_hours": hours})
+        over = []
+        if max_requests is not None and sample.index.size > max_requests:
+            over.append(f"{sample.index.size:,} requests > max_requests {max_requests:,}")
+        if max_gpu_hours is not None and hours > max_gpu_hours:
+            over.append(f"{hours:.3g} GPU-hours > max_gpu_hours {max_gpu_hours:g}")
+        if over:
+            sizing.update(needs_tier=False, reason=(
+                f"no affordable sample needs the tier: at ratio {r:.4g} the sample's working set is {ws:,} tokens "
+                f"against HBM + DRAM {above:,} tokens, and it already costs {'; '.join(over)}"))
+            break
+        if ws > above:
+            sizing.update(needs_tier=True, reason=(f"the sample's working set ({ws:,} tokens) exceeds HBM + DRAM "
+                                                   f"({above:,} tokens)"))
+            break
+        if r >= 1.0:
+            sizing.update(needs_tier=False, reason=(
+                f"even the whole trace replayed as sampled has a working set of {ws:,} tokens, within HBM + DRAM "
+                f"({above:,} tokens)"))
+            break
+        r = min(1.0, r * min(16.0, max(1.5, above / max(ws, 1) * 1.25)))
+    else:
+        sizing.update(needs_tier=ws > above, reason="the search stopped after 12 tries")
+    sizing["ratio"] = r
+    sizing["working_set_tokens"] = ws
+    return sample, _finish(sample, sizing, gpus, replays)
+
+
+def _finish(sample: Sample, sizing: dict[str, Any], gpus: int, replays: int) -> dict[str, Any]:
+    sizing["estimated_gpu_hours"] = gpu_hours(float(sample.stats["replay_duration_s"]), gpus, replays)
+    sizing["gpu_hours_basis"] = (f"the replay's duration × {max(1, gpus)} GPU(s) × {max(1, replays)} replay(s) "
+                                 "(arms × repetitions), at the replayed rate")
+    return sizing

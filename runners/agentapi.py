@@ -24,6 +24,7 @@ from functools import wraps
 from pathlib import Path
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path, re_path
@@ -62,6 +63,37 @@ ERROR_KINDS = ("unreachable", "connection-lost", "timeout", "auth", "host-key-pe
 TERMINAL = (AgentCall.State.DONE, AgentCall.State.CANCELED, AgentCall.State.EXPIRED)
 
 
+# One agent token may hold at most one open long poll and a few other requests at once (issue 49, item 3): eight
+# polls of one token took every gunicorn thread and stalled the portal's pages. A request over the cap is answered
+# 429 at once, which the agent treats as "the control plane is busy" and asks again after its back-off
+# (runners/agent/client.py). The slots live in the shared cache (Redis in production, so the cap holds across
+# gunicorn's processes; the embedded default's local-memory cache counts per process) and expire by themselves, so a
+# process killed mid-request cannot hold one for ever.
+POLLS_PER_TOKEN = 1
+REQUESTS_PER_TOKEN = 8
+SLOT_TTL_POLL = int(MAX_WAIT) + 30
+SLOT_TTL_REQUEST = 15 * 60   # an upload may take minutes; a slot that outlives its request frees itself
+
+
+class _Slot:
+    """One of `limit` slots of an agent's requests of one kind: taken with cache.add (atomic in both backends)."""
+
+    def __init__(self, agent_id: int, kind: str, limit: int, ttl: int) -> None:
+        self.key: str | None = None
+        for index in range(limit):
+            key = f"agent-slot:{kind}:{agent_id}:{index}"
+            if cache.add(key, 1, timeout=ttl):
+                self.key = key
+                break
+
+    def __enter__(self) -> bool:
+        return self.key is not None
+
+    def __exit__(self, *exc) -> None:
+        if self.key is not None:
+            cache.delete(self.key)
+
+
 def _error(status: int, message: str, **headers) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     for name, value in headers.items():
@@ -97,10 +129,14 @@ def agent_endpoint(*methods: str):
             agent = agents.authenticate(token.strip(), address=_address(request))
             if agent is None:
                 return _error(401, "the agent token is unknown or revoked", WWW_Authenticate="Bearer")
-            try:
-                return view(request, agent, *args, **kwargs)
-            except _BadRequest as bad:
-                return _error(bad.status, str(bad))
+            with _Slot(agent.pk, "request", REQUESTS_PER_TOKEN, SLOT_TTL_REQUEST) as held:
+                if not held:
+                    return _error(429, f"this agent token has {REQUESTS_PER_TOKEN} requests open already; ask again "
+                                       "when one has ended", Retry_After="1")
+                try:
+                    return view(request, agent, *args, **kwargs)
+                except _BadRequest as bad:
+                    return _error(bad.status, str(bad))
 
         return endpoint
 
@@ -277,6 +313,16 @@ def work(request: HttpRequest, agent: SiteAgent) -> HttpResponse:
         return _error(409, "say hello first: the agent's public key is not registered")
     if slots == 0:
         return JsonResponse({"calls": []})
+    if wait > 0:
+        with _Slot(agent.pk, "poll", POLLS_PER_TOKEN, SLOT_TTL_POLL) as held:
+            if not held:
+                return _error(429, "this agent token has a poll open already: one open poll per token",
+                              Retry_After="1")
+            return _work(agent, slots, wait)
+    return _work(agent, slots, wait)
+
+
+def _work(agent: SiteAgent, slots: int, wait: float) -> HttpResponse:
     end = time.monotonic() + wait
     try:
         _expire_overdue(agent)

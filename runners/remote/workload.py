@@ -1752,7 +1752,7 @@ def hbm_tokens(text: str) -> int | None:
     return None
 
 
-def soak_pool(conc: int, prompt_tokens: int, hbm: int | None) -> int:
+def soak_pool(conc: int, prompt_tokens: int, hbm: int | None, dram: int = 0) -> int:
     """Sessions the soak cycles over: at least two per client, and more than the server's HBM holds. A pool that
     fits in HBM is answered from HBM after its first visits and never reaches the tier the soak is about (the
     default plan's 32 sessions of 64 Ki tokens are 2.1 M tokens; one MI308X node keeps 6.35 M): the soak would
@@ -1760,8 +1760,9 @@ def soak_pool(conc: int, prompt_tokens: int, hbm: int | None) -> int:
     more than HBM holds, every visit after the first misses HBM (least recently used goes first, and the pool is
     visited in order) and comes from the tier, in every window alike."""
     pool = 2 * conc
-    if hbm:
-        pool = max(pool, math.ceil(SOAK_POOL_OVER_HBM * hbm / max(prompt_tokens, 1)))
+    above = (hbm or 0) + (dram or 0)  # LMCache's DRAM (--dram-tokens) sits above the tier too
+    if above:
+        pool = max(pool, math.ceil(SOAK_POOL_OVER_HBM * above / max(prompt_tokens, 1)))
     return pool
 
 
@@ -1782,7 +1783,8 @@ async def cmd_soak(ctx: RunContext, a: argparse.Namespace) -> None:
     ctx.say(f"PHASE soak duration={a.duration_s:g}s windows={a.windows} concurrency={conc} sessions={count}"
             + (f" hbm_tokens={hbm}" if hbm else ""))
     done0, ok0, said = ctx.recorder.done, ctx.recorder.ok, []
-    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None,
+    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "dram_tokens": a.dram_tokens or None,
+                   "min_requests": a.min_requests or None,
                    "open_loop": False}
 
     def more(now: float, sent: int) -> bool:
@@ -1809,7 +1811,8 @@ def _soak_more(ctx: RunContext, a: argparse.Namespace, start: float, now: float,
 
 
 async def _soak_sessions(ctx: RunContext, a: argparse.Namespace, conc: int) -> tuple[list[Session], int, int | None]:
-    """The sessions a soak cycles over (--sessions, else sized above the server's HBM: soak_pool)."""
+    """The sessions a soak cycles over (--sessions, else sized above the server's HBM and, with --dram-tokens,
+    LMCache's DRAM: soak_pool)."""
     hbm = None
     if not a.sessions:
         _, error, text = await asyncio.get_running_loop().run_in_executor(None, scrape, ctx.endpoint)
@@ -1817,7 +1820,7 @@ async def _soak_sessions(ctx: RunContext, a: argparse.Namespace, conc: int) -> t
         if hbm is None:
             ctx.say(f"NOTE the server does not report its HBM KV capacity (vllm:cache_config_info): the soak cycles over "
                     f"{2 * conc} sessions, which its HBM may hold")
-    count = a.sessions or soak_pool(conc, a.prompt_tokens, hbm)
+    count = a.sessions or soak_pool(conc, a.prompt_tokens, hbm, getattr(a, "dram_tokens", 0))
     return make_sessions(count, a.prompt_tokens, a.seed, a.session_prefix or "soak"), count, hbm
 
 
@@ -1900,7 +1903,8 @@ async def cmd_soak_open(ctx: RunContext, a: argparse.Namespace) -> None:
     ctx.say(f"PHASE soak open loop at {a.rate:g} requests/s ({a.arrivals} arrivals) duration={a.duration_s:g}s "
             f"windows={a.windows} sessions={count} in_flight_cap={cap} max_lateness_s={bound:g}"
             + (f" hbm_tokens={hbm}" if hbm else ""))
-    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "min_requests": a.min_requests or None,
+    extra: dict = {"soak_sessions": count, "hbm_tokens": hbm, "dram_tokens": a.dram_tokens or None,
+                   "min_requests": a.min_requests or None,
                    "open_loop": True, "rate_per_s": a.rate, "arrivals": a.arrivals, "in_flight_cap": cap}
     stats: dict[tuple, PhaseStats] = {}
     marks: dict[int, tuple] = {1: await observe(ctx)}
@@ -2527,6 +2531,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="soak --rate: the bound on the send lateness p99 above which the summaries say "
                         "schedule_kept: false (default one mean inter-arrival time, 1/rate, at most "
                         f"{SOAK_LATENESS_MAX_S:g} s)")
+    g.add_argument("--dram-tokens", type=_positive(int), default=0,
+                   help="soak: tokens of KV cache LMCache's DRAM holds on this instance (the deployment's DRAM size ÷ "
+                        "KV bytes per token); the session pool is sized above HBM plus this, so returns come from "
+                        "the disk tier (0: HBM alone)")
     g.add_argument("--closed-loop", action="store_true",
                    help="soak: the closed loop (-c clients, each sends when its last answer ended); the default "
                         "without --rate")

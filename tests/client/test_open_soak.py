@@ -128,3 +128,22 @@ def test_an_open_soak_short_of_its_floor_keeps_its_rate_into_its_last_window(sta
     late = sorted(records, key=lambda r: r["t_scheduled"])[within:]
     assert {r["repetition"] for r in late} == {2}
     assert {s["extended_with_ok"] for s in summaries(out)} == {0}
+
+
+def test_the_soak_pool_is_sized_above_hbm_and_lmcache_dram():
+    from runners.remote import workload
+    assert workload.soak_pool(16, 65536, None) == 32
+    assert workload.soak_pool(16, 65536, 6_350_000) == 122          # 1.25 × 6.35 M ÷ 64 Ki, rounded up
+    assert workload.soak_pool(16, 65536, 6_350_000, 10_000_000) == 312   # 1.25 × 16.35 M ÷ 64 Ki
+    assert workload.soak_pool(16, 65536, None, 10_000_000) == 191
+
+
+def test_the_closed_loop_soak_says_so_and_counts_dram_in_its_pool(server_url, tmp_path):
+    out = tmp_path / "soak.jsonl"
+    result = run_client("soak", "--url", server_url, "--out", str(out), "--arm", "fx", "-c", "2", "--prompt-tokens",
+                        "32", "--output-tokens", "2", "--duration-s", "0.2", "--windows", "1", "--closed-loop",
+                        "--dram-tokens", "320")
+    assert result.returncode == 0, result.stderr
+    [summary] = summaries(out)
+    # the stream server reports no HBM capacity: the pool is above DRAM alone, 1.25 × 320 ÷ 32 = 13 sessions
+    assert summary["open_loop"] is False and summary["dram_tokens"] == 320 and summary["soak_sessions"] == 13

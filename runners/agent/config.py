@@ -1,4 +1,4 @@
-"""The agent's whole configuration: five environment variables, and the refusal of any control-plane secret.
+"""The agent's whole configuration: six environment variables, and the refusal of any control-plane secret.
 
 A site agent runs on a customer's jump host. It needs its control plane's address, its own token and a folder for
 its key; it must never hold what would let it past its own site (the database, ``SECRET_KEY``, the bucket's key,
@@ -14,13 +14,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from runners import sealing
+from runners.agent import policy as address_policy
 
 URL = "FXPILOT_AGENT_URL"
 TOKEN = "FXPILOT_AGENT_TOKEN"
 STATE = "FXPILOT_AGENT_STATE"
 CA = "FXPILOT_AGENT_CA"
 SLOTS = "FXPILOT_AGENT_SLOTS"
-VARIABLES = (URL, TOKEN, STATE, CA, SLOTS)
+ALLOW = address_policy.ALLOW
+VARIABLES = (URL, TOKEN, STATE, CA, SLOTS, ALLOW)
 
 # What the control plane holds and a site agent must not: each would reach beyond the agent's own site.
 FORBIDDEN = {
@@ -47,6 +49,7 @@ class Config:
     state: Path
     ca: Path | None = None
     slots: int = DEFAULT_SLOTS
+    policy: address_policy.AddressPolicy = field(default_factory=address_policy.AddressPolicy)
 
     @property
     def key_path(self) -> Path:
@@ -119,7 +122,11 @@ def load(environ=None) -> Config:
             raise ConfigError(f"{SLOTS} must be a whole number of parallel calls, not {slots_text!r}") from None
         if not 1 <= slots <= MAX_SLOTS:
             raise ConfigError(f"{SLOTS} must be between 1 and {MAX_SLOTS}, not {slots}")
-    return Config(url=url.rstrip("/"), token=token, state=Path(state), ca=ca_path, slots=slots)
+    try:
+        allowed = address_policy.AddressPolicy.parse(environ.get(ALLOW, ""))
+    except address_policy.PolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    return Config(url=url.rstrip("/"), token=token, state=Path(state), ca=ca_path, slots=slots, policy=allowed)
 
 
 # --- the agent's own key ----------------------------------------------------------------------

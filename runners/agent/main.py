@@ -92,7 +92,7 @@ class Agent:
         self.private_key = private_key
         self.public_key = sealing.public_of(private_key)
         self.client = client or ControlPlane(config)
-        self.connections = connections or Connections(private_key)
+        self.connections = connections or Connections(private_key, policy=config.policy)
         self.stopping = threading.Event()  # take no new work
         self.forced = threading.Event()  # the grace is over: give up what is still retrying
         self.away = Away()
@@ -130,8 +130,9 @@ class Agent:
             return self._busy
 
     def run(self) -> int:
-        log.info("fxpilot site agent %s: control plane %s, agent key %s, %d slot(s)", VERSION, self.config.url,
-                 sealing.fingerprint(self.public_key), self.config.slots)
+        log.info("fxpilot site agent %s: control plane %s, agent key %s, %d slot(s); connects to %s", VERSION,
+                 self.config.url, sealing.fingerprint(self.public_key), self.config.slots,
+                 self.config.policy.describe())
         if self.config.insecure_transport():
             log.warning("FXPILOT_AGENT_URL is plain http to another machine: the token crosses the network in clear")
         if not self.hello_until_answered(starting=True):

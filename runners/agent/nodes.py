@@ -32,6 +32,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 
 from runners import sealing, sshparts
+from runners.agent.policy import AddressPolicy, Refused, connect
 
 KINDS = ("unreachable", "connection-lost", "timeout", "auth", "host-key-pending", "host-key-changed", "invalid", "io")
 MAX_KEY_BYTES = 64 * 1024
@@ -222,10 +223,12 @@ class _PinnedKeyPolicy(paramiko.MissingHostKeyPolicy):
 class NodeConnection:
     """One SSH connection to a node, through its jump host if it has one."""
 
-    def __init__(self, spec: NodeSpec, agent_key: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
+    def __init__(self, spec: NodeSpec, agent_key: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                 policy: AddressPolicy | None = None) -> None:
         self.spec = spec
         self.agent_key = agent_key
         self.timeouts = timeouts
+        self.policy = policy or AddressPolicy()
         self._client: paramiko.SSHClient | None = None
         self._jump: NodeConnection | None = None
 
@@ -252,13 +255,28 @@ class NodeConnection:
         spec, t = self.spec, self.timeouts
         pkey = open_key(spec, self.agent_key)
         pinned = _pinned_key(spec.host_key, spec.name) if spec.host_key else None
+        where = f"node {spec.name} ({spec.host}:{spec.port})"
+        try:   # the customer's address policy, before any connect (runners/agent/policy.py)
+            if spec.jump:
+                self.policy.check_literal(spec.host, spec.port, what=where)
+                found = None
+            else:
+                found = self.policy.resolve(spec.host, spec.port, what=where)
+        except Refused as exc:
+            raise AgentError("invalid", f"refused by the site agent's address policy: {exc}", node=spec.name) from None
+        except socket.gaierror as exc:
+            if exc.errno == socket.EAI_AGAIN:
+                raise AgentError("unreachable", f"{where}: name lookup of {spec.host} failed for now "
+                                                f"({exc.strerror})") from None
+            raise AgentError("invalid", f"{where}: cannot resolve host name {spec.host} ({exc.strerror})") from None
         sock = self._through_jump_host() if spec.jump else None
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(_PinnedKeyPolicy(spec))
         if pinned is not None:
             client.get_host_keys().add(spec.known_hosts_name, pinned.get_name(), pinned)
-        where = f"node {spec.name} ({spec.host}:{spec.port})"
         try:
+            if sock is None:
+                sock = connect(found, t.connect)
             client.connect(spec.host, port=spec.port, username=spec.username, pkey=pkey, sock=sock,
                            timeout=t.connect, banner_timeout=t.banner, auth_timeout=t.auth, channel_timeout=t.channel,
                            look_for_keys=False, allow_agent=False)
@@ -294,7 +312,7 @@ class NodeConnection:
         return self
 
     def _through_jump_host(self) -> paramiko.Channel:
-        jump = NodeConnection(self.spec.jump, self.agent_key, timeouts=self.timeouts).open()
+        jump = NodeConnection(self.spec.jump, self.agent_key, timeouts=self.timeouts, policy=self.policy).open()
         try:
             channel = jump.transport.open_channel("direct-tcpip", (self.spec.host, self.spec.port), ("127.0.0.1", 0),
                                                   timeout=self.timeouts.connect)
@@ -530,8 +548,10 @@ class _Entry:
 class Connections:
     """Connections per node spec, kept 60 s after their last use; thread-safe."""
 
-    def __init__(self, agent_key: str, *, idle: float = 60.0, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
+    def __init__(self, agent_key: str, *, idle: float = 60.0, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                 policy: AddressPolicy | None = None) -> None:
         self.agent_key = agent_key
+        self.policy = policy or AddressPolicy()
         self.idle = idle
         self.timeouts = timeouts
         self._entries: dict[str, _Entry] = {}
@@ -557,7 +577,7 @@ class Connections:
                 if entry is not None:
                     entry.users += 1
                     return entry, True
-            conn = NodeConnection(spec, self.agent_key, timeouts=self.timeouts).open()
+            conn = NodeConnection(spec, self.agent_key, timeouts=self.timeouts, policy=self.policy).open()
             entry = _Entry(conn, users=1)
             with self._lock:
                 self._entries[key] = entry

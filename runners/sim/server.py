@@ -591,7 +591,7 @@ class SimServer:
                                 "across processes. Example: export PYTHONHASHSEED=0", level="WARNING",
                                 where=where.format(170), prefix=prefix)
             else:
-                lmcache_log(f"Loaded '{function}' from vllm.utils.hashing", where=where.format(190), prefix=prefix)
+                lmcache_log(f"Loaded '{function}' from vllm.utils.hashing", where=where.format(191), prefix=prefix)
                 if seed is None and function.endswith("_cbor"):
                     vllm_log("WARNING", "PYTHONHASHSEED is not set. This will lead to non-reproducible block-hashes "
                              "when using CBOR-based hash functions such as sha256_cbor or xxhash_cbor. Consider "
@@ -614,7 +614,7 @@ class SimServer:
             if lm.fs_pool is not None:
                 lmcache_log(f"Initialized FSConnector with base paths [PosixPath({str(lm.fs_pool)!r})], relative tmp "
                             f"dir: None, read ahead size: None, use O_DIRECT: {lm.fs_use_odirect}",
-                            where="fs_connector.py:122:lmcache.v1.storage_backend.connector.fs_connector",
+                            where="fs_connector.py:121:lmcache.v1.storage_backend.connector.fs_connector",
                             prefix=prefix)
 
     def reset_prefix_cache(self, external: bool) -> None:
@@ -763,7 +763,7 @@ async def start_api_servers(server: SimServer) -> list[web.AppRunner]:
                         f"{(error.strerror or str(error)).lower()} (internal API server not started)", level="ERROR",
                         where=where.format(126), prefix=prefix)
             continue
-        lmcache_log(f"Starting LMCache internal API server on {said}", where=where.format(126), prefix=prefix)
+        lmcache_log(f"Starting LMCache internal API server on {said}", where=where.format(119), prefix=prefix)
         runners.append(runner)
     return runners
 

@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class GatesConfig(AppConfig):
     name = "gates"
     verbose_name = "Pilots and gates"
+
+    def ready(self) -> None:
+        from gates import passwords
+
+        passwords.connect()

@@ -34,6 +34,7 @@ HIT_PHASES = ("measure",)     # phases that come right after an eviction
 CLIENT_CPU_MAX = 0.9          # a single-threaded client busy 90 % of the time could not keep up
 OPEN_LOOP_PHASES = ("replay", "capacity")  # sent at the trace's arrival times: concurrency is a cap, not a target
 FIDELITY_SHARE = 0.8          # the replay must reach this share of the reuse its trace allows (workloads.replay)
+FIDELITY_CEILING_TOLERANCE = 0.05   # and not more than the trace allows by over this share of it (issue 44 item 2)
 LITTLE_REUSE = 0.10           # gates.traces.analysis.LITTLE_REUSE: below it the traffic "has little reuse"
 FAULT_PHASES = ("fault", "recovery")  # G4's path cut: during it and after the path is back
 
@@ -1029,8 +1030,16 @@ def replay_reached_reuse(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, or
     when it recorded them, else by the records' cached tokens — against the oracle's unbounded-cache hit tokens for
     exactly the requests replayed (runners.tracereplay.oracle). A replay that missed its trace's reuse (prompts not
     built from the trace's blocks, a broken chunk hash, a replay sped past its prefills) measures nothing of the
-    tier. Traffic with little reuse has nothing to reach: it passes saying so."""
-    share = float((plan.workloads.get("replay") or {}).get("fidelity_share", FIDELITY_SHARE))
+    tier. Traffic with little reuse has nothing to reach: it passes saying so.
+
+    Bounded above too (issue 44, item 2): a repetition whose caches served more than the trace allows by over
+    `workloads.replay.fidelity_ceiling_tolerance` (0.05 of the allowed tokens) — or whose disk tier alone served
+    more than the trace leaves below HBM (device bytes ÷ KV bytes per token, against the allowed tokens less the
+    repetition's HBM hits) — is invalid: a tier served reuse the traffic does not have (a repetition warm from an
+    earlier one, another reader of the device), so it measures nothing of FX on this traffic."""
+    replay_settings = plan.workloads.get("replay") or {}
+    share = float(replay_settings.get("fidelity_share", FIDELITY_SHARE))
+    ceiling = float(replay_settings.get("fidelity_ceiling_tolerance", FIDELITY_CEILING_TOLERANCE))
     if oracle is None:
         return _check("replay-reached-trace-reuse", [], said(gettext_noop(
             "not checked: no oracle of the replayed requests (a trace without block reuse information, or a run "
@@ -1067,7 +1076,10 @@ def replay_reached_reuse(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, or
         reached = sum(per_rep.values()) / len(per_rep) / allowed
         values = dict(arm=arm, reached=f"{100 * reached:.1f} %", share=f"{100 * share:g} %", source=source,
                       allowed=f"{int(allowed):,}")
-        if reached + 1e-9 < share:
+        above = _reuse_ceiling(arm, summaries if source == "/metrics" else [], per_rep, allowed, ceiling, source)
+        if above:
+            problems.extend(above)
+        elif reached + 1e-9 < share:
             problems.append(said(gettext_noop(
                 "%(arm)s reached %(reached)s of the %(allowed)s prompt tokens its trace lets a cache serve "
                 "(%(source)s), below the plan's %(share)s: the replay did not reproduce its trace's reuse, so it "
@@ -1076,6 +1088,42 @@ def replay_reached_reuse(gate: GatePlan, inputs: Inputs, frame: pd.DataFrame, or
             seen.append(said(gettext_noop("%(arm)s reached %(reached)s of the %(allowed)s prompt tokens its trace lets "
                                           "a cache serve (%(source)s; the plan asks %(share)s)"), **values))
     return _check("replay-reached-trace-reuse", problems, seen or said(gettext_noop("no cache arm is replayed")))
+
+
+def _reuse_ceiling(arm: str, summaries: list[dict], per_rep: dict[int, float], allowed: float, tolerance: float,
+                   source: str) -> list[dict]:
+    """The fidelity check's upper bound (issue 44, item 2), per repetition: every cache together, and the disk tier
+    alone where the phase summaries carry its device bytes (gates.judge.tiers)."""
+    problems = []
+    for rep, hits in sorted(per_rep.items()):
+        if hits > (1 + tolerance) * allowed + 1e-9:
+            problems.append(said(gettext_noop(
+                "%(arm)s repetition %(rep)s: the caches served %(reached)s of the %(allowed)s prompt tokens its trace "
+                "lets a cache serve (%(source)s), more than the trace allows by over %(tolerance)s: a tier served "
+                "reuse the traffic does not have (a repetition warm from an earlier one, or another reader), so it "
+                "measures nothing of the tier on this traffic"), arm=arm, rep=rep,
+                reached=f"{100 * hits / allowed:.1f} %", allowed=f"{int(allowed):,}", source=source,
+                tolerance=f"{100 * tolerance:g} %"))
+            continue
+        disk = hbm = 0.0
+        complete = False
+        for summary in (s for s in summaries if int(s["repetition"]) == rep):
+            read, _, why = tiers.device_bytes(summary)
+            per_token, _ = tiers.kv_bytes_per_token(summary)
+            gpu = counters._delta(summary.get("metrics_before") or {}, summary.get("metrics_after") or {},
+                                  counters.GPU_HITS)
+            if why or not per_token or gpu is None:
+                complete = False
+                break
+            disk, hbm, complete = disk + read / per_token, hbm + gpu, True
+        if complete and disk > allowed - hbm + tolerance * allowed + 1e-9:
+            problems.append(said(gettext_noop(
+                "%(arm)s repetition %(rep)s: its disk tier served %(disk)s prompt tokens (device bytes ÷ KV bytes per "
+                "token), more than the %(left)s the trace leaves below HBM (%(allowed)s allowed, %(hbm)s served by "
+                "HBM) by over %(tolerance)s of the allowed: the tier served reuse the traffic does not have"),
+                arm=arm, rep=rep, disk=f"{int(disk):,}", left=f"{int(max(allowed - hbm, 0)):,}",
+                allowed=f"{int(allowed):,}", hbm=f"{int(hbm):,}", tolerance=f"{100 * tolerance:g} %"))
+    return problems
 
 
 def capacity_measured(gate: GatePlan, inputs: Inputs, oracle: dict | None) -> dict:
@@ -1096,4 +1144,54 @@ def capacity_measured(gate: GatePlan, inputs: Inputs, oracle: dict | None) -> di
                                           "unknown"), criterion=spec.key))
             continue
         _external_windows(spec, inputs, problems, seen)
+        _capacity_order_said(spec, capacity_order(spec, inputs, check), check, problems, seen)
     return _check("capacity-check-measured", problems, seen)
+
+
+def capacity_order(spec: CriterionSpec, inputs: Inputs, check: dict) -> dict | None:
+    """The capped replay's order as its records show it (by `send_seq`, else by send time), matched to the oracle's
+    rows by session and turn, and the oracle recomputed on it (gates.traces.capacity.in_order); None when the oracle
+    keeps no rows (a replay-sample written before they were)."""
+    if not check.get("rows"):
+        return None
+    from gates.traces import capacity
+    rows = select(inputs.requests, spec.candidate, spec.phase)
+    if "repetition" in rows.columns and len(rows):
+        rows = rows[rows["repetition"] == rows["repetition"].min()]
+    if "send_seq" in rows.columns and rows["send_seq"].notna().all() and len(rows):
+        ordered, basis = rows.sort_values("send_seq", kind="stable"), "send_seq"
+    else:
+        ordered = rows.assign(_sent=rows["wall_anchor"] + rows["t_send"]).sort_values("_sent", kind="stable")
+        basis = "send time (the records carry no send_seq)"
+    turns = ordered["turn"] if "turn" in ordered.columns else pd.Series([None] * len(ordered))
+    sent = [(str(s), -1 if pd.isna(t) else int(t)) for s, t in zip(ordered["session"], turns, strict=True)]
+    found = capacity.in_order(check, sent)
+    found["basis"] = basis
+    return found
+
+
+def _capacity_order_said(spec: CriterionSpec, order: dict | None, check: dict, problems: list, seen: list) -> None:
+    if order is None:
+        seen.append(said(gettext_noop("%(criterion)s: the order sent is not checked: the replay's oracle keeps no "
+                                      "rows to match the records to"), criterion=spec.key))
+        return
+    values = dict(criterion=spec.key, inverted=f"{order['inverted_pairs']:,}", pairs=f"{order['pairs']:,}",
+                  share=f"{100 * order['inverted_share']:.2f} %", tolerance=f"{100 * order['order_tolerance']:g} %",
+                  basis=order["basis"])
+    if order["unknown_count"] or order["missing"]:
+        problems.append(said(gettext_noop(
+            "%(criterion)s: the capped replay's records do not match the oracle's requests (%(unknown)s not in it, "
+            "e.g. %(example)s; %(missing)s of its requests never sent): the check measured other traffic than it "
+            "predicted, so it says nothing of FX's capacity"), criterion=spec.key, unknown=order["unknown_count"],
+            example=", ".join(order["unknown"]) or "none", missing=order["missing"]))
+    elif not order["faithful"]:
+        first = order.get("first_inversion") or ["?", "?"]
+        problems.append(said(gettext_noop(
+            "%(criterion)s: the capped replay was sent in another order than the oracle's: %(inverted)s of "
+            "%(pairs)s request pairs the other way round (%(share)s, tolerance %(tolerance)s; by %(basis)s; first "
+            "%(later)s sent after %(earlier)s): it measured other traffic than the oracle predicted, so it says "
+            "nothing of FX's capacity"), later=first[1], earlier=first[0], **values))
+    else:
+        seen.append(said(gettext_noop(
+            "%(criterion)s: sent in the oracle's order (%(inverted)s of %(pairs)s request pairs the other way round, "
+            "%(share)s, tolerance %(tolerance)s; by %(basis)s); the prediction recomputed on that order"), **values))

@@ -488,10 +488,27 @@ class _Judge:
             if found is not None:
                 hits, queried, windows = hits + found[0], queried + found[1], windows + 1
         predicted = float(check["predicted_hit_fraction"])
+        # order-faithful (issue 44, item 4): the oracle recomputed on the order the capped replay's records show;
+        # an order beyond the tolerance (or records that do not match) is invalid, never "FX would under-deliver"
+        order = validity.capacity_order(spec, self.inputs, check)
+        faithful = True
+        if order is not None:
+            faithful = bool(order["faithful"]) and not order["unknown_count"] and not order["missing"]
+            cell["order"] = {key: order.get(key) for key in ("basis", "requests", "matched", "missing", "unknown_count",
+                                                            "inverted_pairs", "pairs", "inverted_share",
+                                                            "order_tolerance", "first_inversion", "faithful")}
+            if order.get("predicted_in_order") is not None:
+                cell["predicted_oracle_order"] = num(predicted)
+                predicted = float(order["predicted_in_order"])
         cell.update(applicable=True, predicted=num(predicted), capacity_tokens=int(check["capacity_tokens"]),
                     capacity_for_share_tokens=int(check["capacity_for_share_tokens"]),
                     fraction=num(check["fraction"]), share=num(check["share"]), windows=windows,
-                    ideal_hit_fraction=num(check.get("ideal_hit_fraction")))
+                    ideal_hit_fraction=num(check.get("ideal_hit_fraction")),
+                    # the scale the check ran at against the capacity being bought, and what sat above FX
+                    buy_capacity_tokens=check.get("buy_capacity_tokens"), scale=num(check.get("scale")),
+                    dram_tokens=check.get("dram_tokens"),
+                    predicted_dram_hit_fraction=num(check.get("predicted_dram_hit_fraction")),
+                    predicted_fx_hit_fraction=num(check.get("predicted_fx_hit_fraction")))
         if not windows:  # validity says why (capacity-check-measured)
             cell.update(measured=None, difference=None, value=None, ci=[None, None], verdict="invalid")
             return cell
@@ -500,7 +517,7 @@ class _Judge:
         difference = num(decided["difference"])
         cell.update(measured=num(measured), difference=difference, n_candidate=int(queried),
                     external_hit_tokens=num(hits), value=num(abs(difference)), ci=[num(abs(difference))] * 2,
-                    verdict=decided["verdict"])
+                    verdict=decided["verdict"] if faithful else "invalid")
         return cell
 
     def inventory_cells(self, spec: CriterionSpec) -> list[dict]:

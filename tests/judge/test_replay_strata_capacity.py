@@ -126,3 +126,67 @@ def test_the_capacity_check_without_its_metrics_is_invalid_not_failed():
     verdict = evaluate(PLAN, 4, files(frame, summaries=summaries))
     found = check(verdict, "capacity-check-measured")
     assert verdict["verdict"] == "invalid" and not found["ok"] and "cannot be verified" in found["detail"]
+
+
+def test_a_replay_that_served_more_reuse_than_its_trace_has_is_invalid():
+    # issue 44 item 2: repetitions warm from an earlier one read ~190 % of what the trace allows — never a pass
+    frame = synthetic.gate_frames(4)
+    sample = synthetic.replay_sample(frame)
+    sample["oracle"]["ideal_hit_tokens"] = int(sample["oracle"]["ideal_hit_tokens"] / 1.9)
+    verdict = evaluate(PLAN, 4, files(frame, sample=sample))
+    found = check(verdict, "replay-reached-trace-reuse")
+    assert verdict["verdict"] == "invalid" and not found["ok"]
+    assert "more than the trace allows by over 5 %" in found["detail"] and "190.0 %" in found["detail"]
+
+
+def test_a_disk_tier_that_read_more_than_the_trace_leaves_below_hbm_is_invalid():
+    frame = synthetic.gate_frames(4)
+    sample = synthetic.replay_sample(frame)
+    allowed = sample["oracle"]["ideal_hit_tokens"]
+    summaries = synthetic.phase_summaries(frame)
+    for s in summaries:
+        if s["arm"] == "fx" and s["phase"] == "replay" and s["repetition"] == 1:
+            s["tier_bytes"] = {"device": "nvme1n1", "device_read_bytes": 2 * allowed * 1000, "error": None,
+                               "kv_bytes_per_token": 1000}
+    verdict = evaluate(PLAN, 4, files(frame, sample=sample, summaries=summaries))
+    found = check(verdict, "replay-reached-trace-reuse")
+    assert not found["ok"] and "fx repetition 1: its disk tier served" in found["detail"]
+
+
+def _capped_rows(sessions: list[str]) -> dict:
+    blocks = " ".join(str(b) for b in range(1, 48))          # 47 blocks of 512 tokens: 24,000-token prompts
+    return {"session": sessions, "turn": [1] * len(sessions), "prompt_tokens": [24000] * len(sessions),
+            "blocks": [blocks] * len(sessions)}
+
+
+def _with_rows(frame: pd.DataFrame, sessions: list[str]) -> dict:
+    sample = synthetic.replay_sample(frame)
+    sample["oracle"]["capacity_check"].update(rows=_capped_rows(sessions), dram_tokens=0, capacity_tokens=47 * 512)
+    return sample
+
+
+def test_the_capacity_check_is_recomputed_on_the_order_the_records_show():
+    from gates.traces import capacity as traces_capacity
+    frame = synthetic.gate_frames(4)
+    capped = frame[(frame["phase"] == "capacity") & (frame["arm"] == "fx")].sort_values("t_send")
+    sessions = capped["session"].tolist()
+    sample = _with_rows(frame, sessions)
+    verdict = evaluate(PLAN, 4, files(frame, sample=sample))
+    cell = criterion(verdict, "g4-capacity-check")["cells"][0]
+    expected = traces_capacity.in_order(sample["oracle"]["capacity_check"], [(s, 1) for s in sessions])
+    assert cell["order"]["faithful"] and cell["order"]["inverted_pairs"] == 0
+    assert cell["predicted"] == expected["predicted_in_order"] == 15 / 16     # every prompt after the first
+    assert cell["predicted_oracle_order"] == 0.4
+    assert "sent in the oracle's order" in check(verdict, "capacity-check-measured")["detail"]
+
+
+def test_a_capped_replay_sent_in_another_order_is_invalid_never_an_fx_failure():
+    frame = synthetic.gate_frames(4)
+    capped = frame[(frame["phase"] == "capacity") & (frame["arm"] == "fx")].sort_values("t_send")
+    sample = _with_rows(frame, capped["session"].tolist()[::-1])          # the oracle's order is the reverse
+    verdict = evaluate(PLAN, 4, files(frame, sample=sample))
+    found = criterion(verdict, "g4-capacity-check")
+    assert found["verdict"] == "invalid" and found["cells"][0]["order"]["inverted_pairs"] == 16 * 15 // 2
+    detail = check(verdict, "capacity-check-measured")["detail"]
+    assert "sent in another order than the oracle's: 120 of 120 request pairs" in detail
+    assert verdict["verdict"] != "fail"

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
+from gates.outcome import outcome_of
 from portal import access
 from portal.api_schema import schema
 from runners.orchestration import job_progress, log_since
@@ -91,7 +92,7 @@ def pilot_json(pilot: Pilot) -> dict:
         "id": str(pilot.code), "name": pilot.name, "customer": pilot.customer.name, "vendor": pilot.vendor.name,
         "model_under_test": pilot.model_under_test, "llm_model": pilot.llm_model, "state": pilot.state,
         "current_gate": pilot.current_gate or None, "halted_reason": pilot.halted_reason or None,
-        "start_date": pilot.start_date.isoformat(),
+        "start_date": pilot.start_date.isoformat(), "outcome": outcome_of(pilot).as_dict(),
     }
 
 

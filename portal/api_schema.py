@@ -27,6 +27,16 @@ COMPONENTS = {
         "id": UUID_PARAM, "name": TEXT, "customer": TEXT, "vendor": TEXT, "model_under_test": TEXT, "llm_model": TEXT,
         "state": {"enum": ["draft", "active", "completed", "halted"]},
         "current_gate": {"type": ["integer", "null"]}, "halted_reason": MAYBE_TEXT, "start_date": {"type": "string", "format": "date"},
+        "outcome": _ref("Outcome"),
+    }),
+    "Outcome": _obj({
+        "code": {"enum": ["proven", "accepted", "not-proven", "halted", "error", "in-progress"],
+                 "description": "what the pilot proved (gates/outcome.py): the overview, the procurement report and "
+                                "the demo say the same"},
+        "gate": {"type": ["integer", "null"]}, "review_gates": {"type": "array", "items": {"type": "integer"}},
+        "criteria": {"type": "array", "items": TEXT}, "reason": TEXT, "final": {"type": "boolean"},
+        "word": {"type": "object", "properties": {"en": TEXT, "zh-hans": TEXT}},
+        "sentence": {"type": "object", "properties": {"en": TEXT, "zh-hans": TEXT}},
     }),
     "Gate": _obj({
         "gate": TEXT, "number": {"type": "integer", "minimum": 1, "maximum": 4}, "name": TEXT,

@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import hashes
 from django.conf import settings
 
 from gates.lifecycle import evidence_sha256
-from gates.models import AuditEvent, Evaluation, Gate, Pilot, SignOff
+from gates.models import AuditEvent, CustomerTrace, Evaluation, Gate, Pilot, SignOff
+from gates.outcome import outcome_of
 from gates.sizing import SessionLengths, SizingSettingsError, compute, length_summary, trace_csv_session_lengths
 from gates.traces.analysis import analyse, reuse_report, session_final_lengths
 from gates.traces.fidelity import fidelity
@@ -258,7 +259,11 @@ def trace_of_job(job, with_reuse: bool = False) -> dict[str, Any] | None:
     if artifact is None:
         return None
     lengths = session_lengths_of_job(job)
-    return {"customer": lengths.customer, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
+    # The run stores the trace under a fixed artifact name; the customer knows it by the file he uploaded.
+    upload = (CustomerTrace.objects.filter(pilot_id=job.pilot_id, sha256=artifact.sha256).order_by("-created").first()
+              if lengths.customer else None)
+    return {"customer": lengths.customer, "name": upload.name if upload is not None else artifact.name,
+            "artifact": artifact.name, "sha256": artifact.sha256, "size": artifact.size,
             "sessions": len(lengths.tokens), "lengths": length_summary(lengths.tokens),
             "replay": replay_sample_of_job(job),
             # the reuse analysis reads the whole trace: reports ask for it, pages (web requests) do not
@@ -470,18 +475,11 @@ def recompute_speedup(evaluations: dict[int, Evaluation], concurrency: int) -> d
                 at=int(nearest["concurrency"]))
 
 
-def decision(gates: list[dict[str, Any]], pilot: Pilot) -> dict[str, Any]:
-    """The overall outcome in one word and what it rests on: proven, halted at a gate, or not finished."""
-    verdicts = {item["gate"]["number"]: (item["evaluation"] or {}).get("verdict") for item in gates}
-    states = {item["gate"]["number"]: item["gate"]["state"] for item in gates}
-    failed = next((n for n in sorted(verdicts) if verdicts[n] == "fail" or states[n] == "failed"), None)
-    if failed is not None or pilot.state == Pilot.State.HALTED:
-        return {"outcome": "not-proven", "gate": failed, "reason": pilot.halted_reason}
-    if verdicts and all(v == "pass" for v in verdicts.values()):
-        signed = all(s == "signed_off" for s in states.values())
-        return {"outcome": "proven" if signed else "proven-unsigned", "gate": None, "reason": ""}
-    open_gate = next((n for n in sorted(verdicts) if verdicts[n] != "pass"), None)
-    return {"outcome": "incomplete", "gate": open_gate, "reason": ""}
+def decision(pilot: Pilot) -> dict[str, Any]:
+    """The pilot's outcome as gates.outcome decides it (the overview, the API and the demo print the same): its
+    code (`outcome`), the gate it rests on, and its words in both languages."""
+    found = outcome_of(pilot).as_dict()
+    return dict(found, outcome=found["code"])
 
 
 def capacity_check(evaluation: Evaluation | None) -> dict[str, Any] | None:
@@ -534,7 +532,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
     g4 = evaluations.get(4)
     return {
         "kind": "procurement", "simulated": simulated, "pilot": pilot_context(pilot), "gate": None, "gates": gates,
-        "decision": decision(gates, pilot), "recompute": recompute_speedup(evaluations, pilot.customer_concurrency),
+        "decision": decision(pilot), "recompute": recompute_speedup(evaluations, pilot.customer_concurrency),
         "trace": (trace_of_job(g4.job, with_reuse=True) if g4 is not None else None),
         "plan_signoffs": plan_signoffs, "inventory": inventory,
         "projections": projections(evaluations, pilot.customer_concurrency,

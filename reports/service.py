@@ -14,7 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext_noop
 
 from gates import policy
@@ -97,6 +97,12 @@ def _require_verified(data: bytes, what: str) -> None:
                           + "; ".join(check.reasons))
 
 
+# A report's context is always built in one language, whatever language is active where it is built (the demo, a
+# worker, a request): its labels are said again in the report's language when it is rendered (reports.render), and
+# its basis (below) must not change with the reader's language, or a report made in one process would look stale
+# in another and the approver's first countersignature would sign nothing.
+CONTEXT_LANGUAGE = "en"
+
 # What a report states, without what only this rendering has (its code, time, language and signing words).
 _NOT_STATED = frozenset({"code", "created", "language", "signing"})
 
@@ -160,13 +166,15 @@ def _name(user) -> str:
 
 def create_gate_report(gate: Gate, evaluation: Evaluation | None = None, *, language: str = "en", who=None) -> Report:
     """Render, sign and store the report of one gate evaluation (the latest when none is given)."""
-    context = gate_report_context(gate, evaluation)
+    with translation.override(CONTEXT_LANGUAGE):
+        context = gate_report_context(gate, evaluation)
     evaluation = evaluation or gate.latest_evaluation
     return _make(context, pilot=gate.pilot, gate=gate, evaluation=evaluation, language=language, who=who)
 
 
 def create_procurement_report(pilot: Pilot, *, language: str = "en", who=None) -> Report:
-    context = procurement_report_context(pilot)
+    with translation.override(CONTEXT_LANGUAGE):
+        context = procurement_report_context(pilot)
     return _make(context, pilot=pilot, gate=None, evaluation=None, language=language, who=who)
 
 
@@ -215,6 +223,11 @@ def latest_version(report: Report) -> Report:
 
 def _context_now(report: Report) -> dict:
     """What the report would state if it were rendered now."""
+    with translation.override(CONTEXT_LANGUAGE):
+        return _context_now_built(report)
+
+
+def _context_now_built(report: Report) -> dict:
     if report.kind == Report.Kind.GATE:
         if report.evaluation_id is None:
             raise ReportError(f"report {report.code} no longer names the evaluation it reported; make a new gate report")

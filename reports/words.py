@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gates.plan import TRACE_GATE
+from reports import units
 from reports.units import figure
 
 ARM_NAMES = {
@@ -23,11 +24,14 @@ SETTING_LABELS = {
     "headroom": gettext_lazy("headroom"), "chunk_tokens": gettext_lazy("chunk size"),
 }
 GATE_REASONS = {
-    "": gettext_lazy("not evaluated, so its claim (%(proves)s) is not established."),
-    "marginal": gettext_lazy("the result was too close to the bar to decide (marginal): %(proves)s is not established."),
-    "fail": gettext_lazy("failed: %(proves)s does not hold on this cluster."),
-    "invalid": gettext_lazy("the measurement was not valid, so nothing was decided: %(proves)s is not established."),
+    "": gettext_lazy("not evaluated, so its claim is not established."),
+    "marginal": gettext_lazy("the result was too close to the bar to decide (marginal), so its claim is not "
+                             "established."),
+    "fail": gettext_lazy("failed: its claim does not hold on this cluster."),
+    "invalid": gettext_lazy("the measurement was not valid, so nothing was decided: its claim is not established."),
 }
+ACCEPTED_REASON = gettext_lazy("the result was too close to the bar to decide (marginal); both parties accepted it in "
+                               "joint review, which is not a bar met: its claim is not established.")
 
 
 def number(value: float | None, places: int | None = None) -> str:
@@ -35,19 +39,19 @@ def number(value: float | None, places: int | None = None) -> str:
         return "—"
     if places is None:
         places = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-    return f"{value:,.{places}f}"
+    return units.fixed(value, places)
 
 
 def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f} %"
+    return units.percent(value, 1)
 
 
 def times(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}×"
+    return "—" if value is None else units.fixed(value, 1) + "×"
 
 
 def tera(value: float | None) -> str:
-    return "—" if value is None else f"{value / 1e12:,.1f} TB"
+    return "—" if value is None else units.fixed(value / 1e12, 1) + " TB"
 
 
 def _interval(ci: list | None, unit: str, confidence: float | None) -> str:
@@ -122,33 +126,24 @@ def recompute_sentence(row: dict[str, Any] | None, fx_model: str) -> str:
 def decision_sentence(context: dict[str, Any], units: int | None) -> str:
     d, pilot = context["decision"], context["pilot"]
     fx = pilot["model_under_test"]
-    names = {item["gate"]["number"]: item["gate"] for item in context["gates"]}
-    label = (lambda n: f"G{n} " + (names[n].get("name_zh") or names[n]["name"]
-                                    if context.get("is_zh") else names[n]["name"])) if names else (lambda n: f"G{n}")
     trace = context.get("trace")
     sample = trace is not None and not trace.get("customer")
+    # The outcome's own words (gates/outcome.py: the overview, the API and the demo say the same), then what a
+    # purchase may rest on.
+    sentence = d["decision"]["zh-hans" if context.get("is_zh") else "en"]
     if d["outcome"] == "proven":
         if units and (context.get("simulated") or sample):  # not measured customer evidence: never said to be
-            sentence = _("Decision: proven on these results — %(fx)s met every bar of all four gates and both parties "
-                         "signed each off; the %(units)s %(fx)s unit(s) below are sized from them, but these results "
-                         "are not measured evidence of the customer's own workload (see below).") % {
-                "fx": fx, "units": units}
+            sentence += " " + _("The %(units)s %(fx)s unit(s) below are sized from these results, but they are not "
+                                "measured evidence of the customer's own workload (see below).") % {"fx": fx, "units": units}
         elif units:
-            sentence = _("Decision: proven — %(fx)s met every bar of all four gates and both parties signed each "
-                         "off; buying %(units)s %(fx)s unit(s) for this workload rests on measured evidence.") % {
+            sentence += " " + _("Buying %(units)s %(fx)s unit(s) for this workload rests on measured evidence.") % {
                 "fx": fx, "units": units}
-        else:
-            sentence = _("Decision: proven — %(fx)s met every bar of all four gates and both parties signed each "
-                         "off.") % {"fx": fx}
-    elif d["outcome"] == "proven-unsigned":
-        sentence = _("Decision: not final — every gate passed, but not every gate is signed off by both parties yet.")
-    elif d["outcome"] == "not-proven":
-        sentence = _("Decision: not proven — the pilot stopped at %(gate)s, whose bar was missed; the gain is not "
-                     "established and nothing should be bought on this evidence.") % {
-            "gate": label(d["gate"]) if d.get("gate") in names else _("a gate")}
+    elif d["outcome"] == "accepted":
+        sentence += " " + _("A purchase would rest on the joint review's acceptance, not on a bar that was met.")
+    elif d["outcome"] in ("not-proven", "halted"):
+        sentence += " " + _("The gain is not established and nothing should be bought on this evidence.")
     else:
-        sentence = _("Decision: not yet — %(gate)s has not passed, so the pilot has not proven the gain.") % {
-            "gate": label(d["gate"]) if d.get("gate") in names else _("a gate")}
+        sentence += " " + _("The pilot has not proven the gain yet.")
     if units and (context.get("sizing") or {}).get("fx_unit_usable_tb_basis") == "assumed-example":
         sentence += " " + _("The unit count rests on an assumed example capacity of one unit, not a published figure.")
     if context.get("simulated"):
@@ -247,8 +242,9 @@ def procurement_summary(context: dict[str, Any], is_zh: bool) -> dict[str, Any]:
         if verdict == "pass":
             proven.append(entry)
         else:
-            not_proven.append(dict(entry, reason=str(GATE_REASONS.get(verdict, gettext_lazy("not established.")))
-                                   % {"proves": proves}))
+            accepted = verdict == "marginal" and gate["state"] == "signed_off"
+            not_proven.append(dict(entry, reason=str(ACCEPTED_REASON if accepted else GATE_REASONS.get(
+                verdict, gettext_lazy("not established.")))))
     # The closed-loop speed-up against recompute has its own sentence (recompute_sentence); a replay's is a gain here.
     rows = [row for row in context["projections"] if row.get("baseline") != "recompute" or row.get("phase") == "replay"]
     gains = [sentence for row in rows if (sentence := gain_sentence(row, fx, concurrency))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
-from django.utils import formats, translation
+from django.utils import translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -35,9 +35,10 @@ def local_name(obj: Any) -> str:
 
 @register.filter
 def percent(value: Any, digits: int = 0) -> str:
+    """A fraction as a percentage at `digits` decimals, rounded as every figure is (reports.units.percent)."""
     if value in (None, ""):
         return "—"
-    return formats.number_format(float(value) * 100, decimal_pos=int(digits), use_l10n=True) + " %"
+    return units.percent(float(value), int(digits))
 
 
 @register.filter

@@ -48,6 +48,7 @@ from gates.models import (
     SignOff,
     UploadVerification,
 )
+from gates.outcome import outcome_of
 from gates.plan import PlanError, load_plan
 from gates.policy import Act
 from portal import access, notifications
@@ -261,17 +262,6 @@ def _timeline(pilot: Pilot, gates: list[Gate], weeks: int) -> dict:
     }
 
 
-def _outcome(pilot: Pilot, gates: list[Gate]) -> str:
-    """The pilot's overall outcome in one line, for its overview."""
-    if pilot.state == Pilot.State.COMPLETED:
-        return _("Proven: every gate passed and was signed off by both parties.")
-    if pilot.state == Pilot.State.HALTED:
-        failed = next((g for g in gates if g.state == Gate.State.FAILED), None)
-        return (_("Not proven: the pilot stopped at %(gate)s.") % {"gate": f"{failed.label} {failed}"} if failed
-                else _("Not proven: the pilot was halted."))
-    return ""
-
-
 @login_required
 def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
     pilot = get_pilot_for_user(request, code)
@@ -293,7 +283,7 @@ def pilot_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "actions": _describe_actions(pilot, pending_actions(pilot)),
             "runs": runs,
             "procurement": procurement_report_of(pilot),
-            "outcome": _outcome(pilot, gates),
+            "outcome": outcome_of(pilot),
             "can_make_procurement": access.offers(pilot, request.user, Act.MAKE_PROCUREMENT, pilot),
         },
     )

@@ -40,6 +40,7 @@ from django.utils import timezone
 from gates import lifecycle
 from gates.judge import planner
 from gates.models import AuditAction, Gate, Pilot, Report
+from gates.outcome import outcome_of
 from infra import broker
 from infra.lifetime import STOP_WITH_PARENT, die_with_parent
 from portal.management import demo_soak
@@ -641,7 +642,8 @@ class Command(BaseCommand):
         countersign(offered, person, sha256=offered.sha256)
 
     def summary(self, pilot: Pilot, port: int, seconds: float) -> None:
-        from reports.service import verify_report_bytes
+        from reports import findings
+        from reports.service import procurement_report_of, verify_report_bytes, what_changed
 
         pilot.refresh_from_db()
         self.say(f"\nPilot {pilot.name}: {pilot.get_state_display()} in {seconds / 60:.1f} min "
@@ -656,7 +658,19 @@ class Command(BaseCommand):
             path = Path(settings.DATA_DIR) / report.path
             result = verify_report_bytes(path.read_bytes())
             self.say(f"  {'verified' if result.ok else 'NOT VERIFIED'}  {path.name}  ({report.get_kind_display()}"
-                     f"{' ' + report.gate.label if report.gate_id else ''}, {report.signatures} signature(s))")
+                     f"{' ' + report.gate.label if report.gate_id else ''}, version {report.version}, "
+                     f"{report.signatures} signature(s))")
+        # The outcome as the overview, the API and the procurement report say it (gates/outcome.py).
+        outcome = outcome_of(pilot)
+        self.say(f"\nOutcome: {outcome.sentence_in('en')}")
+        procurement = procurement_report_of(pilot)
+        if procurement is not None:
+            changed = what_changed(procurement)
+            state = (f"out of date: {findings.english(changed)}" if changed is not None
+                     else "final, countersigned" if procurement.countersigned_by_id
+                     else "current; it awaits the customer approver's countersignature in the portal")
+            self.say(f"For procurement: {Path(settings.DATA_DIR) / procurement.path} (version {procurement.version}, "
+                     f"{state}).")
         self.say(f"\nPortal: http://127.0.0.1:{port}/   (SIMULATION — not evidence)")
         for username, full_name, org, roles in PEOPLE:
             self.say(f"  {username:8} / {DEMO_PASSWORD}   {full_name}: {', '.join(str(r.label) for r in roles)} — {org}")

@@ -220,6 +220,12 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contri
 FXPILOT_LOGIN_FAILURES_PER_NAME = envint("FXPILOT_LOGIN_FAILURES_PER_NAME", 5, minimum=1)
 FXPILOT_LOGIN_FAILURES_PER_ADDRESS = envint("FXPILOT_LOGIN_FAILURES_PER_ADDRESS", 100, minimum=1)
 FXPILOT_LOGIN_LOCKOUT_MINUTES = envint("FXPILOT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+# An account across addresses (issue 49): past this many failures for one name from anywhere within the lockout
+# window, each further attempt for that name waits a delay that doubles with every failure (1 s, 2 s, 4 s, …, at most
+# FXPILOT_LOGIN_ACCOUNT_MAX_DELAY seconds) after the last one, the right password included: guessing from many
+# addresses slows to one try per delay, and the person gets in once the delay has passed (no lock for ever).
+FXPILOT_LOGIN_FAILURES_PER_ACCOUNT = envint("FXPILOT_LOGIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
+FXPILOT_LOGIN_ACCOUNT_MAX_DELAY = envint("FXPILOT_LOGIN_ACCOUNT_MAX_DELAY", 900, minimum=1)
 # Password-reset mails: at most this many to one address, and this many reset requests from one client address, an
 # hour (portal.views.account); past either, the same answer and no mail.
 FXPILOT_RESET_MAILS_PER_ADDRESS = envint("FXPILOT_RESET_MAILS_PER_ADDRESS", 3, minimum=1)

@@ -9,6 +9,11 @@ Two limits, both counted over the last FXPILOT_LOGIN_LOCKOUT_MINUTES:
   that address (password spraying), except for a name that has signed in successfully from that address within
   FXPILOT_LOGIN_KNOWN_DAYS (30): a stranger spraying made-up names behind the same NAT does not lock out a
   person who signs in from there; that person's own name is still held by the first limit.
+* **an account, from anywhere** (FXPILOT_LOGIN_FAILURES_PER_ACCOUNT, 10): past that many failures for one name
+  from all addresses together, every further attempt for the name must come a growing delay after the last failure
+  (1 s, doubling with each failure, at most FXPILOT_LOGIN_ACCOUNT_MAX_DELAY, 900 s); an attempt inside it is refused
+  unchecked, the right password included (`account_wait`). Spraying one account from many addresses then gets one
+  guess per delay, and the person gets in once the delay has passed: a stranger cannot lock them out for longer.
 
 The client's address is the one the reverse proxy reports, believed only from a proxy listed in
 FXPILOT_TRUSTED_PROXIES (`client_address`); otherwise it is the connection's own (REMOTE_ADDR).
@@ -25,10 +30,10 @@ from datetime import timedelta
 from functools import lru_cache
 
 from axes.handlers.database import AxesDatabaseHandler
-from axes.models import AccessLog
+from axes.models import AccessAttempt, AccessLog
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
-from django.db.models import Sum
+from django.db.models import Max, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -97,6 +102,21 @@ def _known_here(name: str, address: str) -> bool:
     return AccessLog.objects.filter(username__iexact=name, ip_address=address, attempt_time__gte=since).exists()
 
 
+def account_wait(name: str) -> float:
+    """Seconds an attempt for `name` must still wait under the per-account limit (0: none)."""
+    if not name:
+        return 0.0
+    now = timezone.now()
+    since = now - timedelta(minutes=settings.FXPILOT_LOGIN_LOCKOUT_MINUTES)
+    found = AccessAttempt.objects.filter(username=name, attempt_time__gte=since).aggregate(
+        failures=Sum("failures_since_start"), last=Max("attempt_time"))
+    beyond = (found["failures"] or 0) - settings.FXPILOT_LOGIN_FAILURES_PER_ACCOUNT
+    if beyond < 0 or found["last"] is None:
+        return 0.0
+    delay = min(2.0 ** min(beyond, 30), float(settings.FXPILOT_LOGIN_ACCOUNT_MAX_DELAY))
+    return max(0.0, delay - (now - found["last"]).total_seconds())
+
+
 class LoginThrottleHandler(AxesDatabaseHandler):
     """Axes compares one number with one limit; ours has two (AXES_LOCKOUT_PARAMETERS: the name at the address,
     then the address), so the address count is scaled to the name's:
@@ -115,15 +135,23 @@ class LoginThrottleHandler(AxesDatabaseHandler):
             by_address = 0
         per_name = settings.FXPILOT_LOGIN_FAILURES_PER_NAME
         per_address = settings.FXPILOT_LOGIN_FAILURES_PER_ADDRESS
+        if account_wait(attempted_username(request, credentials)) > 0:
+            return per_name
         return max(by_pair, by_address * per_name // per_address)
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials: dict | None = None) -> HttpResponse:
     """The login page again, saying how long to wait, with HTTP 429."""
-    form = AuthenticationForm(request, initial={"username": attempted_username(request, credentials)})
-    message = _("Too many failed attempts. Wait %(minutes)s minutes and try again.") % {
-        "minutes": settings.FXPILOT_LOGIN_LOCKOUT_MINUTES
-    }
+    name = attempted_username(request, credentials)
+    form = AuthenticationForm(request, initial={"username": name})
+    wait = account_wait(name)
+    if wait > 0:
+        message = _("Too many failed attempts for this account. Wait %(seconds)s seconds and try again.") % {
+            "seconds": max(1, round(wait))}
+    else:
+        message = _("Too many failed attempts. Wait %(minutes)s minutes and try again.") % {
+            "minutes": settings.FXPILOT_LOGIN_LOCKOUT_MINUTES
+        }
     return render(
         request,
         "registration/login.html",

@@ -16,9 +16,22 @@ from django.utils.translation import gettext as _
 
 from runners.validators import validate_host, validate_nqn, validate_port, validate_vllm_flag
 
-ARMS = ("recompute", "local_nvme", "fx")
-# Default port offset of each arm from ports.base, so three servers of a run never collide.
-ARM_PORT_OFFSETS = {"recompute": 0, "local_nvme": 1, "fx": 2}
+# `dram` is vLLM + LMCache with its DRAM tier only (no disk tier): the customer's alternative without FX (G4).
+ARMS = ("recompute", "dram", "local_nvme", "fx")
+# Default port offset of each arm from ports.base, so the servers of a run never collide.
+ARM_PORT_OFFSETS = {"recompute": 0, "local_nvme": 1, "fx": 2, "dram": 3}
+# The arms that run LMCache, and those of them with a disk tier (the device whose reads are counted).
+LMCACHE_ARMS = ("dram", "local_nvme", "fx")
+DISK_ARMS = ("local_nvme", "fx")
+# LMCache's internal API server (loopback only): one port for its scheduler, then one per TP worker
+# (LMCache 0.5.6 internal_api_server/api_server.py: port_start + 0 for the scheduler, + 1 + worker_id for a worker).
+# Each arm gets a run of 1 + tensor_parallel_size ports from ports.lmcache_api, in the order of ARM_PORT_OFFSETS.
+LMCACHE_API_PORT_DEFAULT = 7000
+# LMCache's DRAM per TP rank (GiB, LMCache's max_local_cpu_size) when the settings name none: a production-shaped
+# pool (tens of GiB per rank; 8 ranks take 256 GiB of host memory). The simulated default is far smaller
+# (DEFAULT_SIMULATED), still above one cold-recovery retrieval of the default plan (runners.lmcache.sizing).
+MAX_LOCAL_CPU_SIZE_DEFAULT = 32.0
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 # Absolute or ~/-relative; letters, digits and . _ - + / only (no spaces, no shell metacharacters).
@@ -76,6 +89,14 @@ class DeploymentSettingsError(ValueError):
 class Ports:
     base: int = 8000
     arms: dict[str, int] = field(default_factory=dict)
+    lmcache_api: int = LMCACHE_API_PORT_DEFAULT
+
+    def lmcache_api_start(self, arm: str, tensor_parallel_size: int) -> int:
+        """LMCache's internal_api_server_port_start of an arm (its scheduler's port; worker w listens on start + 1 +
+        w); 0 means a free run of ports the node picks (ports.base 0: simulated nodes share a loopback)."""
+        if self.base == 0:
+            return 0
+        return self.lmcache_api + ARM_PORT_OFFSETS.get(arm, 0) * (1 + tensor_parallel_size)
 
     def for_arm(self, arm: str) -> int:
         """The port of an arm's server; 0 means a free port the node picks (simulated nodes share a loopback)."""
@@ -97,8 +118,18 @@ class Paths:
 @dataclass(frozen=True)
 class Sizes:
     chunk_size: int = 256
-    max_local_cpu_size: float = 0.25
+    max_local_cpu_size: float = MAX_LOCAL_CPU_SIZE_DEFAULT
     max_local_disk_size: float = 200.0
+
+
+@dataclass(frozen=True)
+class LMCacheSettings:
+    """`lmcache`: the build the signed plan expects (`fingerprint`: the SHA-256 of runners/remote/lmcache_inspect.py's
+    fingerprint, or None: recorded, not compared) and LMCache's disk I/O threads (`disk_io_threads`: None keeps
+    LMCache's own default, which the fingerprint records)."""
+
+    fingerprint: str | None = None
+    disk_io_threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +187,7 @@ class DeploymentSettings:
     # node name → the address on the cluster fabric its servers listen on, so the other node's client can
     # reach them (G4's cross-instance sharing); a node not listed binds its servers to its loopback.
     fabric_addresses: dict[str, str] = field(default_factory=dict)
+    lmcache: LMCacheSettings = field(default_factory=LMCacheSettings)
 
     def bind_address(self, node_name: str) -> str:
         return self.fabric_addresses.get(node_name, "127.0.0.1")
@@ -189,7 +221,9 @@ class DeploymentSettings:
         return {
             "model": self.model,
             "tensor_parallel_size": self.tensor_parallel_size,
-            "ports": {"base": self.ports.base, "arms": dict(self.ports.arms)},
+            "ports": {"base": self.ports.base, "arms": dict(self.ports.arms),
+                      **({"lmcache_api": self.ports.lmcache_api}
+                         if self.ports.lmcache_api != LMCACHE_API_PORT_DEFAULT else {})},
             "paths": {"fx_mount": self.paths.fx_mount, "local_nvme_path": self.paths.local_nvme_path,
                       "shared_pool": self.paths.shared_pool, "run_root": self.paths.run_root},
             "sizes": {"chunk_size": self.sizes.chunk_size, "max_local_cpu_size": self.sizes.max_local_cpu_size,
@@ -207,6 +241,9 @@ class DeploymentSettings:
             "launcher": self.launcher.to_dict(),
             "kv_connector": self.kv_connector,
             **({"engine_test_tier": True} if self.engine_test_tier else {}),
+            **({"lmcache": {key: value for key, value in (("fingerprint", self.lmcache.fingerprint),
+                                                          ("disk_io_threads", self.lmcache.disk_io_threads)) if value}}
+               if (self.lmcache.fingerprint or self.lmcache.disk_io_threads) else {}),
         }
 
 
@@ -286,7 +323,10 @@ DEFAULT_SIMULATED: dict[str, Any] = {
     "ports": {"base": 0},
     "paths": {"fx_mount": "~/mnt/fx", "local_nvme_path": "~/mnt/nvme0/fxpilot", "shared_pool": "~/mnt/fx/fxpilot-shared",
               "run_root": "~/fxpilot-runs"},
-    "sizes": {"chunk_size": 256, "max_local_cpu_size": 0.25, "max_local_disk_size": 200.0},
+    # 1 GiB of LMCache DRAM per rank: small, so that the simulated DRAM tier holds about one 48 Ki-token session and
+    # FX sees what DRAM misses, and above one cold-recovery retrieval of the default plan (0.73 GiB per rank) plus
+    # the sizing margin (runners.lmcache.SIZING_MARGIN), which the deploy refuses below.
+    "sizes": {"chunk_size": 256, "max_local_cpu_size": 1.0, "max_local_disk_size": 200.0},
     "use_odirect": True,
     "drop_page_cache": False,
     "fx_target": {"transport": "rdma", "address": "192.168.100.10", "service_id": 4420,
@@ -299,7 +339,7 @@ DEFAULT_SIMULATED: dict[str, Any] = {
 
 _TOP_KEYS = {"model", "tensor_parallel_size", "ports", "paths", "sizes", "use_odirect", "drop_page_cache", "fx_target",
              "mkfs_if_empty", "roce_interface", "extra_vllm_flags", "health_timeout_s", "fabric_addresses", "launcher",
-             "kv_connector", "engine_test_tier"}
+             "kv_connector", "engine_test_tier", "lmcache"}
 
 
 def default_simulated() -> dict[str, Any]:
@@ -313,7 +353,7 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
     _no_unknown(data, _TOP_KEYS, "")
     model = _model(_required(data, "model", ""))
     tp = _int(data.get("tensor_parallel_size", 8), "tensor_parallel_size", 1, 64)
-    ports = _ports(_mapping(data.get("ports", {}), "ports"))
+    ports = _ports(_mapping(data.get("ports", {}), "ports"), tp)
     paths = _paths(_mapping(data.get("paths", {}), "paths"))
     sizes = _sizes(_mapping(data.get("sizes", {}), "sizes"))
     use_odirect = _bool(data.get("use_odirect", True), "use_odirect")
@@ -335,7 +375,20 @@ def validate_deployment(data: dict[str, Any] | None) -> DeploymentSettings:
         launcher=_launcher(_mapping(data.get("launcher") or {}, "launcher")),
         kv_connector=_kv_connector(data.get("kv_connector", "LMCacheConnectorV1")),
         engine_test_tier=_bool(data.get("engine_test_tier", False), "engine_test_tier"),
+        lmcache=_lmcache(_mapping(data.get("lmcache") or {}, "lmcache")),
     )
+
+
+def _lmcache(data: dict) -> LMCacheSettings:
+    _no_unknown(data, {"fingerprint", "disk_io_threads"}, "lmcache.")
+    fingerprint = data.get("fingerprint")
+    if fingerprint is not None and (not isinstance(fingerprint, str) or not _SHA256.match(fingerprint)):
+        raise DeploymentSettingsError("lmcache.fingerprint", _("%(value)r is not a SHA-256 (64 lower-case hex digits)")
+                                      % {"value": fingerprint})
+    threads = data.get("disk_io_threads")
+    if threads is not None:
+        threads = _int(threads, "lmcache.disk_io_threads", 1, 256)
+    return LMCacheSettings(fingerprint=fingerprint, disk_io_threads=threads)
 
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -483,19 +536,23 @@ def _model(value: Any) -> str:
                                   % {"value": value})
 
 
-def _ports(data: dict) -> Ports:
-    _no_unknown(data, {"base", "arms"}, "ports.")
+def _ports(data: dict, tensor_parallel_size: int = 8) -> Ports:
+    _no_unknown(data, {"base", "arms", "lmcache_api"}, "ports.")
     base = data.get("base", 8000)
     if base != 0:
         base = _port(base, "ports.base")
         if base + max(ARM_PORT_OFFSETS.values()) > 65535:
-            raise DeploymentSettingsError("ports.base", _("%(value)s leaves no room for the three arms' ports") % {"value": base})
+            raise DeploymentSettingsError("ports.base", _("%(value)s leaves no room for the arms' ports") % {"value": base})
+    api = _port(data.get("lmcache_api", LMCACHE_API_PORT_DEFAULT), "ports.lmcache_api")
+    if api + len(ARM_PORT_OFFSETS) * (1 + tensor_parallel_size) > 65536:
+        raise DeploymentSettingsError("ports.lmcache_api", _("%(value)s leaves no room for LMCache's API ports (1 + "
+                                                             "tensor_parallel_size per arm)") % {"value": api})
     arms = _mapping(data.get("arms", {}), "ports.arms")
     for arm, port in arms.items():
         if arm not in ARMS:
             raise DeploymentSettingsError(f"ports.arms.{arm}", _("is not an arm (arms: %(arms)s)") % {"arms": ", ".join(ARMS)})
         _port(port, f"ports.arms.{arm}")
-    return Ports(base=base, arms=dict(arms))
+    return Ports(base=base, arms=dict(arms), lmcache_api=api)
 
 
 def _port(value: Any, name: str) -> int:
@@ -533,7 +590,7 @@ def _under(path: str, root: str) -> bool:
 def _sizes(data: dict) -> Sizes:
     _no_unknown(data, {"chunk_size", "max_local_cpu_size", "max_local_disk_size"}, "sizes.")
     chunk = _int(data.get("chunk_size", 256), "sizes.chunk_size", 16, 8192)
-    cpu = _number(data.get("max_local_cpu_size", 0.25), "sizes.max_local_cpu_size", 0.0, 4096.0)
+    cpu = _number(data.get("max_local_cpu_size", MAX_LOCAL_CPU_SIZE_DEFAULT), "sizes.max_local_cpu_size", 0.0, 4096.0)
     disk = _number(data.get("max_local_disk_size", 200.0), "sizes.max_local_disk_size", 0.0, 1_000_000.0)
     if cpu >= disk:
         raise DeploymentSettingsError("sizes.max_local_cpu_size", _("%(cpu)s GB is not smaller than the disk tier (%(disk)s GB): "

@@ -17,7 +17,15 @@ from typing import Any
 
 from runners import detached, ssh
 from runners.artifacts import store_bytes
-from runners.config import ARMS, DeploymentSettings, HealthTimeout, health_timeout, shell_env_file
+from runners.config import (
+    ARMS,
+    DISK_ARMS,
+    LMCACHE_ARMS,
+    DeploymentSettings,
+    HealthTimeout,
+    health_timeout,
+    shell_env_file,
+)
 from runners.deployment import (
     DeployError,
     Deployment,
@@ -33,9 +41,12 @@ from runners.lmcache import (
     CHUNK_HASH_ALGORITHM,
     LMCACHE_TROUBLE,
     PYTHONHASHSEED,
+    api_urls,
     cache_dirs,
     disk_size_for,
+    expected_none_hash,
     render_lmcache_config,
+    sizing,
 )
 from runners.models import Job, Node, Step
 from runners.teardown import teardown_arm
@@ -111,18 +122,96 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
     return deployment
 
 
+def plan_document(job: Job) -> dict | None:
+    """The plan the run follows (the pilot's signed plan, else its latest draft), for the sizing preflight."""
+    pilot = job.pilot
+    plan = pilot.signed_plan or pilot.latest_plan
+    document = getattr(plan, "document", None)
+    return document if isinstance(document, dict) else None
+
+
+def _model_config_json(conn: ssh.NodeConnection, settings: DeploymentSettings) -> dict | None:
+    """The model's config.json read on the node, when the model is a path there (gates.sizing knows the ids)."""
+    if not settings.model.startswith("/"):
+        return None
+    result = conn.run(f"cat -- {ssh.shell_path(settings.model + '/config.json')}", echo=False, check=False, timeout=60)
+    try:
+        found = json.loads(result.stdout) if result.exit_code == 0 else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def check_sizing(job: Job, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
+                 deployment: Deployment) -> dict:
+    """The sizing preflight (runners.lmcache.sizing): a DRAM pool below the largest planned retrieval per rank (plus
+    the margin) is refused before anything is started, naming both sizes."""
+    if deployment.arm not in LMCACHE_ARMS or settings.kv_connector != PILOT_CONNECTOR:
+        return {}
+    try:
+        found = sizing(settings, deployment.arm, simulated=node.simulated, plan_document=plan_document(job),
+                       model_config_json=_model_config_json(conn, settings))
+    except ValueError as exc:
+        raise DeployError(f"node {node.name}: {deployment.arm}: the sizing preflight cannot size LMCache's DRAM: {exc}",
+                          deployment=deployment) from None
+    deployment.sizing = found
+    if not found.get("ok", True):
+        raise DeployError(f"node {node.name}: {deployment.arm}: refused at preflight: {found['message']}",
+                          deployment=deployment)
+    return found
+
+
+def _free_port_run(conn: ssh.NodeConnection, host: str, count: int) -> int:
+    """The first of `count` consecutive ports free on the node (ports.base 0: simulated nodes share a loopback)."""
+    script = ("import socket, sys\n"
+              "host, count = sys.argv[1], int(sys.argv[2])\n"
+              "for start in range(20000, 60000, count + 7):\n"
+              "    held = []\n"
+              "    try:\n"
+              "        for port in range(start, start + count):\n"
+              "            s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)\n"
+              "            held.append(s)\n"
+              "            s.bind((host, port))\n"
+              "    except OSError:\n"
+              "        continue\n"
+              "    finally:\n"
+              "        [s.close() for s in held]\n"
+              "    print(start)\n"
+              "    break\n")
+    import random
+    import shlex
+
+    # start the search at a random place so that two deploys at once rarely pick the same run
+    script = script.replace("range(20000,", f"range({20000 + random.randrange(0, 20000)},")
+    result = conn.run(f"python3 -c {shlex.quote(script)} {shlex.quote(host)} {int(count)}", echo=False, timeout=60)
+    try:
+        return int(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DeployError(f"no run of {count} free ports for LMCache's internal API server: {result.stdout[-200:]!r}") \
+            from None
+
+
 def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings,
             deployment: Deployment, time_scale: float | None) -> None:
     arm = deployment.arm
+    lmcache_arm = arm in LMCACHE_ARMS and settings.kv_connector == PILOT_CONNECTOR
+    check_sizing(job, node, conn, settings, deployment)
     conn.mkdirs(deployment.bin_dir, deployment.arm_dir, deployment.records_dir, deployment.metrics_dir)
     save_deployment(step, deployment)
     for script in SCRIPTS:
         conn.upload((REMOTE_DIR / script).read_bytes(), f"{deployment.bin_dir}/{script}", mode=0o755)
     conn.upload(shell_env_file(_fx_params(settings, deployment.run_dir)).encode(), f"{deployment.run_dir}/fx.env")
 
+    api_start = None
+    if lmcache_arm:
+        api_start = settings.ports.lmcache_api_start(arm, settings.tensor_parallel_size) or \
+            _free_port_run(conn, "127.0.0.1", settings.tensor_parallel_size + 1)
+        deployment.lmcache_api_urls = api_urls(api_start, settings.tensor_parallel_size)
+        deployment.none_hash = {"expected": expected_none_hash(CHUNK_HASH_ALGORITHM, PYTHONHASHSEED), "observed": []}
     try:
         config = render_lmcache_config(settings, arm, run_id=deployment.run_id, share_pool=deployment.share_pool,
-                                       simulated=node.simulated, capacity_tokens=deployment.capacity_tokens)
+                                       simulated=node.simulated, capacity_tokens=deployment.capacity_tokens,
+                                       api_port_start=api_start)
     except ValueError as exc:
         raise DeployError(f"node {node.name}: {exc}") from None
     store_bytes(job, f"{deployment.name_prefix}/lmcache.yaml", config.encode(), kind="config", step=step, node=node,
@@ -148,6 +237,10 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
         "CHUNK_HASH": CHUNK_HASH_ALGORITHM if deployment.config_path else "", "HASH_SEED": PYTHONHASHSEED,
         "LMCACHE_FAILED": LMCACHE_TROUBLE, "COLD_START": deployment.cold_start_measured,
+        "DRAM_GIB": settings.sizes.max_local_cpu_size if deployment.config_path else "",
+        "LMCACHE_API_START": api_start if deployment.config_path else "",
+        "DISK_IO_THREADS": settings.lmcache.disk_io_threads or "",
+        "EXPECTED_NONE_HASH": (deployment.none_hash or {}).get("expected") or "",
         **settings.launcher.params(),
     }
     conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")
@@ -163,6 +256,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
     if not match:
         raise DeployError(f"node {node.name}: preflight printed no port", deployment=deployment)
     deployment.port = int(match.group(1))
+    _read_manifest(node, conn, settings, deployment)
     save_deployment(step, deployment)
 
     command = f"exec bash {ssh.shell_path(deployment.bin_dir + '/deploy.sh')} serve {ssh.shell_path(deployment.arm_dir)}"
@@ -174,8 +268,9 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
     deployment.health_timeout_s = timeout.seconds
     save_deployment(step, deployment)
     say(job, step, node, f"{arm}: waiting for /health up to {timeout.sentence}")
-    measured = _wait_healthy(job, step, node, conn, timeout, deployment)
+    measured, health_out = _wait_healthy(job, step, node, conn, timeout, deployment)
     deployment.healthy = True
+    _observed_at_health(node, deployment, health_out)
     if deployment.cold_start_measured:
         if not measured:
             raise DeployError(f"node {node.name}: {arm}: the server is healthy but deploy.sh reported no cold start",
@@ -197,12 +292,13 @@ def wait_for_health(node: Node, settings: DeploymentSettings, time_scale: float 
 
 
 def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, timeout: HealthTimeout,
-                  deployment: Deployment) -> dict | None:
+                  deployment: Deployment) -> tuple[dict | None, str]:
     """Wait for /health from the node, a few seconds per look. Between looks: a cancel of the run stops the
     wait (the caller tears the server down), the server log's new lines go to the run's live log, and every
     HEALTH_PROGRESS_S the wait says how long it has waited. deploy.sh exits 5 when the server answers but its
     log shows LMCache failing to initialise or running degraded: the deploy fails with that line.
-    Returns the cold start deploy.sh measured (its FXPILOT_COLD_START line), if it measured one."""
+    Returns the cold start deploy.sh measured (its FXPILOT_COLD_START line), if it measured one, and what the
+    healthy look printed."""
     started = time.monotonic()
     timeout_s = timeout.seconds
     deadline = started + timeout_s
@@ -218,7 +314,7 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
         deployment.server = {**deployment.server, **status.proc.to_dict()}
         save_deployment(step, deployment)
         if result.exit_code == 0:
-            return _cold_start_of(result.stdout)
+            return _cold_start_of(result.stdout), result.stdout
         if result.exit_code == 5:
             reason = error_lines_of(result.stderr_tail) or "LMCache did not initialise"
             raise DeployError(f"{where}: the server answers /health but {reason}", deployment=deployment,
@@ -238,6 +334,57 @@ def _wait_healthy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnect
             said = now
             say(job, step, node, f"{deployment.arm}: waiting for /health on port {deployment.port}: "
                                   f"{now - started:.0f} s of {timeout_s} s")
+
+
+def _read_manifest(node: Node, conn: ssh.NodeConnection, settings: DeploymentSettings, deployment: Deployment) -> None:
+    """What the deploy's preflight found and the deployment record keeps: the disk tier's block device (its
+    /proc/diskstats name) and LMCache's fingerprint; a fingerprint other than the plan's expected one
+    (deployment.lmcache.fingerprint) stops the deploy with both values (infrastructure: `error`, never a `fail`)."""
+    result = conn.run(f"cat -- {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False, check=False,
+                      timeout=60)
+    try:
+        manifest = json.loads(result.stdout)
+    except ValueError:
+        raise DeployError(f"node {node.name}: {deployment.arm}: the preflight left no readable manifest.json",
+                          deployment=deployment) from None
+    deployment.disk_device = (manifest.get("disk_device") or None) if deployment.arm in DISK_ARMS else None
+    if not deployment.config_path:
+        return
+    versions = manifest.get("versions") or {}
+    fingerprint = versions.get("lmcache_fingerprint") if isinstance(versions.get("lmcache_fingerprint"), dict) else None
+    deployment.lmcache_fingerprint = fingerprint
+    expected = settings.lmcache.fingerprint
+    if expected:
+        found = (fingerprint or {}).get("sha256")
+        if found != expected:
+            raise DeployError(
+                f"node {node.name}: {deployment.arm}: LMCache's fingerprint is {found or 'unknown (no LMCache found)'} "
+                f"(version {(fingerprint or {}).get('version')}, commit {(fingerprint or {}).get('commit')}), not the "
+                f"plan's expected {expected} (deployment.lmcache.fingerprint): this node runs another LMCache build",
+                deployment=deployment)
+
+
+def _observed_at_health(node: Node, deployment: Deployment, stdout: str) -> None:
+    """deploy.sh's FXPILOT_LMCACHE_OBSERVED line at /health: every LMCache process's NONE_HASH and O_DIRECT lines.
+    A NONE_HASH other than the expected one stops the deploy with both values."""
+    match = re.search(r"^FXPILOT_LMCACHE_OBSERVED=(\{.*\})$", stdout or "", re.MULTILINE)
+    if not match or not deployment.none_hash:
+        return
+    try:
+        found = json.loads(match.group(1))
+    except ValueError:
+        return
+    observed = [item for item in (found.get("none_hash") or {}).get("observed") or []
+                if isinstance(item, dict) and isinstance(item.get("value"), str)]
+    deployment.none_hash = {**deployment.none_hash, "observed": observed}
+    deployment.odirect_observed = [item for item in found.get("odirect") or [] if isinstance(item, dict)]
+    expected = deployment.none_hash.get("expected")
+    wrong = sorted({item["value"] for item in observed} - {expected})
+    if wrong:
+        raise DeployError(f"node {node.name}: {deployment.arm}: LMCache's first block hash is {', '.join(wrong)} in "
+                          f"{', '.join(i['process'] for i in observed if i['value'] != expected)}, not the expected "
+                          f"{expected} ({CHUNK_HASH_ALGORITHM}, PYTHONHASHSEED={PYTHONHASHSEED}): the processes would "
+                          "not share chunks", deployment=deployment)
 
 
 def _cold_start_of(stdout: str) -> dict | None:

@@ -61,6 +61,14 @@ class Deployment:
     cold_start_measured: bool = False  # G1's cold start: empty compile caches, the start measured on the node
     cold_start: dict = field(default_factory=dict)    # what deploy.sh measured (seconds, caches, measured_at, …)
     health_timeout_s: int = 0       # how long this deploy waited at most for /health (runners.config.health_timeout)
+    # LMCache's internal API servers, one per TP worker (127.0.0.1): the workload client empties the DRAM tier
+    # through them before a cold window (DELETE <url>/cache/clear?locations=LocalCPUBackend)
+    lmcache_api_urls: list = field(default_factory=list)
+    disk_device: str | None = None  # the disk tier's block device, its /proc/diskstats name (local_nvme, fx)
+    none_hash: dict = field(default_factory=dict)       # {expected, observed: [{process, value}]} (LMCache arms)
+    odirect_observed: list = field(default_factory=list)  # [{process, value}]: "Using O_DIRECT for disk I/O" lines
+    lmcache_fingerprint: dict | None = None  # lmcache_inspect.py's {sha256, version, commit, disk_io_threads, …}
+    sizing: dict = field(default_factory=dict)          # the sizing preflight (runners.lmcache.sizing)
 
     @property
     def url(self) -> str:

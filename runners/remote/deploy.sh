@@ -10,7 +10,10 @@
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
 # RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH KV_CONNECTOR USE_ODIRECT DROP_PAGE_CACHE
-# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, the chunk hash
+# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, LMCache's DRAM tier
+# (DRAM_GIB: max_local_cpu_size, GiB per TP rank; checked against the node's MemAvailable × TP ranks), its internal
+# API server (LMCACHE_API_START: the scheduler's port, worker w on + 1 + w; each must be free), DISK_IO_THREADS
+# (configured, or empty), EXPECTED_NONE_HASH (runners.lmcache.expected_none_hash), the chunk hash
 # (CHUNK_HASH: the algorithm the LMCache YAML names, HASH_SEED: the PYTHONHASHSEED exported to vLLM), the lines
 # that show LMCache failing (LMCACHE_FAILED, runners.lmcache.LMCACHE_TROUBLE), and how vLLM is
 # launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
@@ -28,6 +31,7 @@ arm_dir=${2:-}
 [[ -n "$action" && -f "$arm_dir/params.env" ]] || fail "usage: deploy.sh preflight|serve|health|cleanup ARM_DIR"
 EXTRA_VLLM_FLAGS=()
 LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR="" CHUNK_HASH="" HASH_SEED="" LMCACHE_FAILED="" COLD_START=0
+DRAM_GIB="" LMCACHE_API_START="" DISK_IO_THREADS="" EXPECTED_NONE_HASH=""
 LAUNCH_PREFIX=()
 LAUNCH_ENV=()
 # shellcheck source=/dev/null
@@ -163,7 +167,7 @@ versions_json() {
     rocm_version=$(cat /opt/rocm/.info/version 2>/dev/null || true)
     [[ -n "$rocm_version" ]] || rocm_version=$(amd-smi version 2>/dev/null | sed -n 's/.*ROCm version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1 || true)
     local lmcache
-    lmcache=$(in_engine_python -c "$LMCACHE_INSPECT" 2>/dev/null | tail -n 1 || true)
+    lmcache=$(in_engine_python -c "$LMCACHE_INSPECT" "${DISK_IO_THREADS:-}" 2>/dev/null | tail -n 1 || true)
     [[ "$lmcache" == "{"* ]] || lmcache='{"version": null, "commit": null, "hip": null, "error": "python3 did not run where vLLM lives"}'
     VLLM_VERSION="$vllm_version" ROCM_VERSION="$rocm_version" LMCACHE_JSON="$lmcache" python3 -c '
 import json, os, platform
@@ -172,7 +176,55 @@ lmcache = {key: found.get(key) for key in ("version", "commit", "hip")}
 if found.get("error"):
     lmcache["error"] = found["error"]
 print(json.dumps({"vllm": os.environ["VLLM_VERSION"] or None, "rocm": os.environ["ROCM_VERSION"] or None,
-                  "lmcache": lmcache, "python": platform.python_version()}))'
+                  "lmcache": lmcache, "python": platform.python_version(),
+                  "lmcache_fingerprint": found.get("fingerprint"), "lmcache_clear_api": found.get("clear_api")}))'
+}
+
+# The block device that holds DIR, by the name /proc/diskstats (FXPILOT_DISKSTATS) gives it: findmnt's SOURCE (df's
+# when findmnt does not answer), symlinks resolved (/dev/mapper/x -> dm-0). Prints NAME, or nothing.
+disk_device_of() {
+    local source name stats=${FXPILOT_DISKSTATS:-/proc/diskstats}
+    source=$(findmnt -no SOURCE --target "$1" 2>/dev/null | head -n 1 || true)
+    [[ "$source" == /dev/* ]] || source=$(df -P "$1" 2>/dev/null | awk 'NR == 2 { print $1 }' || true)
+    [[ "$source" == /dev/* ]] || return 0
+    source=${source%%\[*}
+    name=$(basename "$(readlink -f -- "$source" 2>/dev/null || echo "$source")")
+    if [[ -r "$stats" ]] && ! awk -v n="$name" '$3 == n { f = 1 } END { exit !f }' "$stats"; then
+        say "warning: $name (the device of $1) is not in $stats"
+    fi
+    echo "$name"
+}
+
+# LMCache's DRAM tier: every TP rank allocates max_local_cpu_size GiB of host memory; refused above MemAvailable.
+check_memory() {
+    [[ -n "$DRAM_GIB" ]] || return 0
+    local meminfo=${FXPILOT_MEMINFO:-/proc/meminfo} available_kib need_bytes
+    available_kib=$(awk '$1 == "MemAvailable:" { print $2 }' "$meminfo" 2>/dev/null || true)
+    [[ "$available_kib" =~ ^[0-9]+$ ]] || fail "cannot read MemAvailable from $meminfo on $(hostname): LMCache's DRAM tier cannot be checked against the node's memory"
+    need_bytes=$(python3 -c "print(int(float('$DRAM_GIB') * 1024 ** 3 * int('$TP')))")
+    MEMORY_JSON=$(python3 -c "import json; print(json.dumps({'available_bytes': $available_kib * 1024, 'lmcache_dram_bytes': $need_bytes, 'meminfo': '$meminfo'}))")
+    if (( need_bytes > available_kib * 1024 )); then
+        fail "deployment.sizes.max_local_cpu_size is $DRAM_GIB GiB per rank: $TP ranks need $(python3 -c "print(f'{$need_bytes / 1024 ** 3:.2f} GiB ($need_bytes B)')") of LMCache DRAM, above the $(python3 -c "print(f'{$available_kib / 1024 ** 2:.2f} GiB ($(( available_kib * 1024 )) B)')") MemAvailable on $(hostname) ($meminfo)"
+    fi
+}
+
+# LMCache's internal API server: the installed LMCache must serve DELETE /cache/clear (how a cold window empties the
+# DRAM tier), and its ports (the scheduler's and one per TP worker) must be free.
+check_lmcache_api() {
+    [[ -n "$LMCACHE_API_START" && "$LMCACHE_API_START" != 0 ]] || return 0
+    local clear port last clear_api clear_version
+    clear=$(VERSIONS="$1" python3 -c 'import json, os; found = json.loads(os.environ["VERSIONS"]); print(found.get("lmcache_clear_api"), (found.get("lmcache") or {}).get("version"))')
+    read -r clear_api clear_version <<< "$clear"
+    # A simulated node's LMCache is a stand-in without the files; its simulated server serves the route itself.
+    if [[ "$clear_api" != True && "$SIMULATED" != 1 ]]; then
+        fail "LMCache ${clear_version:-(not found)} from $(launch_what) on $(hostname) serves no DELETE /cache/clear on its internal API server (LMCache PR #1711, merged 2025-09-28; 0.5.6 serves it): a cold window could not empty LMCache's DRAM tier; install a release that has it"
+    fi
+    last=$(( LMCACHE_API_START + TP ))
+    for (( port = LMCACHE_API_START; port <= last; port++ )); do
+        if port_in_use "$port"; then
+            fail "port $port (LMCache's internal API server, ports $LMCACHE_API_START-$last) is already in use on $(hostname); stop what holds it or change deployment.ports.lmcache_api"
+        fi
+    done
 }
 
 # LMCache's version, commit and GPU runtime, read where vLLM lives without importing LMCache: lmcache_inspect.py,
@@ -246,12 +298,20 @@ preflight() {
 
     local versions
     versions=$(versions_json)
+    if [[ -n "$KV_CONFIG_PATH" ]]; then
+        check_memory
+        check_lmcache_api "$versions"
+    fi
+    DISK_DEVICE=""
+    [[ -n "$CACHE_DIR" ]] && DISK_DEVICE=$(disk_device_of "$CACHE_DIR" | tail -n 1)
     build_argv "$port"
     ARGV_JSON=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}") \
     VERSIONS="$versions" SERVE_PORT="$port" RUN_ID="$RUN_ID" ARM="$ARM" NODE="$NODE" SIMULATED="$SIMULATED" MODEL="$MODEL" \
     TP="$TP" KV_CONFIG_PATH="$KV_CONFIG_PATH" KV_CONNECTOR="$KV_CONNECTOR" CHUNK_HASH="$CHUNK_HASH" LAUNCHER="$(launch_what)" CACHE_DIR="$CACHE_DIR" SHARED_DIR="${SHARED_DIR:-}" USE_ODIRECT="$USE_ODIRECT" \
     DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
-    CACHE_MOUNT="${CACHE_MOUNT:-}" SIM_TIME_SCALE="${SIM_TIME_SCALE:-}" python3 - "$arm_dir/manifest.json" <<'PY'
+    CACHE_MOUNT="${CACHE_MOUNT:-}" SIM_TIME_SCALE="${SIM_TIME_SCALE:-}" DISK_DEVICE="${DISK_DEVICE:-}" \
+    MEMORY_JSON="${MEMORY_JSON:-}" DRAM_GIB="$DRAM_GIB" LMCACHE_API_START="$LMCACHE_API_START" \
+    EXPECTED_NONE_HASH="$EXPECTED_NONE_HASH" python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
 env = os.environ
 manifest = {
@@ -268,7 +328,13 @@ manifest = {
     "command": json.loads(env["ARGV_JSON"]),
     "environment": {k: env[k] for k in ("VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_CONFIG_FILE", "PYTHONHASHSEED", "FXPILOT_SIM_TIME_SCALE", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if env.get(k)},
     "versions": json.loads(env["VERSIONS"]), "prepared_at": time.time(),
+    "disk_device": env.get("DISK_DEVICE") or None,
+    "lmcache_dram": {"max_local_cpu_size_gib": float(env["DRAM_GIB"]) if env.get("DRAM_GIB") else None,
+                     "memory": json.loads(env["MEMORY_JSON"]) if env.get("MEMORY_JSON") else None},
+    "lmcache_api_port_start": int(env["LMCACHE_API_START"]) if env.get("LMCACHE_API_START") else None,
 }
+if env.get("EXPECTED_NONE_HASH"):
+    manifest["versions"]["none_hash"] = {"expected": env["EXPECTED_NONE_HASH"], "observed": []}
 if env.get("SIM_TIME_SCALE"):
     manifest["time_scale"] = float(env["SIM_TIME_SCALE"])
 with open(sys.argv[1] + ".tmp", "w") as handle:
@@ -365,10 +431,56 @@ healthy() {
             echo "fxpilot: error: LMCache failed to initialise (the server log says: ${line:0:300})" >&2
             exit 5
         fi
+        lmcache_observed
     fi
     [[ "$COLD_START" == 1 ]] && cold_start_measured
     say "healthy on port $1"
     exit 0
+}
+
+# What LMCache's processes say at /health: each one's first block hash (`Initialized NONE_HASH=…`) and whether its
+# disk tier reads with O_DIRECT (`Using O_DIRECT for disk I/O: True|False`), with the process that said it (vLLM's
+# `(EngineCore_DP0 pid=…)` / `(Worker… pid=…)` prefix, else the log file and line). Into manifest.json
+# (versions.none_hash.observed, versions.odirect_observed) and printed as FXPILOT_LMCACHE_OBSERVED=<json>.
+lmcache_observed() {
+    python3 - "$arm_dir/manifest.json" "$arm_dir"/server/stdout "$arm_dir"/server/stderr <<'PY'
+import json, os, re, sys
+ansi = re.compile(r"\x1b\[[0-9;]*m")
+hashes, odirect = [], []
+for path in sys.argv[2:]:
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")
+    except OSError:
+        continue
+    with handle:
+        for number, line in enumerate(handle, 1):
+            line = ansi.sub("", line)
+            if "NONE_HASH=" not in line and "O_DIRECT for disk I/O" not in line:
+                continue
+            prefix = re.match(r"^\s*\(([^)]*pid=\d+)\)", line)
+            process = prefix.group(1) if prefix else f"{os.path.basename(path)}:{number}"
+            found = re.search(r"Initialized NONE_HASH=(-?[0-9]+)", line)
+            if found:
+                hashes.append({"process": process, "value": found.group(1)})
+            found = re.search(r"Using O_DIRECT for disk I/O: (True|False)", line)
+            if found:
+                odirect.append({"process": process, "value": found.group(1) == "True"})
+try:
+    with open(sys.argv[1]) as handle:
+        manifest = json.load(handle)
+except (OSError, ValueError):
+    manifest = None
+none_hash = dict(((manifest or {}).get("versions") or {}).get("none_hash") or {})
+none_hash["observed"] = hashes
+if manifest is not None:
+    versions = manifest.setdefault("versions", {})
+    versions["none_hash"] = none_hash
+    versions["odirect_observed"] = odirect
+    with open(sys.argv[1] + ".tmp", "w") as handle:
+        json.dump(manifest, handle, indent=1, sort_keys=True)
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+print("FXPILOT_LMCACHE_OBSERVED=" + json.dumps({"none_hash": none_hash, "odirect": odirect}, sort_keys=True))
+PY
 }
 
 # The first healthy look of a cold start: the seconds from serve's launch to this answer, measured here on the node

@@ -117,3 +117,19 @@ def test_disk_samples_read_field_six_and_name_a_bad_line(tmp_path, monkeypatch):
     assert workload.disk_sample("nvme1n1")["error"] == (f"{stats}, line 1: the sectors-read field (6th) of nvme1n1 "
                                                         "is 'lots', not a whole number")
     assert workload.disk_sample(None) is None and workload.tier_bytes(None, None, None) is None
+
+
+def test_the_fault_runs_recovery_starts_with_dram_cleared_and_its_cut_window_does_not(server_url, lmcache_api,
+                                                                                      tmp_path):
+    api = lmcache_api()
+    out = tmp_path / "fault.jsonl"
+    result = run_client("fault", "--url", server_url, "--arm", "fx", "--out", str(out), "--fault-start", "0.4",
+                        "--fault-seconds", "0.6", "--duration-s", "1.6", "-c", "2", "--prompt-tokens", "32",
+                        "--turn-tokens", "4", "--output-tokens", "4", "--evict", "reset", "--lmcache-api", api.url)
+    assert result.returncode == 0, result.stderr
+    assert api.calls == [CLEAR, CLEAR]   # before the load, and after the restore
+    by_phase = {s["phase"]: s for s in summaries(out)}
+    assert by_phase["populate"]["dram_cleared"] is False
+    assert by_phase["measure"]["dram_cleared"] is True and by_phase["fault"]["dram_cleared"] is False
+    assert by_phase["recovery"]["dram_cleared"] is True
+    assert by_phase["recovery"]["fault"]["eviction"]["lmcache-dram"].startswith("LMCache DRAM cleared")

@@ -1941,6 +1941,7 @@ async def cmd_soak_open(ctx: RunContext, a: argparse.Namespace) -> None:
             due += gap()
             if due >= start + a.duration_s:
                 if not a.min_requests:
+                    await sleep_until(start + a.duration_s)  # the last window lasts its time, sends or not
                     break
                 await sleep_until(due)
                 ok, in_flight = ctx.recorder.ok - ok0, n - (ctx.recorder.done - done0)

@@ -3,6 +3,7 @@ replay sends strictly in the trace's order from one queue, and in-flight concurr
 from __future__ import annotations
 
 import argparse
+import time
 from itertools import pairwise
 
 from runners.remote import workload
@@ -129,3 +130,40 @@ def test_the_records_of_a_repetition_survive_a_kill_in_the_journal(tmp_path):
     assert read_jsonl(tmp_path / "r.jsonl") == [{"send_seq": 0, "status": "ok", "concurrency": 2},
                                                 {"send_seq": 1, "status": "ok", "concurrency": 2}]
     assert not journal.exists()
+
+
+def test_a_terminated_replay_writes_what_finished_from_its_journal(start_server, tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from tests.client.conftest import CLIENT
+    url = start_server("--hang-after", "1")   # the first request is answered, the second never
+    path = tmp_path / "trace.csv"
+    path.write_text("session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,20,3,0\nb,1,20,3,0.001\n")
+    out = tmp_path / "replay.jsonl"
+    proc = subprocess.Popen([sys.executable, str(CLIENT), "replay", "--url", url, "--arm", "fx", "--out", str(out),
+                             "--trace", str(path), "--repetitions", "1", "--max-in-flight", "4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait for the event (the first record in the journal), bounded only against a hang
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not any(p.read_text() for p in tmp_path.glob("replay.pending-*")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 143, stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["session"], r["send_seq"], r["concurrency_cap"]) for r in records] == [("a", 0, 4)]
+    assert records[0]["concurrency"] >= 1
+    assert not list(tmp_path.glob("replay.pending-*"))
+
+
+def test_trace_arrivals_need_a_trace_with_two_arrival_times(server_url, tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\na,1,20,3,5\nb,1,20,3,5\n")
+    result = run_client("soak", "--url", server_url, "--arm", "fx", "--out", str(tmp_path / "s.jsonl"),
+                        "--duration-s", "1", "--rate", "5", "--arrivals", "trace", "--trace", str(path))
+    assert result.returncode == 2
+    assert f"--arrivals trace: {path} needs at least two different arrival offsets" in result.stderr
+    assert not (tmp_path / "s.jsonl").exists() or (tmp_path / "s.jsonl").read_text() == ""

@@ -37,11 +37,20 @@ from gates.traces.formats import (
     TraceFormatError,
     bounded_heap,
     detect_format,
+    plain_file,
     read_bytes,
     read_trace,
     release_memory,
 )
-from runners.artifacts import ArtifactMismatch, get_bytes, put_bytes
+from runners.artifacts import (
+    ArtifactMismatch,
+    EvidenceStoreError,
+    get_bytes,
+    iter_chunks,
+    put_bytes,
+    put_file,
+    sha256_file,
+)
 from runners.remote.workload import TraceError, load_trace
 from runners.validators import validate_trace_size
 
@@ -96,7 +105,7 @@ def gunzipped(data: bytes, name: str) -> bytes:
                        % {"name": name, "error": e}) from None
 
 
-def sniff(data: bytes) -> str | None:
+def sniff(data: bytes) -> str | None:  # (the first 64 KiB are enough)
     """The format of a trace's bytes (gates.traces detection on the first line and, for JSON, the first 64 KiB), or
     the public format its first line is meant to be when a column is missing, so the message names it."""
     head = data[:1 << 16].decode("utf-8-sig", "replace")
@@ -263,39 +272,94 @@ class _Progress:
 
 
 def analyse_bytes(data: bytes, name: str, progress=None) -> dict[str, Any]:
-    """Read, check and analyse a trace: {format, sessions, turns, lengths, analysis}; TraceRefused naming the
-    file, line and field at fault. fxpilot's CSV is also read exactly as the workload client will replay it."""
-    def say(value: float, stage: str) -> None:
-        if progress is not None:
-            progress(value, stage)
+    """Read, check and analyse a trace held in memory (`analyse_file` on a temporary copy)."""
     if not data:
         raise _refused(lambda: _("%(name)s: the file is empty") % {"name": name})
-    data = gunzipped(data, name)
     with tempfile.NamedTemporaryFile(suffix=".trace") as handle:
         handle.write(data)
         handle.flush()
-        fmt = sniff(data)
-        lengths = None
-        if fmt not in PUBLIC_FORMATS and fmt != "mooncake-like":
-            try:
-                turns = load_trace(handle.name)
-            except TraceError as error:
-                raise _refused(lambda e=error: translate_trace_error(e, name)) from None
-            lengths = trace_session_lengths(turns)
-        try:
-            trace = read_trace(handle.name, name=name, progress=lambda share: say(READ_SHARE * share, "reading"))
+        del data
+        return analyse_file(Path(handle.name), name, progress)
+
+
+def analyse_file(path: Path, name: str, progress=None) -> dict[str, Any]:
+    """Read, check and analyse a trace file (gzip or not, told by its magic bytes): {format, sessions, turns,
+    lengths, analysis}; TraceRefused naming the file, line and field at fault. fxpilot's CSV is also read exactly as
+    the workload client will replay it. The file is read as a stream: nothing holds its bytes whole."""
+    def say(value: float, stage: str) -> None:
+        if progress is not None:
+            progress(value, stage)
+    if not path.stat().st_size:
+        raise _refused(lambda: _("%(name)s: the file is empty") % {"name": name})
+    try:
+        with plain_file(path, name) as plain:
+            with open(plain, "rb") as f:
+                head = f.read(1 << 16)
+            fmt = sniff(head)
+            lengths = None
+            if fmt not in PUBLIC_FORMATS and fmt != "mooncake-like":
+                try:
+                    turns = load_trace(str(plain))
+                except TraceError as error:
+                    raise _refused(lambda e=error: translate_trace_error(e, name)) from None
+                lengths = trace_session_lengths(turns)
+                del turns
+            trace = read_trace(plain, name=name, progress=lambda share: say(READ_SHARE * share, "reading"))
             say(READ_SHARE, "reuse")
             analysis = analyse(trace)
             say(READ_SHARE + REUSE_SHARE, "summary")
             result = report(analysis)
-        except TraceFormatError as error:
-            raise _refused(lambda e=error: translate_format_error(e)) from None
-        finally:
-            release_memory()
+    except TraceFormatError as error:
+        raise _refused(lambda e=error: translate_format_error(e)) from None
+    finally:
+        release_memory()
     if lengths is None:
         lengths = session_final_lengths(analysis)
     return {"format": result["format"], "sessions": len(lengths), "turns": int(result["requests"]),
             "lengths": length_summary(lengths), "analysis": result}
+
+
+def read_to_file(trace: CustomerTrace, target) -> None:
+    """The uploaded trace from the evidence store into an open binary file, streamed and hashed again on the way:
+    a trace altered or lost in the store is refused."""
+    try:
+        for chunk in iter_chunks(trace.path, trace.sha256):
+            target.write(chunk)
+    except ArtifactMismatch as error:
+        raise TraceRefused(_("%(name)s cannot be used: %(error)s") % {"name": trace.name, "error": error}) from None
+    target.flush()
+
+
+def receive_file(pilot, source: Path | str, name: str, user, party: str) -> CustomerTrace:
+    """`receive` for a trace already on disk (a streamed upload's temporary file): hashed and stored in chunks, never
+    held whole in memory — the way to take a day of traffic (hundreds of MB). Its size is checked against the
+    trace limit (runners.validators) first."""
+    source = Path(source)
+    gate = pilot.gate(TRACE_GATE)
+    size = source.stat().st_size
+    name = Path(name or "customer-trace.csv").name[:200]
+    try:
+        validate_trace_size(size)
+    except ValidationError as error:
+        raise TraceRefused(_("%(name)s: %(error)s") % {"name": name, "error": " ".join(error.messages)}) from None
+    if not size:
+        raise TraceRefused(_("%(name)s: the file is empty") % {"name": name})
+    sha256 = sha256_file(source)
+    stored = storage_name(str(pilot.code), sha256)
+    try:
+        put_file(stored, source, sha256, what=name)
+    except (ArtifactMismatch, OSError, EvidenceStoreError) as error:
+        raise TraceRefused(_("%(name)s could not be kept in the evidence store: %(error)s")
+                           % {"name": name, "error": error}) from None
+    trace = CustomerTrace.objects.create(
+        pilot=pilot, gate=gate, name=name, path=stored, sha256=sha256, size=size,
+        state=CustomerTrace.State.QUEUED, progress=0.0, stage="queued",
+        uploaded_by=user if getattr(user, "pk", None) else None, party=party or Party.CUSTOMER,
+    )
+    audit(pilot, user, "trace.uploaded", trace, name=name, sha256=sha256, size=size)
+    transaction.on_commit(lambda: current_app.signature(ANALYSE_TRACE, args=(trace.pk,)).apply_async(
+        queue=settings.CELERY_TASK_DEFAULT_QUEUE))
+    return trace
 
 
 def _stale() -> Q:
@@ -316,8 +380,9 @@ def analyse_row(pk: int) -> str:
     row = CustomerTrace.objects.get(pk=pk)
     bounded_heap()
     try:
-        data = read(row)
-        found = analyse_bytes(data, row.name, _Progress(pk))
+        with tempfile.NamedTemporaryFile(prefix="trace-", suffix=".trace") as handle:
+            read_to_file(row, handle)
+            found = analyse_file(Path(handle.name), row.name, _Progress(pk))
     except TraceRefused as refused:
         refusal = {}
         for language in LANGUAGES:

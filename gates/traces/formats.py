@@ -253,7 +253,7 @@ def _read_trace(path: Path, fmt: str | None, *, block_tokens: int | None, name: 
                                format=repr(fmt), formats=", ".join(FORMATS))
     if block_tokens is not None and block_tokens < 1:
         raise TraceFormatError(name, fmt, gettext_noop("block tokens %(value)s must be ≥ 1"), value=block_tokens)
-    with _plain(path, name) as plain:
+    with plain_file(path, name) as plain:
         first, head = _head(plain, name)
         detected = detect_format(first, head)
         if fmt is None:
@@ -278,7 +278,7 @@ def _read_trace(path: Path, fmt: str | None, *, block_tokens: int | None, name: 
     return trace
 
 
-class _plain:
+class plain_file:
     """The trace's path, or (gzip, told by its magic bytes whatever its name) a temporary file it is streamed out
     to; the temporary file is removed on exit."""
 
@@ -1222,5 +1222,5 @@ def read_bytes(data: bytes, name: str, fmt: str | None = None, block_tokens: int
         return read_trace(handle.name, fmt, block_tokens=block_tokens, name=name)
 
 
-__all__ = ["FORMATS", "PUBLIC_FORMATS", "DEFAULT_BLOCK_TOKENS", "looks_like", "Trace", "TraceFormatError", "detect_format", "read_trace",
+__all__ = ["FORMATS", "PUBLIC_FORMATS", "plain_file", "DEFAULT_BLOCK_TOKENS", "looks_like", "Trace", "TraceFormatError", "detect_format", "read_trace",
            "read_bytes", "session_prefix_blocks"]

@@ -204,3 +204,18 @@ def test_the_counts_hold_on_random_weka_conversations_against_the_reference(tmp_
     trace = read_trace(write(tmp_path, "w.jsonl", "".join(json.dumps(x) + "\n" for x in convs)))
     expected = _ideal([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat], 64)
     assert analyse(trace).reuse.ideal_hit_tokens == expected
+
+
+def test_the_upload_path_reads_gzipped_traces_of_every_kind():
+    from runners import traces as runner_traces
+    text = mooncake_lines([{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]},
+                           {"timestamp": 1500, "input_length": 1100, "output_length": 4, "hash_ids": [0, 1, 2]}])
+    found = runner_traces.analyse_bytes(gzip.compress(text.encode()), "conv.jsonl.gz")
+    assert found["format"] == "mooncake" and found["turns"] == 2
+    csv_text = ("session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n"
+                "a,1,1000,10,0\na,2,1600,10,4\nb,1,900,10,0.5\n")
+    found = runner_traces.analyse_bytes(gzip.compress(csv_text.encode()), "sessions.csv.gz")
+    assert found["format"] == "fxpilot" and found["sessions"] == 2
+    assert len(runner_traces.parse(gzip.compress(csv_text.encode()), "sessions.csv.gz")) == 3
+    with pytest.raises(runner_traces.TraceRefused, match="gzip"):
+        runner_traces.analyse_bytes(gzip.compress(text.encode())[:30], "broken.gz")

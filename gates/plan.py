@@ -316,11 +316,15 @@ def _planning(raw: dict, source: str) -> dict[str, Any]:
     if not raw:
         return {}
     out = dict(raw)
-    for key in ("spread", "power"):
+    for key in ("spread", "power", "soak_window_spread", "drift_power", "drift_detect"):
         if key in raw:
             value = _number(raw, key, source, "planning")
             if not 0 < value < 1:
                 raise PlanError(source, f"planning › {key}", f"{value} must be between 0 and 1")
+    if "soak_request_spread" in raw:
+        value = _number(raw, "soak_request_spread", source, "planning")
+        if not 0 < value <= 5:
+            raise PlanError(source, "planning › soak_request_spread", f"{value} must be a log-SD above 0 (0.35 is 35 %)")
     reference = raw.get("reference") or {}
     if not isinstance(reference, dict):
         raise PlanError(source, "planning › reference", "must map arm → concurrency → [TTFT p50, throughput]")

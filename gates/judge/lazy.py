@@ -4,7 +4,7 @@ Every Django process (a Celery worker, a portal worker, each `manage.py` command
 registry (runners.apps registers the gate-run steps, which judge runs); importing pandas and scipy.stats there cost
 about 1.4 s of CPU per process start (measured: `python -c "import pandas, scipy.stats"`, 1.37 s user on an idle
 core; `django.setup()` 2.4 s in all). Most of those processes never judge anything: a worker that only deploys, a
-`verify_report`, a simulated node. `pd`, `stats` and `optimize` here stand for the modules and import them on
+`verify_report`, a simulated node. `pd`, `stats`, `optimize` and `special` here stand for the modules and import them on
 first use; attribute access after that costs a dictionary lookup.
 """
 from __future__ import annotations
@@ -28,3 +28,4 @@ class LazyModule:
 pd = LazyModule("pandas")
 stats = LazyModule("scipy.stats")
 optimize = LazyModule("scipy.optimize")
+special = LazyModule("scipy.special")

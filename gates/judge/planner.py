@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gates.judge import intervals
-from gates.judge.lazy import stats
+from gates.judge.lazy import special, stats
 from gates.judge.verdicts import Design, planned_repetitions, soak_warmup
 from gates.plan import CriterionSpec, Plan
 
@@ -40,6 +40,7 @@ class CriterionPlan:
     requests_planned: int | None = None
     sessions_needed: int | None = None
     sessions_planned: int | None = None
+    drift: dict | None = None            # drift criteria: the soak's design (drift_design)
     decidable: bool = True
     note: str = ""
 
@@ -98,16 +99,124 @@ def cv_power(spec: CriterionSpec, true_cv: float, repetitions: int, confidence: 
     return float(np.mean(_passes(spec.op, spec.threshold, low, high)))
 
 
+DRIFT_PILOTS = 1000        # simulated soaks per design: every request of every window is drawn (and sorted)
+DRIFT_DETECT = 0.30        # the drift a soak must fail on (issue 45: a 30 % drift fails with ≥ 95 %)
+DRIFT_POWER = 0.95         # … and no drift passes with ≥ 95 %
+REQUEST_SPREAD = 0.35      # log-SD of TTFT among one steady window's requests (planning.soak_request_spread)
+WINDOW_GRID = (50, 100, 200, 300, 400, 600, 800, 1200, 1600, 2400, 3200, 4800, 6400)
+
+
 def drift_power(spec: CriterionSpec, windows: int, warmup: int, spread: float, confidence: float,
-                rng: np.random.Generator, pilots: int = PILOTS) -> float:
+                rng: np.random.Generator, pilots: int = DRIFT_PILOTS, *, requests_per_window: int = 400,
+                request_spread: float = REQUEST_SPREAD, drift: float = 0.0) -> float:
+    """The share of simulated soaks the judge passes (drift = 0) or fails (drift > 0, e.g. DRIFT_DETECT), judged as
+    the judge does (issue 45, item 2): every window draws `requests_per_window` requests (log-normal TTFTs with
+    `request_spread` log-SD around a window level that scatters with the plan's `spread`; the late half of the
+    steady windows shifted by 1 + drift), takes the criterion's statistic and its own order-statistic sampling
+    error, and the drift interval (intervals.drift_windows) decides. Requests are the units within a window,
+    windows across it."""
     steady = windows - warmup
-    if steady < 4:
+    n = int(requests_per_window)
+    if steady < 4 or n < 2:
         return 0.0
     half = steady // 2
     sigma = math.sqrt(math.log1p(spread ** 2))
-    values = np.exp(sigma * rng.standard_normal((pilots, steady)))  # no drift: the published steady state
-    _, low, high = intervals.drift_t(values[:, :half], values[:, half:], confidence)
-    return float(np.mean(_passes(spec.op, spec.threshold, low, high)))
+    levels = sigma * rng.standard_normal((pilots, steady))
+    levels[:, half:] += math.log1p(drift)
+    q = {"p50": 0.5, "p90": 0.9, "p99": 0.99}.get(spec.statistic)
+    if q is not None:
+        lo, hi = intervals.order_indices(n, q)
+        if lo < 1 or hi > n:
+            return 0.0
+        position = q * (n - 1)   # numpy's linear quantile, on the log scale (monotone: the same order statistics)
+        below = int(math.floor(position))
+        frac = position - below
+        ranks = sorted({lo, below + 1, min(below + 2, n), hi})   # 1-based order statistics the judge reads
+        drawn = dict(zip(ranks, _order_statistics(rng, (pilots, steady), n, ranks), strict=True))
+        logs = {k: levels + request_spread * v for k, v in drawn.items()}
+        point = logs[below + 1] * (1 - frac) + logs[min(below + 2, n)] * frac
+        errors = (logs[hi] - logs[lo]) / (2 * intervals.Z95)
+        values = np.exp(point)
+    else:
+        x = np.exp(levels[..., None] + request_spread * rng.standard_normal((pilots, steady, n)))
+        values = x.mean(axis=-1)
+        errors = x.std(axis=-1, ddof=1) / math.sqrt(n) / values
+    _, low, high = intervals.drift_windows(values[:, :half], values[:, half:], errors[:, :half], errors[:, half:],
+                                           confidence)
+    if drift <= 0:
+        return float(np.mean(_passes(spec.op, spec.threshold, low, high)))
+    # a fail: no part of the interval clears the bar
+    return float(np.mean(_passes(_opposite(spec.op), spec.threshold, low, high)))
+
+
+def _order_statistics(rng: np.random.Generator, shape: tuple, n: int, ranks: list[int]) -> list[np.ndarray]:
+    """The given 1-based order statistics of n standard normal draws, drawn jointly and exactly without drawing the
+    n: uniform order statistics are partial sums of exponential spacings (U(k) = Γk ÷ Γn+1, Γ the running sum of
+    n + 1 standard exponentials), here summed in gamma-distributed blocks between the ranks asked for."""
+    edges = [0, *ranks, n + 1]
+    blocks = [rng.standard_gamma(b - a, size=shape) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    sums = np.cumsum(np.stack(blocks), axis=0)
+    total = sums[-1]
+    return [special.ndtri(sums[i] / total) for i in range(len(ranks))]
+
+
+def _opposite(op: str) -> str:
+    return {"<=": ">", "<": ">=", ">=": "<", ">": "<="}.get(op, op)
+
+
+def drift_design(plan: Plan, spec: CriterionSpec, spread: float, confidence: float, seed: int) -> dict:
+    """What the soak needs for its drift criterion: with the plan's windows, the fewest requests per steady window
+    (from WINDOW_GRID) at which no drift passes and a DRIFT_DETECT drift fails, each with ≥ `drift_power`
+    (planning.drift_power, 0.95); the powers at the planned requests per window; and, when no request count
+    reaches it with the plan's windows, the fewest windows that do at the planned requests per window."""
+    planning = plan.planning or {}
+    soak = plan.workloads.get("soak") or {}
+    windows, warmup = int(soak.get("windows", 0)), soak_warmup(plan)
+    target = float(planning.get("drift_power", DRIFT_POWER))
+    detect = float(planning.get("drift_detect", DRIFT_DETECT))
+    request_spread = float(planning.get("soak_request_spread", REQUEST_SPREAD))
+    window_spread = float(planning.get("soak_window_spread", spread))
+    given = planned_requests_per_window(plan, floor_only=False)
+
+    def powers(w: int, n: int) -> tuple[float, float]:
+        rng = np.random.default_rng([seed, w, n])
+        return (drift_power(spec, w, warmup, window_spread, confidence, rng, requests_per_window=n,
+                            request_spread=request_spread),
+                drift_power(spec, w, warmup, window_spread, confidence, rng, requests_per_window=n,
+                            request_spread=request_spread, drift=detect))
+
+    needed = None
+    for n in WINDOW_GRID:
+        if min(powers(windows, n)) >= target:
+            needed = n
+            break
+    # what the soak sends at least: the plan's own figure, else its floor (the rate bars' and this drift's needs)
+    planned = given or max(planned_requests_per_window(plan), needed or 0)
+    at_plan = powers(windows, planned) if planned else (0.0, 0.0)
+    windows_needed = None
+    if needed is None and planned:
+        for w in range(windows + 2, 4 * windows + 2, 2):
+            if min(powers(w, planned)) >= target:
+                windows_needed = w
+                break
+    return {"windows": windows, "warmup": warmup, "requests_per_window_planned": planned,
+            "requests_per_window_needed": needed, "windows_needed": windows_needed,
+            "power_no_drift": at_plan[0], "power_detect": at_plan[1], "detect": detect, "target": target,
+            "request_spread": request_spread, "window_spread": window_spread}
+
+
+def planned_requests_per_window(plan: Plan, *, floor_only: bool = True) -> int:
+    """The requests one soak window is planned to hold: `workloads.soak.requests_per_window` when the plan says
+    (0 with floor_only=False when it does not), else the soak's rate-bar floor (soak_rate_floor) over its windows."""
+    soak = plan.workloads.get("soak") or {}
+    given = soak.get("requests_per_window")
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return given
+    if not floor_only:
+        return 0
+    floor = soak_rate_floor(plan)
+    windows = max(int(soak.get("windows", 1)), 1)
+    return int(math.ceil(floor / windows)) if floor else 0
 
 
 def _first_reaching(power_of, target: float, start: int = 2) -> int | None:
@@ -145,13 +254,50 @@ def _error_free_needed(plan: Plan, gate_number: int, spec: CriterionSpec) -> int
     return intervals.error_free_needed(spec.threshold, level)
 
 
-def soak_requests_needed(plan: Plan) -> int | None:
-    """The error-free requests the soak must send for its failure-rate bars to be decidable at all (the largest over
-    G4's rate criteria on the soak); None when G4 has none. The soak's client keeps sending past its length until
-    it has them (runners/remote/workload.py, `soak --min-requests`)."""
+def soak_rate_floor(plan: Plan) -> int | None:
+    """The error-free requests the soak's failure-rate bars need to be decidable at all (the largest over G4's rate
+    criteria on the soak); None when G4 has none."""
     needed = [_error_free_needed(plan, gate.number, spec) for gate in plan.gates if gate.number == 4
               for spec in gate.criteria if spec.metric == "error_rate" and spec.phase == "soak"]
     return max((n for n in needed if n), default=None)
+
+
+def soak_requests_needed(plan: Plan) -> int | None:
+    """The requests the soak must send: its failure-rate bars' floor (soak_rate_floor) and, for a drift criterion,
+    its windows × the requests per window the drift needs (drift_design, issue 45), the larger; None when G4 has
+    neither. The soak's client keeps sending past its length until it has them (runners/remote/workload.py,
+    `soak --min-requests`)."""
+    floor = soak_rate_floor(plan)
+    needs = [floor] if floor else []
+    soak = plan.workloads.get("soak") or {}
+    for gate in plan.gates:
+        for spec in gate.criteria:
+            if gate.number == 4 and spec.comparison == "drift" and spec.phase == "soak":
+                design = _cached_drift_design(plan, spec)
+                if design["requests_per_window_needed"]:
+                    needs.append(int(soak.get("windows", 0)) * design["requests_per_window_needed"])
+    return max(needs, default=None)
+
+
+_DRIFT_CACHE: OrderedDict = OrderedDict()
+_DRIFT_LOCK = threading.Lock()
+
+
+def _cached_drift_design(plan: Plan, spec: CriterionSpec, spread: float | None = None) -> dict:
+    """drift_design at the plan's spread and its last look's level, computed once per plan and criterion."""
+    spread = float(spread if spread is not None else (plan.planning or {}).get("spread", DEFAULT_SPREAD))
+    key = (plan.sha256, spec.key, spread)
+    with _DRIFT_LOCK:
+        if key in _DRIFT_CACHE:
+            _DRIFT_CACHE.move_to_end(key)
+            return copy.deepcopy(_DRIFT_CACHE[key])
+    confidence = _final_level(plan, 4, spec) if (spec.confidence or plan.confidence) else plan.confidence
+    design = drift_design(plan, spec, spread, confidence, SEED)
+    with _DRIFT_LOCK:
+        _DRIFT_CACHE[key] = design
+        while len(_DRIFT_CACHE) > 16:
+            _DRIFT_CACHE.popitem(last=False)
+    return copy.deepcopy(design)
 
 
 def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) -> list[CriterionPlan]:
@@ -193,14 +339,20 @@ def plan_criteria(plan: Plan, *, spread: float | None = None, seed: int = SEED) 
                 item.power_at_plan = cv_power(spec, spread, reps, first, rng) if reps >= 2 else 0.0
                 item.repetitions_needed = _first_reaching(lambda r: cv_power(spec, spread, r, first, rng), target)  # noqa: B023 (called at once, in this iteration)
             elif spec.comparison == "drift":
-                soak = plan.workloads.get("soak") or {}
-                windows, warmup = int(soak.get("windows", 0)), soak_warmup(plan)
+                design = _cached_drift_design(plan, spec, spread)
                 item.kind = "drift"
                 item.published = {"": 0.0}
-                item.power_at_plan = drift_power(spec, windows, warmup, spread, first, rng)
-                item.repetitions_needed = _first_reaching(
-                    lambda w: drift_power(spec, w, warmup, spread, first, rng), target, start=warmup + 4)  # noqa: B023 (called at once, in this iteration)
-                item.note = "windows, warm-up windows left out"
+                item.drift = design
+                item.power_at_plan = min(design["power_no_drift"], design["power_detect"])
+                item.requests_planned = design["requests_per_window_planned"]
+                item.requests_needed = design["requests_per_window_needed"]
+                item.repetitions_needed = (design["windows"] if design["requests_per_window_needed"]
+                                           else design["windows_needed"])
+                item.note = (f"windows (warm-up left out) × requests per window: no drift passes with "
+                             f"{design['power_no_drift']:.0%} and a {design['detect']:.0%} drift fails with "
+                             f"{design['power_detect']:.0%} at {design['requests_per_window_planned']:,} requests per "
+                             f"window; needs {design['requests_per_window_needed'] or '—'} per window for "
+                             f"{design['target']:.0%} each")
             elif spec.comparison in ("speedup", "reduction", "gain"):
                 item.kind = "comparison"
                 item.published = _published(plan, spec)

@@ -140,12 +140,12 @@ def tier_bytes_match(gate, inputs, judging: dict) -> dict:
         values = dict(where=where, device=device, read=f"{read:,.0f}", expected=f"{expected:,.0f}",
                       hits=f"{hits:,.0f}", per_token=f"{per_token:,.0f}", ratio=f"{ratio:.3g}",
                       low=f"{low:g}", high=f"{high:g}")
-        if ratio < low:
+        if ratio < low - 1e-9:
             problems.append(said(gettext_noop(
                 "%(where)s: the device %(device)s read %(read)s bytes, %(ratio)s× the %(expected)s bytes its "
                 "%(hits)s external-hit tokens need at %(per_token)s bytes per token (tolerance %(low)s–%(high)s): "
                 "a page cache, LMCache's DRAM or another reader served hits the device did not read"), **values))
-        elif ratio > high:
+        elif ratio > high + 1e-9:
             problems.append(said(gettext_noop(
                 "%(where)s: the device %(device)s read %(read)s bytes, %(ratio)s× the %(expected)s bytes its "
                 "%(hits)s external-hit tokens need at %(per_token)s bytes per token (tolerance %(low)s–%(high)s): "

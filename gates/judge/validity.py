@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from gates.judge import counters, intervals, tiers
+from gates.judge.bootstrap import QUANTILES
 from gates.judge.lazy import pd
 from gates.judge.metrics import (
     INVENTORY_ONLY,
@@ -317,6 +318,7 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows
                                                           "late steady windows, so it needs at least %(needed)s"),
                                              criterion=spec.key, cell=f"{arm}{at}", n=len(reps), steady=max(steady, 0),
                                              warmup=warmup_windows, needed=warmup_windows + 4))
+                    few_reps += _small_windows(spec, cell, reps[warmup_windows:], f"{arm}{at}")
                 elif needs_repetitions(spec) and len(reps) < 2:
                     few_reps.append(said(gettext_noop("%(criterion)s: %(cell)s has %(n)s repetition; its interval "
                                                       "comes from the spread across repetitions, so it needs at least 2"),
@@ -344,6 +346,26 @@ def _coverage(gate: GatePlan, frame: pd.DataFrame, judging: dict, warmup_windows
         _check("repetitions", few_reps, said(gettext_noop("at least 2 repetitions for every TTFT, throughput and CV criterion; "
                                                 "enough soak windows for drift"))),
     ]
+
+
+def _small_windows(spec: CriterionSpec, cell: pd.DataFrame, steady: list, where: str) -> list[Said]:
+    """A drift criterion is judged on the quantile it names in every steady window (judge version 6): a window
+    with fewer successful requests than that quantile's distribution-free interval needs
+    (intervals.quantile_min_requests: 36 for p90, 368 for p99) cannot estimate it, and is named."""
+    q = QUANTILES.get(spec.statistic)
+    if q is None or not 0 < q < 1:
+        return []
+    needed = intervals.quantile_min_requests(q)
+    counts = {int(w): int(((cell["repetition"] == w) & cell["ok"]).sum()) for w in steady}
+    small = {w: n for w, n in counts.items() if n < needed}
+    if not small:
+        return []
+    listed = ", ".join(f"window {w}: {n}" for w, n in sorted(small.items())[:4]) + \
+        (f" and {len(small) - 4} more" if len(small) > 4 else "")
+    return [said(gettext_noop("%(criterion)s: %(cell)s: a %(statistic)s needs at least %(needed)s successful requests "
+                              "per steady window to be estimated from the window's own requests (%(listed)s): the "
+                              "soak is too short for its criterion's statistic"),
+                 criterion=spec.key, cell=where, statistic=spec.statistic, needed=needed, listed=listed)]
 
 
 def _delta(summary: dict, name: str) -> float | None:

@@ -44,9 +44,11 @@ VERDICT_SCHEMA = "fxpilot.verdict/1"
 # 5: G4's replay judged on the strata where the tier can help (the plan's workloads.replay.strata) with the mix
 # stated, goodput criteria, the replay's fidelity to its trace's reuse (replay-reached-trace-reuse), the capacity
 # check at pilot scale (capacity_agreement, capacity-check-measured), little reuse never a fail (issue 24)
-JUDGE_VERSION = "5"
+# 6: tier attribution (tier-bytes-match, dram-cleared, tier_shares, read_bw_windows), the hash and LMCache build as
+# observed (chunk-hash-shared, lmcache-fingerprint), open-loop schedule-kept, in-flight labels keyed on the cap,
+# criteria that report without gating, the soak drift on the named quantile with each window's sampling error
+JUDGE_VERSION = "6"
 EXTENSION_ALPHA_SHARE = 0.2   # share of α kept for the extensions of a marginal run
-DRIFT_TAIL_REQUESTS = 10      # a window's tail statistic keeps at least this many requests beyond it
 METHODS = {
     "timing": "t-interval over per-repetition statistics on the log scale (repetitions are the independent units)",
     "comparison": "Welch t-interval of the log ratio of two arms' per-repetition statistics",
@@ -344,41 +346,49 @@ class _Judge:
         return cell
 
     def drift_cell(self, spec: CriterionSpec, rows: pd.DataFrame, level: int) -> dict:
-        """Late steady windows against early steady windows (warm-up windows left out), each window's tail
-        statistic taken at a quantile its request count can estimate."""
+        """Late steady windows against early steady windows (warm-up windows left out), each window's statistic the
+        one the criterion names (judge version 6 never substitutes another quantile: version 5 took q0.90 for a p99
+        criterion when windows were small) with its own sampling error from the window's requests; the interval
+        accounts for both (intervals.drift_windows). A window too small for the named quantile is invalid
+        (validity `repetitions`), never judged on another statistic."""
         warmup = soak_warmup(self.plan)
         windows = sorted(int(w) for w in rows["repetition"].unique())
         steady = windows[warmup:]
         half = len(steady) // 2
         early, late = steady[:half], steady[half:]
         counts = [int(((rows["repetition"] == w) & rows["ok"]).sum()) for w in steady]
-        wanted = bootstrap.QUANTILES.get(spec.statistic)
-        used = spec.statistic
-        if wanted is not None and 0 < wanted < 1 and counts:
-            q = max(0.5, min(wanted, 1.0 - DRIFT_TAIL_REQUESTS / max(min(counts), 1)))
-            used = spec.statistic if q == wanted else f"q{q:.2f}"
-        per_window = np.array([self._window_stat(rows[rows["repetition"] == w], spec, used) for w in steady])
+        pairs = [self._window_stat(rows[rows["repetition"] == w], spec) for w in steady]
+        per_window = np.array([p[0] for p in pairs], dtype=np.float64)
+        errors = np.array([p[1] for p in pairs], dtype=np.float64)
         cell = {"concurrency": level, "windows": len(windows), "warmup_windows": min(warmup, len(windows)),
-                "early_windows": early, "late_windows": late, "statistic_used": used,
-                "per_window": [num(v) for v in per_window], "n_candidate": int(sum(counts)),
-                "method": "Welch t-interval, late vs early steady windows, log scale"}
-        if len(early) < 2 or len(late) < 2 or np.any(per_window <= 0):
+                "early_windows": early, "late_windows": late, "statistic_used": spec.statistic,
+                "per_window": [num(v) for v in per_window], "per_window_log_se": [num(v) for v in errors],
+                "requests_per_window": counts, "n_candidate": int(sum(counts)),
+                "method": "Welch t-interval, late vs early steady windows, log scale; each side's variance at least "
+                          "its windows' own sampling error (order-statistic interval of the window's quantile)"}
+        if len(early) < 2 or len(late) < 2 or np.any(~(per_window > 0)) or np.any(~np.isfinite(errors)):
             cell.update(first_value=None, last_value=None)
             return self.finish(spec, cell, math.nan, math.nan, math.nan)
         e, lt = per_window[:half], per_window[half:]
-        value, low, high = (float(v) for v in intervals.drift_t(e, lt, self.confidence(spec)))
+        value, low, high = (float(v) for v in intervals.drift_windows(e, lt, errors[:half], errors[half:],
+                                                                       self.confidence(spec)))
         cell.update(first_value=num(intervals.log_t(e, 0.95)[0]), last_value=num(intervals.log_t(lt, 0.95)[0]),
                     n_first=int(sum(counts[:half])), n_last=int(sum(counts[half:])))
         return self.finish(spec, cell, value, low, high)
 
     @staticmethod
-    def _window_stat(rows: pd.DataFrame, spec: CriterionSpec, used: str) -> float:
-        sample = request_values(rows, spec.metric)
+    def _window_stat(rows: pd.DataFrame, spec: CriterionSpec) -> tuple[float, float]:
+        """(the window's statistic, its log-scale sampling error) from its own requests."""
+        sample = np.sort(request_values(rows, spec.metric))
         if len(sample) == 0:
-            return math.nan
-        if used.startswith("q") and used != "p99":
-            return float(np.quantile(sample, float(used[1:])))
-        return bootstrap.point(sample, "mean" if used == "value" else used)
+            return math.nan, math.inf
+        q = bootstrap.QUANTILES.get(spec.statistic)
+        if q is not None and 0 < q < 1:
+            return bootstrap.point(sample, spec.statistic), intervals.quantile_log_se(sample, q)
+        value = bootstrap.point(sample, "mean" if spec.statistic == "value" else spec.statistic)
+        if len(sample) < 2 or not value > 0:
+            return value, math.inf
+        return value, float(np.std(sample, ddof=1) / math.sqrt(len(sample)) / value)
 
     def read_bw_cell(self, spec: CriterionSpec) -> dict:
         every = self.inputs.retrieves

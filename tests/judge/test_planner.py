@@ -26,9 +26,12 @@ def plan_with_repetitions(reps: int):
 
 
 def test_the_default_plan_reaches_eighty_percent_power_on_the_published_figures():
-    assert SUMMARY["flagged"] == [] and SUMMARY["spread"] == 0.06
+    # G4's increment over DRAM has no published figure: at the plan's assumed 1.5× its 3 replay repetitions give
+    # about 79 % against its 1.2× bar, and the planner says so rather than the plan hiding it
+    assert SUMMARY["flagged"] == ["g4-replay-speedup"] and SUMMARY["spread"] == 0.06
+    assert 0.7 <= BY_KEY["g4-replay-speedup"]["power_at_plan"] < 0.8
     for key in ("g3-speedup-recompute", "g3-ttft-vs-local", "g3-throughput-vs-local", "g1-baseline-stable",
-                "g4-replay-speedup", "g4-soak-drift"):
+                "g4-replay-speedup-recompute", "g4-soak-drift"):
         assert BY_KEY[key]["power_at_plan"] >= 0.78, BY_KEY[key]  # 0.8 less the planner's Monte Carlo error
     g3 = next(g for g in SUMMARY["gates"] if g["gate"] == 3)
     assert g3["planned_repetitions"] >= g3["repetitions_needed"] and g3["gpu_hours_planned"] > 0
@@ -97,3 +100,30 @@ def test_the_command_prints_the_planner():
     assert json.loads(out.getvalue())["spread"] == 0.03
     with pytest.raises(CommandError, match="between 0 and 1"):
         call_command("judge", "--plan", "default", "--power", "--spread", "6")
+
+
+def test_the_soak_is_sized_for_its_drift_by_requests_per_window_and_windows():
+    """Issue 45: each window's real request count is simulated (every window's quantile and its own sampling error,
+    judged as the judge does); no drift passes and a 30 % drift fails, each with ≥ 95 %, at the plan's figures."""
+    drift = BY_KEY["g4-soak-drift"]
+    design = drift["drift"]
+    assert drift["kind"] == "drift" and design["windows"] == 24 and design["warmup"] == 1
+    assert design["requests_per_window_needed"] == 200 and drift["requests_needed"] == 200
+    assert design["power_no_drift"] >= 0.95 and design["power_detect"] >= 0.95
+    # the soak's floor: the rate bar's 3,911 error-free requests, or 24 windows × 200 for the drift, the larger
+    assert planner.soak_requests_needed(PLAN) == 24 * 200
+    spec = next(c for c in PLAN.gate(4).criteria if c.key == "g4-soak-drift")
+    import numpy as np
+    few = planner.drift_power(spec, 24, 1, 0.02, 0.95, np.random.default_rng(1), requests_per_window=50, drift=0.3)
+    many = planner.drift_power(spec, 24, 1, 0.02, 0.95, np.random.default_rng(1), requests_per_window=800, drift=0.3)
+    assert few < 0.8 < 0.95 < many     # more requests per window detect the same drift more often
+    assert planner.drift_power(spec, 24, 1, 0.02, 0.95, np.random.default_rng(1), requests_per_window=30) == 0.0
+
+
+def test_the_planners_order_statistics_match_sorting_every_request():
+    import numpy as np
+    rng = np.random.default_rng(7)
+    drawn = planner._order_statistics(rng, (20000,), 100, [3, 90, 98])
+    brute = np.sort(np.random.default_rng(8).standard_normal((20000, 100)), axis=1)[:, [2, 89, 97]]
+    for got, want in zip(drawn, brute.T, strict=True):
+        assert abs(got.mean() - want.mean()) < 0.03 and abs(got.std() - want.std()) < 0.03

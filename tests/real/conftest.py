@@ -4,8 +4,10 @@ OpenSSH's sshd on loopback, with a tiny model the tests build (random weights, Q
 The engine's environment is built once per machine outside the clone by `scripts/real-engine` (`.ci/run`
 and `make test-real` call it); without it these tests skip and say how to build it. The servers are
 started once per test session and shared: a recompute arm and a cache arm running the real LMCache 0.5.6
-(`LMCacheConnectorV1`, the YAML the product renders: local_disk with O_DIRECT, the stated chunk hash), both
-deployed together. LMCache runs on this CPU build through a small connector of fxpilot's own that the engine
+(`LMCacheConnectorV1`, the YAML the product renders: its DRAM tier on, local_disk with O_DIRECT, the internal API
+server on loopback, the stated chunk hash), both deployed together. Run as root, the cache arm's disk tier is an
+ext4 file system on a loop device of its own (LOOP_IMAGE_MIB), so /proc/diskstats counts only LMCache's reads;
+otherwise it is a folder of the test's temporary directory and the device counts are not compared (said once). LMCache runs on this CPU build through a small connector of fxpilot's own that the engine
 recipe adds (scripts/real-engine-lmcache.py).
 """
 from __future__ import annotations
@@ -86,13 +88,22 @@ def tiny_model(engine) -> Path:
     return target
 
 
-def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = HEALTH_WAIT_S) -> dict:
+# LMCache's DRAM per rank and its disk tier's cap (GiB, LMCache's units). The tier's largest retrieval is one
+# --max-model-len prompt: 4,096 tokens × 1,024 B/token (2 layers × 2 KV heads × 64 × bf16 × K and V) = 4 MiB; the
+# DRAM pool is well above it (the sizing preflight), the disk cap well above what the tier stores (~40 MiB).
+DRAM_GIB = 0.125
+DISK_GIB = 0.25
+LOOP_IMAGE_MIB = 512
+
+
+def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = HEALTH_WAIT_S,
+                    dram_gib: float = DRAM_GIB) -> dict:
     """Deployment settings for the engine venv: paths under `root`, eager mode, a 1 GiB KV cache."""
     return {
         "model": str(model), "tensor_parallel_size": 1, "ports": {"base": 0},
         "paths": {"fx_mount": str(root / "fx"), "local_nvme_path": str(root / "nvme"),
                   "shared_pool": str(root / "fx" / "shared"), "run_root": str(root / "runs")},
-        "sizes": {"chunk_size": 256, "max_local_cpu_size": 0.25, "max_local_disk_size": 2.0},
+        "sizes": {"chunk_size": 256, "max_local_cpu_size": dram_gib, "max_local_disk_size": DISK_GIB},
         "use_odirect": True, "drop_page_cache": False,
         "fx_target": {"transport": "rdma", "address": "192.0.2.10", "service_id": 4420,
                       "nqn": "nqn.2026-01.com.example.fx:fx100.pool0"},
@@ -104,14 +115,64 @@ def real_deployment(engine, model: Path, root: Path, *, health_timeout_s: int = 
     }
 
 
+class LoopDisk(SimpleNamespace):
+    """The cache arm's disk tier on a loop device of its own: `device` (loopN, its /proc/diskstats name) or None and
+    `reason` (why not)."""
+
+
+def loop_disk(mount: Path) -> LoopDisk:
+    """An ext4 file system on a fresh loop device mounted at `mount` (root only); LoopDisk(device=None, reason=…)
+    when it cannot be made here. Undo with `release_loop`."""
+    import shutil
+
+    mount.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return LoopDisk(device=None, reason="not root: the disk tier is a folder, its device reads are not counted")
+    missing = [tool for tool in ("losetup", "mkfs.ext4", "mount", "umount") if not shutil.which(tool)]
+    if missing:
+        return LoopDisk(device=None, reason=f"{', '.join(missing)} not installed: the disk tier is a folder")
+    image = mount.parent / f"{mount.name}.img"
+    with open(image, "wb") as handle:
+        handle.truncate(LOOP_IMAGE_MIB << 20)
+    made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        image.unlink()
+        return LoopDisk(device=None, reason=f"losetup refused: {made.stderr.strip()[-300:]}")
+    path = made.stdout.strip()
+    for command in (["mkfs.ext4", "-q", "-F", path], ["mount", path, str(mount)]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["losetup", "-d", path], capture_output=True)
+            image.unlink()
+            return LoopDisk(device=None, reason=f"{command[0]} failed: {done.stderr.strip()[-300:]}")
+    return LoopDisk(device=os.path.basename(path), path=path, mount=mount, image=image, reason=None)
+
+
+def release_loop(disk: LoopDisk) -> None:
+    if not disk.device:
+        return
+    subprocess.run(["umount", "--lazy", str(disk.mount)], capture_output=True)
+    subprocess.run(["losetup", "-d", disk.path], capture_output=True)
+    disk.image.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user_key, tmp_path_factory):  # noqa: F811
     """A pilot, site and node (this machine's sshd) in the test database for the whole session; removed after."""
+
+    root = tmp_path_factory.mktemp("real-node")
+    disk = loop_disk(root / "nvme")
+    try:
+        yield from _real_site(django_db_blocker, engine, tiny_model, sshd, user_key, root, disk)
+    finally:
+        release_loop(disk)
+
+
+def _real_site(django_db_blocker, engine, tiny_model, sshd, user_key, root, disk):  # noqa: F811
     from gates.models import Organisation, Pilot
     from runners.credentials import create_credential
     from runners.models import Job, Node, Site
 
-    root = tmp_path_factory.mktemp("real-node")
     # The servers run detached on the "node" (children of sshd, not of pytest): they carry the session's mark (the
     # sshd fixture passes it on), and the session's watcher also ends the process groups their pgid files name.
     watch_files(root / "runs" / "*" / "*" / "server" / "pgid")
@@ -132,7 +193,7 @@ def real_site(django_db_setup, django_db_blocker, engine, tiny_model, sshd, user
         jobs = {arm: Job.objects.create(pilot=pilot, site=site, kind=Job.Kind.GATE_RUN) for arm in ("recompute", "local_nvme")}
         try:
             yield SimpleNamespace(pilot=pilot, site=site, node=node, jobs=jobs, root=root, engine=engine,
-                                  model=tiny_model, blocker=django_db_blocker)
+                                  model=tiny_model, blocker=django_db_blocker, disk=disk)
         finally:
             from django.db.models import ProtectedError
 

@@ -68,7 +68,8 @@ def versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     found = manifest["versions"]
     return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"],
             "kv_connector": manifest["kv_connector"], "page_cache": manifest["page_cache"],
-            "chunk_hash": manifest["chunk_hash"]}
+            "chunk_hash": manifest["chunk_hash"], "lmcache_fingerprint": found.get("lmcache_fingerprint"),
+            "none_hash": found.get("none_hash")}
 
 
 def server_log(site, deployment: Deployment) -> str:
@@ -78,13 +79,23 @@ def server_log(site, deployment: Deployment) -> str:
         return conn.run(f"grep -a -h -e LMCache -e PYTHONHASHSEED -- {paths} || true", echo=False, timeout=600).stdout
 
 
+def tier_flags(deployment: Deployment) -> list[str]:
+    """What the runner gives the workload client for a cache arm: LMCache's internal API servers (every eviction
+    empties their DRAM tier after vLLM's prefix-cache reset) and the disk tier's block device (its read counter
+    sampled with every /metrics scrape)."""
+    flags = [word for url in deployment.lmcache_api_urls for word in ("--lmcache-api", url)]
+    if deployment.disk_device:
+        flags += ["--disk-device", deployment.disk_device]
+    return flags
+
+
 def cold_recovery(site, deployment: Deployment, *extra: str) -> str:
     """The shipped workload client, run on the node with the node's python3; returns its stdout."""
-    return workload(site, deployment, "cold-recovery", "cold.jsonl", *COLD, *extra)
+    return workload(site, deployment, "cold-recovery", "cold.jsonl", *COLD, *tier_flags(deployment), *extra)
 
 
 def probe(site, deployment: Deployment) -> str:
-    return workload(site, deployment, "probe", "probe.jsonl", *PROBE)
+    return workload(site, deployment, "probe", "probe.jsonl", *PROBE, *tier_flags(deployment))
 
 
 def workload(site, deployment: Deployment, command: str, out: str, *flags: str) -> str:

@@ -1,4 +1,4 @@
-"""Both cache arms' rendered YAML (the fx arm's with the shared pool too) read by LMCache's own config loader
+"""Every LMCache arm's rendered YAML (the fx arm's with the shared pool too) read by LMCache's own config loader
 (lmcache 0.5.6 in the engine environment): every key taken, with the value fxpilot meant, and no warning about an
 unknown key or a bad type (that loader only warns). The local_nvme arm's YAML also serves for real in
 test_real_engine.py."""
@@ -35,10 +35,13 @@ for path in sys.argv[1:]:
                  "max_local_disk_size": config.max_local_disk_size, "remote_url": config.remote_url,
                  "pre_caching_hash_algorithm": config.pre_caching_hash_algorithm,
                  "use_odirect": extra.get("use_odirect"), "fs_connector_use_odirect": extra.get("fs_connector_use_odirect"),
+                 "internal_api_server_enabled": config.internal_api_server_enabled,
+                 "internal_api_server_host": config.internal_api_server_host,
+                 "internal_api_server_port_start": config.internal_api_server_port_start,
                  "warnings": [m for m in records if "unknown" in m.lower() or "invalid" in m.lower()]}
 print(json.dumps(out))
 '''
-ARMS = ("local_nvme", "fx")
+ARMS = ("dram", "local_nvme", "fx")
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +63,17 @@ def loaded(engine, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("arm", ARMS)
 def test_lmcaches_own_loader_takes_the_rendered_yaml(loaded, arm):
     loaded = loaded[arm]
+    # the DRAM tier on, and the internal API server on loopback (the cold windows empty DRAM through it)
+    assert (loaded["chunk_size"], loaded["local_cpu"], loaded["max_local_cpu_size"]) == (256, True, 1.0)
+    assert (loaded["internal_api_server_enabled"], loaded["internal_api_server_host"]) == (True, "127.0.0.1")
+    assert loaded["internal_api_server_port_start"] >= 1024 and loaded["warnings"] == []
+    assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"     # not LMCache's default, builtin
+    if arm == "dram":
+        assert loaded["local_disk"] is None and loaded["remote_url"] is None and loaded["use_odirect"] is None
+        return
     root = "/home/fxpilot/mnt/nvme0/fxpilot/kv" if arm == "local_nvme" else "/home/fxpilot/mnt/fx/fxpilot/kv"
     assert loaded["local_disk"].rstrip("/").endswith(f"{root}/abc123")
-    assert (loaded["chunk_size"], loaded["local_cpu"], loaded["max_local_cpu_size"], loaded["max_local_disk_size"]) \
-        == (256, False, 0.25, 200.0)
-    assert loaded["use_odirect"] is True and loaded["warnings"] == []
-    assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"     # not LMCache's default, builtin
+    assert loaded["max_local_disk_size"] == 200.0 and loaded["use_odirect"] is True
     if arm == "fx":
         # the fs connector of the shared pool reads its own O_DIRECT key
         assert loaded["remote_url"] == "fs://localhost:0/home/fxpilot/mnt/fx/fxpilot-shared/abc123"
@@ -85,6 +93,12 @@ def test_the_probes_lookup_finds_the_real_lmcache_056(engine):
     assert (found["installed"], found["version"], found["commit"], found["commit_from"]) == (True, "0.5.6", "3e11e108",
                                                                                             "_version.py")
     assert found["hip"] is False and found["native"].startswith("cuda_ops.")
+    # 0.5.6 serves DELETE /cache/clear on its internal API server (what the cold windows empty DRAM with), and its
+    # fingerprint names the build with LocalDiskBackend's own default of 4 disk I/O threads
+    assert found["clear_api"] is True
+    fingerprint = found["fingerprint"]
+    assert (fingerprint["version"], fingerprint["commit"], fingerprint["disk_io_threads"]) == ("0.5.6", "3e11e108", 4)
+    assert len(fingerprint["sha256"]) == 64 and fingerprint["files"] > 800
 
 
 CAPPED = r'''

@@ -2,8 +2,10 @@
 real LMCache 0.5.6 as the cache arm's third tier.
 
 Recompute: no KV connector and no prefix cache, so no prompt token is ever reused. Cache arm: vLLM's
-LMCacheConnectorV1 with the YAML the product renders (local_disk with O_DIRECT, the stated chunk hash, and
-PYTHONHASHSEED from deploy.sh); after the prefix cache is reset the same prompts come back from LMCache. Both are
+LMCacheConnectorV1 with the YAML the product renders (LMCache's DRAM tier on, local_disk with O_DIRECT, the internal
+API server on loopback, the stated chunk hash, and PYTHONHASHSEED from deploy.sh); after the prefix cache is reset
+and LMCache's DRAM emptied through its API, the same prompts come back from LMCache's disk tier, whose device reads
+(a loop device of its own when run as root) are compared with the external hits. Both are
 checked by /metrics and by the records, judged by G2's criteria, and the tier writes what it saw to
 var/real-engine/evidence.json (FXPILOT_REAL_EVIDENCE moves it).
 """
@@ -21,7 +23,7 @@ import yaml
 from gates.judge import counters, evaluate, lmcache_log, load_inputs
 from gates.plan import PLANS_DIR, validate_plan
 from runners import detached, ssh
-from runners.lmcache import CHUNK_HASH_ALGORITHM, PYTHONHASHSEED
+from runners.lmcache import CHUNK_HASH_ALGORITHM, PYTHONHASHSEED, expected_none_hash, model_kv_config
 from runners.steps import retrieval_tier_of
 from tests.real import flow
 from tests.real.conftest import EXTERNAL_HIT, PROMPT_TOKENS, REPO
@@ -94,6 +96,14 @@ def test_deploy_starts_real_vllm_with_what_the_settings_say(real_servers):
                 assert rendered["pre_caching_hash_algorithm"] == CHUNK_HASH_ALGORITHM
                 assert rendered["extra_config"]["use_odirect"] is True
                 assert rendered["local_disk"] == f"file://{manifest['cache_dir']}/"
+                # LMCache's DRAM tier on, as production runs it, and its API server on loopback: one URL per worker
+                assert rendered["local_cpu"] is True and rendered["internal_api_server_host"] == "127.0.0.1"
+                start = rendered["internal_api_server_port_start"]
+                assert deployment.lmcache_api_urls == [f"http://127.0.0.1:{start + 1}"]
+                assert manifest["versions"]["lmcache_fingerprint"]["version"] == "0.5.6"
+                assert deployment.lmcache_fingerprint == manifest["versions"]["lmcache_fingerprint"]
+                if site.disk.device:
+                    assert deployment.disk_device == manifest["disk_device"] == site.disk.device
 
 
 def test_lmcache_runs_for_real_with_the_stated_hash_and_odirect(runs):
@@ -103,6 +113,16 @@ def test_lmcache_runs_for_real_with_the_stated_hash_and_odirect(runs):
     assert "Using builtin hash" not in log and "PYTHONHASHSEED is not set" not in log
     assert "Using O_DIRECT for disk I/O: True" in log
     assert "degraded mode" not in log and "No supported cpu connector found" not in log
+    assert "No eviction candidates found" not in log and "under pressure" not in log
+
+
+def test_every_lmcache_process_logs_the_expected_first_block_hash(real_servers):
+    deployment = getattr(real_servers, CACHE_ARM)
+    expected = expected_none_hash(CHUNK_HASH_ALGORITHM, PYTHONHASHSEED)
+    assert deployment.none_hash["expected"] == expected
+    observed = deployment.none_hash["observed"]
+    assert observed and {item["value"] for item in observed} == {expected}, observed
+    assert deployment.odirect_observed and all(item["value"] is True for item in deployment.odirect_observed)
 
 
 def test_cold_recovery_records_validate_and_hits_match_the_arm(runs):
@@ -126,6 +146,8 @@ def test_cold_recovery_records_validate_and_hits_match_the_arm(runs):
             assert external == (0 if arm == "recompute" else SESSIONS * EXTERNAL_HIT)
             assert summary["coldness"]["cold"] is True
             assert summary["versions"]["chunk_hash"]["pythonhashseed"] == PYTHONHASHSEED
+            # the cache arm's cold window began with LMCache's DRAM emptied through its API
+            assert summary["dram_cleared"] is (None if arm == "recompute" else True), summary.get("dram_cleared")
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +156,9 @@ def g2(runs, real_servers):
     files = runs.files
     deployment = getattr(real_servers, CACHE_ARM)
     # the tier that served them, as the runner decides it: from the configuration the deploy rendered
+    # with LMCache's DRAM tier on, the configuration attributes no retrieval to a tier (the device counters do)
     tier = retrieval_tier_of(real_servers.site.jobs[CACHE_ARM], deployment)
-    assert tier == CACHE_ARM
+    assert tier is None
     retrieves = lmcache_log.parse_log(runs.logs[CACHE_ARM], run_id=deployment.run_id, arm=CACHE_ARM,
                                       instance=deployment.instance, tier=tier)
     named = [(name, data) for arm in files for name, data in files[arm].items()
@@ -176,18 +199,101 @@ def evidence_path() -> Path:
     return Path(os.environ.get("FXPILOT_REAL_EVIDENCE") or REPO / "var" / "real-engine" / "evidence.json")
 
 
-def test_the_tier_writes_its_evidence(runs, g2, real_servers):
+def _kv_bytes_per_token(real_servers) -> int:
+    """The tiny model's KV bytes per token (its config.json; bf16): what one external-hit token reads from disk."""
+    from runners.config import validate_deployment
+
+    site = real_servers.site
+    settings = validate_deployment(site.pilot.deployment)
+    config = model_kv_config(settings, json.loads((site.model / "config.json").read_text()))
+    return 2 * config["layers"] * config["kv_heads"] * config["head_dim"] * 2
+
+
+# The device bytes of a cold window against its external hits × KV bytes per token (issue 43's tolerance).
+TIER_BYTES_BAND = (0.8, 1.25)
+
+
+def _tier_bytes(runs, real_servers) -> dict:
+    measure = [s for s in _records(runs.files[CACHE_ARM], ".summary.json") if s["phase"] == "measure"]
+    hits = sum(s["metrics_after"].get("vllm:external_prefix_cache_hits_total", 0)
+               - s["metrics_before"].get("vllm:external_prefix_cache_hits_total", 0) for s in measure)
+    found = [s.get("tier_bytes") or {} for s in measure]
+    read = [t.get("device_read_bytes") for t in found]
+    return {"device": getattr(real_servers, CACHE_ARM).disk_device,
+            "device_read_bytes": sum(read) if read and all(isinstance(v, int) for v in read) else None,
+            "expected_read_bytes": int(hits * _kv_bytes_per_token(real_servers)),
+            "errors": sorted({t["error"] for t in found if t.get("error")}), "windows": len(measure)}
+
+
+def test_the_disk_tiers_device_read_what_the_external_hits_say(runs, real_servers):
+    site = real_servers.site
+    if not site.disk.device:
+        pytest.skip(f"the disk tier is not on a loop device of its own: {site.disk.reason}")
+    tier = _tier_bytes(runs, real_servers)
+    assert tier["device"] == site.disk.device and tier["errors"] == [], tier
+    ratio = tier["device_read_bytes"] / tier["expected_read_bytes"]
+    assert TIER_BYTES_BAND[0] <= ratio <= TIER_BYTES_BAND[1], tier
+
+
+@pytest.fixture(scope="module")
+def sizing_refusal(real_site) -> str:
+    """A deploy of the cache arm with a DRAM pool smaller than one of the tier's requests (4 KiB per rank against
+    a 4,096-token retrieval of 4 MiB): refused at preflight, before any server starts, naming both sizes."""
+    from runners.deploy import deploy_arm
+    from runners.deployment import DeployError
+    from runners.models import Job
+    from tests.real.conftest import real_deployment
+
+    site = real_site
+    with site.blocker.unblock():
+        saved = site.pilot.deployment
+        site.pilot.deployment = real_deployment(site.engine, site.model, site.root, dram_gib=4 / 1024 ** 2)
+        site.pilot.save(update_fields=["deployment"])
+        job = Job.objects.create(pilot=site.pilot, site=site.site, kind=Job.Kind.GATE_RUN)
+        try:
+            with pytest.raises(DeployError) as caught:
+                deploy_arm(job, None, site.node, CACHE_ARM)
+        finally:
+            site.pilot.deployment = saved
+            site.pilot.save(update_fields=["deployment"])
+    assert caught.value.deployment.server == {}
+    return str(caught.value)
+
+
+def test_a_dram_pool_smaller_than_one_request_is_refused_at_preflight(sizing_refusal):
+    assert "refused at preflight" in sizing_refusal
+    assert "max_local_cpu_size is 0.004 MiB (4096 B) per rank" in sizing_refusal
+    assert "4.000 MiB (4194304 B)" in sizing_refusal and "--max-model-len=4096" in sizing_refusal
+
+
+def test_the_tier_writes_its_evidence(runs, g2, real_servers, sizing_refusal):
     inputs, retrieves, verdict = g2
     files = runs.files
+    site = real_servers.site
+    deployment = getattr(real_servers, CACHE_ARM)
     measure = [s for s in _records(files[CACHE_ARM], ".summary.json") if s["phase"] == "measure"]
     delta = {key: sum(s["metrics_after"].get(key, 0) - s["metrics_before"].get(key, 0) for s in measure)
              for key in ("vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_total")}
     versions = measure[0]["versions"]
+    with site.blocker.unblock(), ssh.connect(site.node) as conn:
+        config_text = conn.run(f"cat {ssh.shell_path(deployment.config_path)}", echo=False).stdout
+    tier = _tier_bytes(runs, real_servers)
     evidence = {
-        "schema": "fxpilot.real-engine-evidence/1", "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "schema": "fxpilot.real-engine-evidence/2", "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "vllm": versions["vllm"], "lmcache": versions["lmcache"], "lmcache_commit": versions.get("lmcache_commit"),
         "kv_connector": versions["kv_connector"], "hash": versions["chunk_hash"],
         "page_cache": versions["page_cache"],
+        "lmcache_config": yaml.safe_load(config_text),
+        "dram_cleared": bool(measure) and all(s.get("dram_cleared") is True for s in measure),
+        "tier_bytes": {"device": tier["device"], "device_read_bytes": tier["device_read_bytes"],
+                       "expected_read_bytes": tier["expected_read_bytes"], "errors": tier["errors"],
+                       "loop_device": site.disk.device, "not_compared": site.disk.reason},
+        "lmcache_fingerprint": deployment.lmcache_fingerprint,
+        "lmcache_fingerprints": {deployment.instance: deployment.lmcache_fingerprint},
+        "none_hash": {"expected": deployment.none_hash.get("expected"), "observed": deployment.none_hash.get("observed")},
+        "odirect_observed": deployment.odirect_observed,
+        "sizing": deployment.sizing,
+        "sizing_refusal": sizing_refusal,
         "external_hit_fraction": delta["vllm:external_prefix_cache_hits_total"] / delta["vllm:prompt_tokens_total"],
         "retrieve_records": len(retrieves),
         "read_gbps_median": sorted(r["gbps"] for r in retrieves)[len(retrieves) // 2] if retrieves else None,
@@ -202,7 +308,11 @@ def test_the_tier_writes_its_evidence(runs, g2, real_servers):
     path.write_text(json.dumps(evidence, indent=1, sort_keys=True) + "\n")
     assert evidence["kv_connector"] == "LMCacheConnectorV1"
     assert evidence["hash"] == {"algorithm": CHUNK_HASH_ALGORITHM, "pythonhashseed": PYTHONHASHSEED}
+    assert evidence["lmcache_config"]["local_cpu"] is True and evidence["dram_cleared"] is True
     assert evidence["external_hit_fraction"] >= 0.9 and evidence["retrieve_records"] > 0
+    assert len({json.dumps(f, sort_keys=True) for f in evidence["lmcache_fingerprints"].values()}) == 1
+    assert {o["value"] for o in evidence["none_hash"]["observed"]} == {evidence["none_hash"]["expected"]}
+    assert "refused at preflight" in evidence["sizing_refusal"]
     assert evidence["g2"]["verdict"] != "invalid"
 
 

@@ -227,7 +227,15 @@ def parse_lmcache(raw: bytes | str) -> dict:
     data = _json(raw, "lmcache.json")
     if not data.get("installed"):
         return {"version": None, "commit": None, "hip": None}
-    return {"version": data.get("version"), "commit": data.get("commit"), "hip": data.get("hip")}
+    out = {"version": data.get("version"), "commit": data.get("commit"), "hip": data.get("hip")}
+    # lmcache_inspect.py's fingerprint of the installed build ({sha256, version, commit, disk_io_threads, …}) and
+    # whether it serves DELETE /cache/clear (how cold windows empty its DRAM tier): kept when the node reported them
+    if isinstance(data.get("fingerprint"), dict):
+        out["fingerprint"] = {key: data["fingerprint"].get(key) for key in
+                              ("sha256", "version", "commit", "disk_io_threads", "disk_io_threads_from", "files")}
+    if isinstance(data.get("clear_api"), bool):
+        out["clear_api"] = data["clear_api"]
+    return out
 
 
 # --- network ------------------------------------------------------------------------------------

@@ -284,3 +284,15 @@ def test_a_missing_tool_is_named_with_what_to_install():
     assert "`fio` is not installed on node1: install fio" in result["problems"]
     assert not any("rocm-smi" in p for p in result["problems"])  # the fallback is named through amd-smi
     assert not any("no GPU found" in p or "fio did not run" in p or "empty output" in p for p in result["problems"])
+
+
+def test_the_lmcache_fingerprint_and_clear_api_the_node_reports_are_kept():
+    fingerprint = {"sha256": "a" * 64, "version": "0.5.6", "commit": "3e11e108", "disk_io_threads": 4,
+                   "disk_io_threads_from": "default", "files": 850}
+    found = inv.parse_lmcache(json.dumps({"installed": True, "version": "0.5.6", "commit": "3e11e108", "hip": False,
+                                          "fingerprint": fingerprint, "clear_api": True}))
+    assert found == {"version": "0.5.6", "commit": "3e11e108", "hip": False, "fingerprint": fingerprint,
+                     "clear_api": True}
+    # an older lmcache_inspect.py (or a node that could not say) leaves them out
+    assert inv.parse_lmcache(b'{"installed": true, "version": "0.3.9", "commit": null, "hip": true}') == {
+        "version": "0.3.9", "commit": None, "hip": True}

@@ -229,7 +229,7 @@ def nominal_steps(demo: Demo, scenario: Scenario) -> None:
     # Killed outright (no clean-up), after a worker restart: the kernel sends its children SIGTERM.
     os.kill(demo.proc.pid, signal.SIGKILL)
     demo.wait(600)
-    scenario.record("left_behind", demo.left_behind(30))
+    scenario.record("left_behind", demo.left_behind(600))
 
 
 def hangup_steps(demo: Demo, scenario: Scenario) -> None:
@@ -237,7 +237,7 @@ def hangup_steps(demo: Demo, scenario: Scenario) -> None:
     scenario.record("services", demo.wait_for_services(600))
     os.kill(demo.proc.pid, signal.SIGHUP)
     scenario.record("exit", demo.wait(600))
-    scenario.record("left_behind", demo.left_behind(30))
+    scenario.record("left_behind", demo.left_behind(600))
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ def test_a_worker_killed_mid_gate_is_restarted_and_the_run_completes_with_every_
     started, scenarios = demos
     demo = started["nominal"]
     scenarios["nominal"].fact("g1_ended", 1800)  # G1 only: the rest of the pilot is checked elsewhere
-    seq, name = scenarios["nominal"].fact("g1_step_killed", 0)  # the workload step running when the worker died
+    seq, name = scenarios["nominal"].fact("g1_step_killed", 600)  # the workload step running when the worker died
     assert "G1 run ended successful" in demo.text(), demo.text()[-4000:]
     (job_id, status), = demo.query("SELECT j.id, j.status FROM runners_job j JOIN gates_gate g ON j.gate_id = g.id "
                                    "WHERE g.number = 1")

@@ -40,7 +40,7 @@ def test_a_server_deployed_on_a_fabric_address_is_reached_there_by_the_other_nod
         assert _listening("127.0.0.2", deployment.port)
         assert not _listening("127.0.0.1", deployment.port)  # not on the loopback any more
         # The reading client on node2 reaches node1's server through node1's fabric address.
-        script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).status)"
+        script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=600).status)"
         answer = ssh.run(node2, f"python3 -c {shlex.quote(script)} {shlex.quote(deployment.url + '/health')}")
         assert answer.stdout.strip() == "200"
     finally:

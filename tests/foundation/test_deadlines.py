@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ BOUND_NAMES = {"timeout", "timeout_s", "timeout_seconds", "seconds", "within", "
                "hang_s", "wait_s", "wait_seconds", "bound", "bound_s", "max_wait", "patience"}
 # Calls whose `seconds=`/`timeout=` is not a wait: a duration of the data, a setting of the thing built.
 NOT_A_WAIT = {"timedelta", "settings", "Settings", "sleep", "relativedelta",
-              "add", "set", "set_many", "get_or_set", "touch", "incr"}  # Django's cache: an entry's expiry
+              "add", "set", "set_many", "get_or_set", "touch", "incr",  # Django's cache: an entry's expiry
+              "SoakRate"}  # a soak's planned length: data for the planner's arithmetic
 # Playwright calls: their `timeout=` is in milliseconds.
 _MS_CALLS = {"wait_for", "click", "fill", "goto", "wait_for_url", "wait_for_function", "wait_for_selector",
              "wait_for_load_state", "set_default_timeout", "set_default_navigation_timeout", "check", "press",
@@ -82,8 +84,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("tests/client/test_failures.py", "test_the_run_goes_on_after_requests_fail", "timeout=5"):
         "the client's own request timeout, which the three requests the server leaves hanging must run into; the two "
         "it answers (a mock answer on 127.0.0.1) have 5 s",
-    ("tests/demo/test_progress_lines.py", "test_the_soak_is_sized_for_the_planners_count_with_margin_and_the_warm_up",
-     "seconds=8.0"): "a soak's planned length: data for the planner's arithmetic, nothing waits",
     ("tests/orchestration/test_cancel_and_reattach.py", "_look_at_the_node", "timeout=10"):
         "a look at a node that is away by design (the step kind's own bound): the unreachable node is the point",
     ("tests/orchestration/test_cancel_and_reattach.py", "<module>", "timeout=10"):
@@ -113,7 +113,7 @@ PENDING: dict[tuple[str, str, str], str] = {
         "from the wall clock",
     ("tests/orchestration/test_cancel_and_reattach.py",
      "test_a_synchronous_step_is_interrupted_by_a_cancel_and_its_cleanup_still_runs", "took < 8"):
-        "tests/orchestration: let the step's remote wait be `sleep 1200` (its soft_time_limit above it) and bound "
+        "tests/orchestration: let the step's remote wait be `sleep 900` (its soft_time_limit above it) and bound "
         "the cancel at 600 s, so that only a cancel that waited for the sleep reaches the bound",
     ("tests/orchestration/test_evidence_edges.py",
      "test_a_long_ssh_outage_is_followed_again_within_seconds_of_its_end_and_never_errs_a_running_step",
@@ -186,8 +186,9 @@ def _is_clock(node: ast.AST) -> bool:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, path: str, source: str):
+    def __init__(self, path: str, source: str, helpers: dict | None = None, methods: frozenset = frozenset()):
         self.path, self.source, self.scope = path, source, []
+        self.helpers, self.methods = helpers or {}, methods
         self.found: list[Finding] = []
         self.elapsed: set[str] = set()
         self.grace = False  # inside a `try` whose TimeoutExpired ends in a kill: a grace period, not a verdict
@@ -278,6 +279,15 @@ class _Scanner(ast.NodeVisitor):
                 numbers = [arg for arg in node.args if _number(arg) is not None]
                 if numbers:  # the bound is the last number: wait_for_running_step(gate, seconds)
                     self._add(node, numbers[-1], _number(numbers[-1]))
+            else:
+                # a helper of the suite whose parameter at that place bounds a wait: `demo.left_behind(30)`
+                for index in self.helpers.get(name, ()):
+                    place = index - (1 if isinstance(node.func, ast.Attribute) and index > 0
+                                     and name in self.methods else 0)
+                    if place < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[:place + 1]):
+                        value = _number(node.args[place])
+                        if value is not None:
+                            self._add(node, node.args[place], value)
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -298,18 +308,44 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _helpers(trees) -> tuple[dict[str, set[int]], frozenset]:
+    """The suite's own functions with a parameter that bounds a wait, by name: the positions of those parameters
+    (`def left_behind(self, within=30)` → {"left_behind": {1}}), and which of them are methods (self first)."""
+    helpers: dict[str, set[int]] = {}
+    methods = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not WAIT_CALL.search(node.name):
+                names = [arg.arg for arg in node.args.posonlyargs + node.args.args]
+                # (not `seconds`: a helper's `seconds` is as often a duration of the data as a wait's bound)
+                places = {index for index, name in enumerate(names) if name in BOUND_NAMES - {"seconds"}}
+                if places:
+                    helpers.setdefault(node.name, set()).update(places)
+                    if names and names[0] in ("self", "cls"):
+                        methods.add(node.name)
+    return helpers, frozenset(methods)
+
+
 def scan(files=None) -> list[Finding]:
     found: list[Finding] = []
     here = Path(__file__).resolve()
-    for file in sorted(files or TESTS.rglob("*.py")):
-        if file.resolve() == here:
-            continue
-        source = file.read_text(encoding="utf-8")
+    sources = {file: file.read_text(encoding="utf-8") for file in sorted(files or TESTS.rglob("*.py"))
+               if file.resolve() != here}
+    trees = {file: ast.parse(source, filename=str(file)) for file, source in sources.items()}
+    helpers, methods = _helpers(trees.values())
+    for file, source in sources.items():
         where = file.resolve()
-        scanner = _Scanner((where.relative_to(ROOT) if where.is_relative_to(ROOT) else where).as_posix(), source)
-        scanner.visit(ast.parse(source, filename=str(file)))
+        scanner = _Scanner((where.relative_to(ROOT) if where.is_relative_to(ROOT) else where).as_posix(), source,
+                           helpers, methods)
+        scanner.visit(trees[file])
         found.extend(scanner.found)
     return found
+
+
+@functools.cache
+def _suite() -> tuple[Finding, ...]:
+    """The whole suite's findings, read once per session (the tests below share them)."""
+    return tuple(scan())
 
 
 def unexplained(found: list[Finding]) -> list[Finding]:
@@ -324,7 +360,7 @@ def stale(found: list[Finding], listed=None) -> list[tuple[str, str, str]]:
 # --- the tests --------------------------------------------------------------------------------------------------
 
 def test_no_test_waits_for_a_run_step_server_or_process_under_ten_minutes():
-    found = unexplained(scan())
+    found = unexplained(_suite())
     assert not found, (
         f"{len(found)} wall-clock deadline(s) under {HANG_BOUND_S} s: on a loaded machine the event comes later, and "
         "the test fails though nothing is wrong. Wait for the event with a bound of at least "
@@ -335,13 +371,13 @@ def test_no_test_waits_for_a_run_step_server_or_process_under_ten_minutes():
 
 def test_every_allowed_short_deadline_still_exists_and_says_why():
     assert all(reason.strip() for reason in ALLOWED.values())
-    gone = stale(scan())
+    gone = stale(_suite())
     assert not gone, "ALLOWED names deadlines that are no longer there (remove them):\n" + "\n".join(map(str, gone))
 
 
 def test_every_pending_timed_assertion_is_still_there_and_says_what_is_to_be_done():
     assert all(reason.strip() for reason in PENDING.values())
-    done = stale(scan(), PENDING)
+    done = stale(_suite(), PENDING)
     assert not done, "PENDING names timed assertions that are gone (remove them):\n" + "\n".join(map(str, done))
 
 

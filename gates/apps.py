@@ -1,3 +1,4 @@
+"""The gates app. `ready()` imports gates.passwords (models must be loaded first) to connect its signals."""
 from django.apps import AppConfig
 
 

@@ -1,7 +1,8 @@
 """A person's API tokens end with the password they were made under (issue 49, item 4): whenever a person's
 password changes — the account page's change, a reset by e-mail, an operator's `changepassword` or the admin — every
 token of theirs still usable is revoked, so a token taken from someone who then resets a stolen password stops
-working at once (401, "revoked")."""
+working at once (401, "revoked"). The revocation imports gates.models inside the function: this module is
+imported from GatesConfig.ready(), and the models are not loaded at import time."""
 from __future__ import annotations
 
 import logging

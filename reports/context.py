@@ -10,12 +10,16 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from django.conf import settings
+from django.utils.translation import gettext_noop
 
+from gates.judge import tiers as judge_tiers
+from gates.judge.records import load_inputs
 from gates.lifecycle import evidence_sha256
 from gates.models import AuditEvent, CustomerTrace, Evaluation, Gate, Pilot, SignOff
 from gates.outcome import outcome_of
@@ -24,6 +28,9 @@ from gates.traces.analysis import analyse, reuse_report, session_final_lengths
 from gates.traces.fidelity import fidelity
 from gates.traces.fidelity import strata as replay_strata
 from gates.traces.formats import TraceFormatError, read_bytes
+from gates.traces.predict import predicted_gain
+from reports.findings import said
+from reports.units import rounded
 from runners import gateplans
 from runners.artifacts import ArtifactMismatch, get_bytes, read_artifact
 from runners.evaluation import extension_history
@@ -227,6 +234,9 @@ def gate_report_context(gate: Gate, evaluation: Evaluation | None = None) -> dic
         "kind": "gate", "simulated": simulated, "pilot": pilot_context(gate.pilot), "gate": gate_context(gate),
         "history": history, "history_summary": history_summary(history),
         "trace": _trace(gate, evaluation),
+        "tier_shares": tier_share_table(evaluation) if gate.number == TRACE_GATE else None,
+        "predicted_vs_measured": (predicted_vs_measured(evaluation, gate.pilot) if gate.number == TRACE_GATE
+                                  else None),
         "evaluation": {"id": evaluation.pk, "created": _iso(evaluation.created), "verdict": evaluation.verdict,
                        "plan_version": evaluation.plan_version.number, "job": str(evaluation.job.code) if evaluation.job_id else "",
                        "evidence_sha256": evidence_sha256(evaluation)},
@@ -319,6 +329,147 @@ def replay_fidelity(job) -> dict[str, Any] | None:
                                                           strict=True)],
             "strata": replay_strata(records, objective, ideal_hit_fraction=found.get("ideal_hit_fraction")),
             "oracle": found}
+
+
+def _replay_summaries(job) -> list[dict]:
+    """The phase summaries the G4 run collected (its records artifacts' `*.summary.json`), as the judge reads them."""
+    items = []
+    for artifact in Artifact.objects.filter(job=job, kind="records").order_by("name"):
+        if not artifact.name.endswith(".json"):
+            continue
+        try:
+            items.append((artifact.name, read_artifact(artifact)))
+        except (ArtifactMismatch, OSError):
+            continue
+    if not items:
+        return []
+    try:
+        return list(load_inputs(items).summaries)
+    except Exception:  # noqa: BLE001 — summaries the judge itself would refuse: nothing measured to show here
+        return []
+
+
+def _share(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def tier_share_table(evaluation: Evaluation | None) -> dict[str, Any] | None:
+    """G4's measured tier shares as the verdict states them (gates/judge/tiers.py, `tier_shares`): per arm of the
+    replay, the share of prompt tokens HBM, DRAM and the disk tier (FX) served and what was recomputed, overall and
+    per stratum. None when the verdict has no such block (an older verdict): the report then says "not measured"."""
+    block = ((evaluation.result or {}) if evaluation is not None else {}).get("tier_shares")
+    if not isinstance(block, dict):
+        return None
+    rows = []
+    for row in block.get("arms") or []:
+        if row.get("phase") not in ("replay", "measure", "soak", "capacity", "share"):
+            continue
+        base = {"arm": row.get("arm"), "phase": row.get("phase"), "disk_tier": row.get("disk_tier"),
+                "disk_source": row.get("disk_source") or ""}
+        rows.append(dict(base, stratum="", requests=None, hbm=_share(row.get("hbm")), dram=_share(row.get("dram")),
+                         fx=_share(row.get("disk")), recomputed=_share(row.get("recomputed"))))
+        for name, sub in sorted((row.get("strata") or {}).items()):
+            rows.append(dict(base, stratum=name, requests=sub.get("requests"), hbm=_share(sub.get("hbm")),
+                             dram=_share(sub.get("dram")), fx=_share(sub.get("disk")),
+                             recomputed=_share(sub.get("recomputed"))))
+    return {"basis": block.get("basis") or "", "rows": rows}
+
+
+def _criterion(evaluation: Evaluation | None, **match) -> dict[str, Any] | None:
+    for c in ((evaluation.result or {}) if evaluation is not None else {}).get("criteria") or []:
+        if all(c.get(k) == v for k, v in match.items()):
+            return c
+    return None
+
+
+def _first_cell(criterion: dict[str, Any] | None) -> dict[str, Any]:
+    cells = [c for c in (criterion or {}).get("cells") or [] if c.get("value") is not None]
+    return cells[0] if cells else {}
+
+
+def predicted_vs_measured(evaluation: Evaluation | None, pilot: Pilot) -> dict[str, Any] | None:
+    """One account of G4's prediction and measurement (issue 44): the trace's ideal reuse, the replayed sample's, the
+    FX share predicted at the deployment's HBM and DRAM sizes, the FX share measured per repetition, the predicted
+    and measured speed-ups, and the reasons for any gap. Every figure from the run's replay sample (runners.
+    tracereplay) and the verdict; None (said "not measured") where they have none. None when G4 replayed nothing."""
+    if evaluation is None or evaluation.job is None:
+        return None
+    sample = replay_sample_of_job(evaluation.job)
+    if sample is None:
+        return None
+    found = sample.get("oracle") or {}
+    predicted_tiers = ((found.get("tiers") or {}).get("overall") or {}).get("share") or {}
+    trace_tiers = ((sample.get("trace_tiers") or {}).get("overall") or {}).get("share") or {}
+    sizing_ = sample.get("sizing") or {}
+    repetitions = []
+    summaries = [s for s in _replay_summaries(evaluation.job) if s.get("phase") == "replay" and s.get("arm") == "fx"]
+    for repetition in sorted({int(s.get("repetition") or 1) for s in summaries}):
+        mine = [s for s in summaries if int(s.get("repetition") or 1) == repetition]
+        shares = judge_tiers.tier_shares(SimpleNamespace(summaries=mine), None).get("arms") or []
+        row = shares[0] if shares else {}
+        repetitions.append({"repetition": repetition, "fx": _share(row.get("disk")), "dram": _share(row.get("dram")),
+                            "hbm": _share(row.get("hbm")), "cached": (None if _share(row.get("recomputed")) is None
+                                                                      else 1.0 - float(row["recomputed"])),
+                            "source": row.get("disk_source") or ""})
+    reuse = trace_reuse_of_job(evaluation.job)
+    plan = evaluation.plan_version.to_plan() if evaluation.plan_version_id else None
+    reference = (plan.planning or {}).get("reference") if plan is not None else None
+    predicted = predicted_gain(reuse, reference, pilot.customer_concurrency) if reuse else None
+    recompute = _first_cell(_criterion(evaluation, phase="replay", comparison="speedup", baseline="recompute"))
+    beyond = _first_cell(_criterion(evaluation, phase="replay", comparison="speedup", baseline="dram"))
+    out = {
+        "trace_ideal": _share(sample.get("trace_ideal_hit_fraction")),
+        "sample_ideal": _share(found.get("ideal_hit_fraction")),
+        "predicted_fx": _share(predicted_tiers.get("fx")), "predicted_dram": _share(predicted_tiers.get("dram")),
+        "predicted_hbm": _share(predicted_tiers.get("hbm")), "trace_fx": _share(trace_tiers.get("fx")),
+        "hbm_tokens": sizing_.get("hbm_tokens"), "dram_tokens": sizing_.get("dram_tokens"),
+        "working_set_tokens": sizing_.get("working_set_tokens"), "needs_tier": sizing_.get("needs_tier"),
+        "repetitions": repetitions,
+        "predicted_speedup": _share((predicted or {}).get("speedup")),
+        "predicted_at": (predicted or {}).get("level"),
+        "measured_speedup": _share(recompute.get("value")), "measured_ci": list(recompute.get("ci") or []),
+        "beyond_dram": _share(beyond.get("value")), "beyond_dram_ci": list(beyond.get("ci") or []),
+    }
+    out["reasons"] = gap_reasons(out, sample)
+    return out
+
+
+GAP = 0.05
+"""Two shares more than this apart (5 points) are a gap the table explains."""
+
+
+def gap_reasons(row: dict[str, Any], sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """Why prediction and measurement differ, as findings (reports.findings) the report says in its language; none
+    when they agree within GAP or there is nothing to compare."""
+    reasons = []
+    trace, chosen = row.get("trace_ideal"), row.get("sample_ideal")
+    if trace is not None and chosen is not None and abs(trace - chosen) > GAP:
+        reasons.append(said(gettext_noop("the replayed sample allows %(sample)s of its prompt tokens from a cache, the "
+                                         "whole trace %(trace)s: the sample (whole sessions, chosen by hash) holds "
+                                         "more reuse than the trace") if chosen > trace else gettext_noop(
+            "the replayed sample allows %(sample)s of its prompt tokens from a cache, the whole trace %(trace)s: the "
+            "sample (whole sessions, chosen by hash) holds less reuse than the trace"),
+                            sample=f"{rounded(100 * chosen, 1)} %", trace=f"{rounded(100 * trace, 1)} %"))
+    if row.get("needs_tier") is False:
+        reasons.append(said(gettext_noop("the sample's working set (%(set)s tokens) fits in HBM and DRAM (%(above)s "
+                                         "tokens): FX has little to serve in this replay"),
+                            set=f"{int(row.get('working_set_tokens') or 0):,}",
+                            above=f"{int(row.get('hbm_tokens') or 0) + int(row.get('dram_tokens') or 0):,}"))
+    predicted = row.get("predicted_fx")
+    for rep in row.get("repetitions") or []:
+        if predicted is not None and rep.get("fx") is not None and abs(rep["fx"] - predicted) > GAP:
+            reasons.append(said(gettext_noop("repetition %(n)s: FX served %(measured)s of the prompt tokens, %(predicted)s "
+                                             "predicted at the configured sizes"),
+                                n=rep["repetition"], measured=f"{rounded(100 * rep['fx'], 1)} %",
+                                predicted=f"{rounded(100 * predicted, 1)} %"))
+        elif rep.get("fx") is None and rep.get("source", "").startswith("unknown"):
+            reasons.append(said(gettext_noop("repetition %(n)s: the FX share was not measured (%(why)s)"),
+                                n=rep["repetition"], why=rep["source"]))
+    if sample.get("idle_gaps_capped"):
+        reasons.append(said(gettext_noop("%(n)s idle gaps were cut to %(cap)s s, which changes what sits in HBM and "
+                                         "DRAM between turns"), n=sample["idle_gaps_capped"],
+                            cap=sample.get("idle_gap_cap_s")))
+    return reasons
 
 
 def replay_sample_of_job(job) -> dict[str, Any] | None:
@@ -539,6 +690,7 @@ def procurement_report_context(pilot: Pilot) -> dict[str, Any]:
                                    customer_trace=bool(g4 is not None and (trace_of_job(g4.job) or {}).get("customer"))),
         "sizing": sizing(pilot, evaluations.get(4)), "attachments": attachments, "missing_inputs": missing,
         "capacity_check": capacity_check(evaluations.get(4)),
+        "tier_shares": tier_share_table(g4), "predicted_vs_measured": predicted_vs_measured(g4, pilot),
         "signing": signing_context(), "evaluation": None, "verdict": {},
         "plan_sha256": (pilot.signed_plan.sha256 if pilot.signed_plan else ""),
     }

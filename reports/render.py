@@ -29,6 +29,7 @@ from weasyprint import HTML, Attachment
 from weasyprint.urls import URLFetcher, URLFetcherResponse
 
 from gates.models import Gate, Party, Pilot, Role, SignOff
+from reports import findings, units
 from reports.charts import font_stack, gate_charts, reuse_chart
 from reports.context import read_attachment
 from reports.units import figure, interval
@@ -257,6 +258,60 @@ def _label(choices, value: str) -> str:
         return value
 
 
+STRATUM_LABELS = {"first": gettext_lazy("first turns with nothing to reuse"),
+                  "shared_prefix": gettext_lazy("first turns sharing a prefix with other sessions"),
+                  "returning": gettext_lazy("returning turns"), "": gettext_lazy("all requests")}
+ARM_LABELS = {"fx": "FX", "dram": "DRAM", "local_nvme": gettext_lazy("local NVMe"),
+              "recompute": gettext_lazy("full recompute")}
+
+
+def tier_display(tiers: dict[str, Any] | None, account: dict[str, Any] | None) -> dict[str, Any]:
+    """G4's tier shares and the predicted-vs-measured account, with every figure formatted by reports.units (the
+    one formatter) in the active language; "not measured" where the run or the verdict has no figure."""
+    missing = _("not measured")
+
+    def share(value: Any) -> str:
+        return missing if value is None else units.percent(value, 1)
+
+    def ratio(value: Any) -> str:
+        return missing if value is None else units.fixed(value, 2) + "×"
+
+    rows = []
+    for row in (tiers or {}).get("rows") or []:
+        rows.append({"arm": str(ARM_LABELS.get(row["arm"], row["arm"])), "phase": row.get("phase"),
+                     "stratum": str(STRATUM_LABELS.get(row.get("stratum") or "", row.get("stratum"))),
+                     "overall": not row.get("stratum"), "requests": row.get("requests"),
+                     "hbm": share(row.get("hbm")), "dram": share(row.get("dram")),
+                     "fx": share(row.get("fx")) if row.get("disk_tier") else "—",  # no disk tier in this arm
+                     "recomputed": share(row.get("recomputed"))})
+    out: dict[str, Any] = {"tier_rows": rows, "tiers_measured": tiers is not None}
+    if account is None:
+        out["account"] = None
+        return out
+
+    def with_ci(value: Any, ci: list | None) -> str:
+        if value is None:
+            return missing
+        low, high = (list(ci or []) + [None, None])[:2]
+        return ratio(value) + ("" if low is None or high is None else f" [{ratio(low)}, {ratio(high)}]")
+
+    out["account"] = {
+        "trace_ideal": share(account.get("trace_ideal")), "sample_ideal": share(account.get("sample_ideal")),
+        "predicted_fx": share(account.get("predicted_fx")), "trace_fx": share(account.get("trace_fx")),
+        "sizes": (missing if not (account.get("hbm_tokens") or account.get("dram_tokens")) else
+                  _("HBM %(hbm)s tokens, DRAM %(dram)s tokens") % {"hbm": units.number(account.get("hbm_tokens") or 0),
+                                                                   "dram": units.number(account.get("dram_tokens") or 0)}),
+        "repetitions": [{"n": r["repetition"], "fx": share(r.get("fx")), "dram": share(r.get("dram")),
+                         "hbm": share(r.get("hbm")), "cached": share(r.get("cached"))}
+                        for r in account.get("repetitions") or []],
+        "predicted_speedup": ratio(account.get("predicted_speedup")), "predicted_at": account.get("predicted_at"),
+        "measured_speedup": with_ci(account.get("measured_speedup"), account.get("measured_ci")),
+        "beyond_dram": with_ci(account.get("beyond_dram"), account.get("beyond_dram_ci")),
+        "reasons": [findings.in_language(r) for r in account.get("reasons") or []],
+    }
+    return out
+
+
 def render_html(context: dict[str, Any], language: str, files: list[dict[str, Any]] | None = None) -> str:
     with translation.override(language):
         context = _localised(clean_context(context))
@@ -285,6 +340,7 @@ def render_html(context: dict[str, Any], language: str, files: list[dict[str, An
                                              low_display=figure(row["low"], row["unit"]),
                                              ci_display=interval(row.get("ci"), row["unit"]))
                                         for row in context["projections"]]
+        extra.update(tier_display(context.get("tier_shares"), context.get("predicted_vs_measured")))
         is_zh = language.lower().startswith("zh")
         explanation = (context.get("verdict") or {}).get("explanation_zh" if is_zh else "explanation") or ""
         gate = context.get("gate") or {}

@@ -17,6 +17,7 @@ LMCache's DRAM or another reader served hits the device did not read; more bytes
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from gates import sizing
 from gates.judge import counters
@@ -190,8 +191,8 @@ def _num(value: float | None) -> float | None:
 
 def read_bw_windows(inputs) -> list[dict]:
     """Read bandwidth of every window of an arm with a disk tier: the device bytes read over the window's time
-    (duration_s: first send to last end) when `tier_bytes` exists (`source: device`, GB/s = 10⁹ bytes/s, the whole
-    device); otherwise from LMCache's `Retrieved` lines of that arm and instance (`source: lmcache-retrieved`: Σ
+    (tier_bytes.seconds between the device's samples, else window_seconds, else duration_s) when `tier_bytes`
+    exists (`source: device`, GB/s = 10⁹ bytes/s, the whole device); otherwise from LMCache's `Retrieved` lines of that arm and instance (`source: lmcache-retrieved`: Σ
     bytes ÷ Σ seconds of the retrievals, per GPU, not per window)."""
     out = []
     retrieves = inputs.retrieves
@@ -201,8 +202,12 @@ def read_bw_windows(inputs) -> list[dict]:
         row = {"arm": summary["arm"], "phase": summary["phase"], "concurrency": int(summary["concurrency"]),
                "repetition": int(summary["repetition"]), "instance": summary.get("instance")}
         read, device, why = device_bytes(summary)
-        seconds = summary.get("duration_s")
-        if read is not None and isinstance(seconds, (int, float)) and seconds > 0:
+        # the window's time: between the device's two samples (tier_bytes.seconds), else the soak window's, else
+        # the phase's first send to last end
+        tier = summary.get("tier_bytes") if isinstance(summary.get("tier_bytes"), dict) else {}
+        seconds = next((v for v in (tier.get("seconds"), summary.get("window_seconds"), summary.get("duration_s"))
+                        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0), None)
+        if read is not None and seconds is not None:
             row.update(source="device", device=device, device_read_bytes=_num(read), seconds=_num(float(seconds)),
                        gbps=_num(read / float(seconds) / GB))
         elif len(retrieves):
@@ -236,7 +241,13 @@ def tier_shares(inputs, frame: pd.DataFrame) -> dict:
         prompt = hbm = external = disk = 0.0
         windows, disk_known, why = 0, True, None
         for summary in summaries:
-            before, after = summary.get("metrics_before") or {}, summary.get("metrics_after") or {}
+            pair = summary.get("phase_metrics")
+            if isinstance(pair, dict):   # a label's own scrapes (a soak window, a fault run's cut and recovery)
+                before, after = pair.get("before") or {}, pair.get("after") or {}
+            elif counters._shares_window(summary, inputs.summaries):
+                continue                 # its pair is the whole loop's, shared with other labels: not its own
+            else:
+                before, after = summary.get("metrics_before") or {}, summary.get("metrics_after") or {}
             p = counters._delta(before, after, counters.PROMPT_TOKENS)
             if p is None:
                 continue
@@ -297,3 +308,54 @@ def _strata(frame: pd.DataFrame, arm: str, phase: str, hbm: float, dram: float |
         out[str(stratum)] = {"requests": int(len(sub)), "prompt_tokens": _num(prompt), "cached": _num(share), **split,
                              "recomputed": _num(1.0 - share)}
     return out
+
+
+def attribute_retrievals(inputs, judging: dict):
+    """(inputs, how each arm's retrievals were attributed). LMCache's `Retrieved` lines name no tier, and with its
+    DRAM tier on (every arm fxpilot renders) the configuration attributes nothing (runners.lmcache.retrieval_tier:
+    `tier` null). The device counters can: an arm's unattributed retrievals are its disk tier's when every cold
+    window of that arm began with LMCache's DRAM emptied (`dram_cleared: true`), its device read the bytes of its
+    external hits within the tolerance (as `tier-bytes-match`), and no GPU's retrievals hold more tokens than those
+    windows' external hits × the tolerance's upper end (so none came from outside them: a DRAM hit elsewhere would
+    add tokens). Otherwise they stay unattributed and `read-bw-measured` says so."""
+    retrieves = inputs.retrieves
+    if not len(retrieves) or "tier" not in retrieves:
+        return inputs, {}
+    low, high = tolerance(judging)
+    how: dict[str, str] = {}
+    tiers = retrieves["tier"].copy()
+    for arm in DISK_ARMS:
+        open_rows = (retrieves["arm"] == arm) & retrieves["tier"].isna()
+        if not open_rows.any():
+            continue
+        cold = [s for s in inputs.summaries if s["arm"] == arm and s["phase"] in COLD_PHASES]
+        reason, hits_total = None, 0.0
+        if not cold:
+            reason = "no cold window of the arm to attribute them by"
+        for summary in cold:
+            found = counters.external_hits(summary, inputs.summaries)
+            read, _device, why = device_bytes(summary)
+            per_token, _ = kv_bytes_per_token(summary)
+            if summary.get("dram_cleared") is not True:
+                reason = f"{_where(summary)} did not begin with LMCache's DRAM emptied"
+            elif found is None or why or per_token is None:
+                reason = f"{_where(summary)} has no device bytes or external hits to compare"
+            elif found[0] > 0 and not low - 1e-9 <= read / (found[0] * per_token) <= high + 1e-9:
+                reason = f"{_where(summary)}: its device bytes do not match its external hits"
+            else:
+                hits_total += found[0] if found else 0.0
+            if reason:
+                break
+        if reason is None:
+            per_gpu = retrieves[open_rows].groupby("gpu")["tokens"].sum()
+            if len(per_gpu) and float(per_gpu.max()) > hits_total * high + 1e-9:
+                reason = (f"GPU {int(per_gpu.idxmax())} retrieved {float(per_gpu.max()):,.0f} tokens, more than the "
+                          f"{hits_total:,.0f} external hits of the cold windows: some came from outside them")
+        if reason is None:
+            tiers[open_rows] = arm
+            how[arm] = (f"{int(open_rows.sum())} retrieval(s) attributed to the {arm} tier by its device counters: "
+                        f"{len(cold)} cold window(s) began with LMCache's DRAM emptied and their device bytes match "
+                        "their external hits")
+        else:
+            how[arm] = f"not attributed: {reason}"
+    return replace(inputs, retrieves=retrieves.assign(tier=tiers)), how

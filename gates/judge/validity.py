@@ -548,7 +548,7 @@ def _lateness(summary: dict) -> str:
     parts = []
     for key in sorted(summary):
         value = summary[key]
-        if "late" not in key:
+        if "late" not in key and key != "schedule":   # the soak's own verdict: schedule {lateness_p99_s, …}
             continue
         if isinstance(value, dict):
             parts += [f"{key}.{k} {plain(v)}" for k, v in sorted(value.items())
@@ -563,16 +563,27 @@ def _schedule_kept(inputs: Inputs) -> dict:
     time; a client that could not keep its schedule sent less than planned, and its latencies say nothing of the
     server: invalid with the lateness figures, never judged."""
     problems, kept = [], 0
+    behind: dict[tuple, list[dict]] = {}
     for summary in inputs.summaries:
         if "schedule_kept" not in summary:
             continue
-        where = f"{summary['arm']}/{summary['phase']}@{summary['concurrency']} rep {summary['repetition']}"
         if summary["schedule_kept"] is True:
             kept += 1
             continue
+        # one soak's verdict on its own client (`schedule`) is said once for all its windows
+        key = (summary["arm"], summary["phase"], summary["concurrency"], summary.get("run_id"), summary.get("instance"),
+               repr(summary.get("schedule")), repr(summary["schedule_kept"]))
+        behind.setdefault(key, []).append(summary)
+    for group in behind.values():
+        first = group[0]
+        reps = sorted(int(s["repetition"]) for s in group)
+        where = f"{first['arm']}/{first['phase']}@{first['concurrency']} " + (
+            f"rep {reps[0]}" if len(reps) == 1 else f"windows {_ranges(reps)}")
+        lateness = _lateness(first) if len(group) == 1 else _lateness({"schedule": first.get("schedule")}) \
+            if isinstance(first.get("schedule"), dict) else _lateness(first)
         problems.append(said(gettext_noop("%(where)s: the client did not keep its open-loop schedule "
                                           "(schedule_kept: %(value)s; %(lateness)s): the window is not judged"),
-                             where=where, value=plain(summary["schedule_kept"]), lateness=_lateness(summary)))
+                             where=where, value=plain(first["schedule_kept"]), lateness=lateness))
     return _check("schedule-kept", problems[:10] + ([said(gettext_noop("%(n)s more"), n=len(problems) - 10)]
                                                     if len(problems) > 10 else []),
                   said(gettext_noop("the client kept its open-loop schedule in %(n)s phase summaries"), n=kept))
@@ -857,7 +868,8 @@ def _read_bw_measured(gate: GatePlan, inputs: Inputs) -> dict:
             problems.append(said(gettext_noop("%(criterion)s: none of the %(n)s retrievals of %(arm)s can be "
                                               "attributed to its own tier: LMCache's retrieval lines name no tier, "
                                               "and only a configuration that leaves no other tier to answer (no "
-                                              "local_cpu) attributes them"),
+                                              "local_cpu) or the device counters of cold windows that began with "
+                                              "LMCache's DRAM emptied attribute them (read_bw_attribution)"),
                                  criterion=spec.key, n=len(logged), arm=arm))
         else:
             seen.append(said(gettext_noop("%(criterion)s: %(n)s of %(total)s retrievals of %(arm)s logged with a "

@@ -749,6 +749,8 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
     gate = plan.gate(gate_number)
     inputs = files_or_frames if isinstance(files_or_frames, Inputs) else load_inputs(files_or_frames)
     inputs, counter_check = counters.reconcile(inputs)
+    # retrievals the configuration could not attribute (LMCache's DRAM on), attributed by the device counters
+    inputs, attribution = tiers.attribute_retrievals(inputs, {**plan.judging})
     full = with_goodput(derive(inputs.requests), inputs.requests, plan, inputs.summaries)
     validity.require_inputs(gate, inputs, full)
     judging = {"min_requests_per_cell": 8, "min_cell_seconds": 0.0, **plan.judging}
@@ -813,6 +815,7 @@ def evaluate(plan: Plan, gate_number: int | str, files_or_frames: Inputs | list 
         # judge version 6 (issue 43): per window, the disk tier's device bytes over the window's time (or LMCache's
         # Retrieved lines, saying which), and the share of prompt tokens each tier served
         "read_bw_windows": tiers.read_bw_windows(inputs),
+        "read_bw_attribution": attribution,
         "tier_shares": tiers.tier_shares(inputs, frame),
         "distributions": _distributions(frame),
         "inventory": [_public(i) for i in inputs.inventories],

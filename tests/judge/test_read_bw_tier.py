@@ -56,3 +56,43 @@ def test_records_of_another_tier_are_left_out():
     inputs = load_inputs([("retrieve.jsonl", jsonl(fx + dram))])
     used = bandwidth_retrievals(inputs.retrieves, "fx")
     assert len(used) == 16 and set(used["gbps"]) == {5.0}
+
+
+def _g2_untiered(change=None):
+    """The synthetic G2 with its retrievals unattributed (LMCache's DRAM on: the configuration names no tier) and
+    its phase summaries passed through change(summary)."""
+    from gates.judge import synthetic
+    out = []
+    for name, data in synthetic.gate_inputs(2):
+        rows = [json.loads(line) for line in data.decode().splitlines()] if name.endswith((".jsonl", ".summary.json")) \
+            else []
+        if name == "retrieve.jsonl":
+            for row in rows:
+                row["tier"] = None
+            data = jsonl(rows)
+        elif name.endswith(".summary.json") and change is not None:
+            for row in rows:
+                change(row)
+            data = jsonl(rows)
+        out.append((name, data))
+    return out
+
+
+def test_the_device_counters_attribute_retrievals_of_cold_windows_that_began_with_dram_emptied():
+    from gates.plan import load_plan
+    plan = load_plan("default")
+    verdict = evaluate(plan, 2, _g2_untiered())
+    cold_read = next(c for c in verdict["criteria"] if c["key"] == "g2-cold-read")
+    assert cold_read["verdict"] == "pass" and cold_read["cells"][0]["n_candidate"] == 64
+    assert verdict["read_bw_attribution"]["fx"] == (
+        "64 retrieval(s) attributed to the fx tier by its device counters: 12 cold window(s) began with LMCache's "
+        "DRAM emptied and their device bytes match their external hits")
+
+    def one_warm(summary):
+        if summary["phase"] == "measure" and summary["repetition"] == 4:
+            summary["dram_cleared"] = False
+    verdict = evaluate(plan, 2, _g2_untiered(one_warm))
+    check = next(c for c in verdict["validity"]["checks"] if c["name"] == "read-bw-measured")
+    assert not check["ok"] and "can be attributed to its own tier" in check["detail"]
+    assert verdict["read_bw_attribution"]["fx"] == ("not attributed: fx/measure@8 rep 4 on node1:8000 did not begin "
+                                                    "with LMCache's DRAM emptied")

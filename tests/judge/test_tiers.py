@@ -276,6 +276,18 @@ def test_a_soak_whose_client_fell_behind_its_schedule_is_invalid_with_the_latene
     assert verdict["verdict"] == "invalid" and not found["ok"]
     assert found["detail"] == ("fx/soak@16 rep 7: the client did not keep its open-loop schedule (schedule_kept: "
                                "False; lateness_s.max 9.5, lateness_s.p99 4.2): the window is not judged")
+    # the workload client's shape: the soak's one verdict on its client in every window, with its figures
+    def client_behind(summary):
+        if summary["phase"] == "soak":
+            summary["schedule_kept"] = False
+            summary["schedule"] = {"max_lateness_s": 0.5, "lateness_p99_s": 2.25, "lateness_max_s": 7.0,
+                                   "requests": 4080, "cap_hits": 12}
+            summary["lateness_s"] = {"p99": 0.1 * summary["repetition"]}
+    found = check(evaluate(PLAN, 4, changed(4, client_behind)), "schedule-kept")
+    assert not found["ok"] and found["detail"] == (
+        "fx/soak@16 windows 1–24: the client did not keep its open-loop schedule (schedule_kept: False; "
+        "schedule.cap_hits 12, schedule.lateness_max_s 7, schedule.lateness_p99_s 2.25, schedule.max_lateness_s 0.5, "
+        "schedule.requests 4080): the window is not judged")
     kept = check(evaluate(PLAN, 4, changed(4, lambda s: s.update(schedule_kept=True) if s["phase"] == "soak"
                                           else None)), "schedule-kept")
     assert kept["ok"] and kept["detail"] == "the client kept its open-loop schedule in 24 phase summaries"

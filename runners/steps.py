@@ -206,7 +206,7 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
             # says it is the simulator (its /metrics), so a flag or the server can make them simulated, never real
             "--simulated", "yes" if deployment.simulated else "auto",
             *plan_args("cold-recovery" if command in ("populate", "evict", "measure") else command, loads)]
-    versions = _versions(conn, deployment)
+    versions = _versions(ctx, conn, deployment)
     if versions:
         args += ["--versions", json.dumps(versions, sort_keys=True)]
     if params.get("concurrency"):
@@ -386,8 +386,11 @@ def once(args: list[str]) -> list[str]:
     return out
 
 
-def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
-    """The versions the deploy's preflight found (manifest.json), for the phase summaries the judge checks."""
+def _versions(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deployment) -> dict:
+    """The versions the deploy's preflight found (manifest.json), for the phase summaries the judge checks, with
+    what the deploy observed and the sizes the judge's tier attribution needs: every process's NONE_HASH
+    (none_hash: the deployment record's, collected at /health), LMCache's fingerprint, the model, its KV dtype and
+    KV bytes per token (the manifest's when it says, else from the settings the deploy rendered with)."""
     res = conn.run(f"cat {ssh.shell_path(deployment.arm_dir + '/manifest.json')}", echo=False, check=False, timeout=30)
     try:
         manifest = json.loads(res.stdout)
@@ -401,9 +404,32 @@ def _versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     connector = {"kv_connector": manifest.get("kv_connector"), "page_cache": manifest.get("page_cache"),
                  "chunk_hash": manifest.get("chunk_hash")}
     if isinstance(lmcache, dict):
-        return {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
-                "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm"), **connector}
-    return {"vllm": found.get("vllm"), "lmcache": lmcache, "rocm": found.get("rocm"), **connector}
+        out = {"vllm": found.get("vllm"), "lmcache": lmcache.get("version"), "lmcache_commit": lmcache.get("commit"),
+               "lmcache_hip": lmcache.get("hip"), "rocm": found.get("rocm"), **connector}
+    else:
+        out = {"vllm": found.get("vllm"), "lmcache": lmcache, "rocm": found.get("rocm"), **connector}
+    none_hash = getattr(deployment, "none_hash", None) or found.get("none_hash")
+    if none_hash:
+        out["none_hash"] = none_hash
+    fingerprint = getattr(deployment, "lmcache_fingerprint", None) or found.get("lmcache_fingerprint")
+    if fingerprint:
+        out["lmcache_fingerprint"] = fingerprint
+    out.update(_kv_sizes(ctx, manifest, found, deployment))
+    return out
+
+
+def _kv_sizes(ctx: StepContext, manifest: dict, found: dict, deployment: Deployment) -> dict:
+    """model, kv_cache_dtype and kv_bytes_per_token for the summaries' versions (gates.judge.tiers reads them)."""
+    out = {"model": manifest.get("model")} if manifest.get("model") else {}
+    stated = found.get("kv_bytes_per_token") or manifest.get("kv_bytes_per_token")
+    try:
+        settings_ = settings_for(ctx.job, ctx.node)
+        out["kv_cache_dtype"] = found.get("kv_cache_dtype") or lmcache.kv_dtype_of(settings_, deployment.simulated)
+        out["kv_bytes_per_token"] = int(stated) if stated else kv_bytes_per_token(settings_, deployment.simulated)
+    except (ValueError, TypeError):
+        if stated:
+            out["kv_bytes_per_token"] = stated
+    return out
 
 
 def _roce_interface(ctx: StepContext) -> str:

@@ -171,42 +171,12 @@ def retrieval_tier_of(job: Job, deployment: Deployment) -> str | None:
     return lmcache.retrieval_tier(deployment.arm, text)
 
 
-def cold_windows_only(job: Job, deployment: Deployment) -> bool:
-    """Whether every window of this deployment in which anything was served from a cache (a record with cached
-    tokens) began right after an eviction that reset vLLM's prefix cache and emptied LMCache's DRAM on every process
-    (its phase summary's `dram_cleared: true`). Then nothing above the disk tier held what those windows read, and
-    LMCache's retrievals — whose lines name no tier — are the disk tier's (G1–G3's cold recovery, G2's probe
-    prompts: each window reads every session once). False when nothing was served from a cache, when a summary or
-    record cannot be read, or for any window with DRAM warm (G4's replay, sharing and soak)."""
-    prefix = deployment.name_prefix + "/"
-    cleared: dict[tuple, object] = {}
-    served: set[tuple] = set()
-    try:
-        for artifact in Artifact.objects.filter(job=job, name__startswith=prefix, kind__in=("phase-summary", "records")):
-            for line in read_artifact(artifact).decode("utf-8", errors="replace").splitlines():
-                row = json.loads(line) if line.strip() else None
-                if not isinstance(row, dict):
-                    continue
-                key = (row.get("phase"), row.get("concurrency"), row.get("repetition"))
-                if artifact.kind == "phase-summary":
-                    cleared[key] = cleared.get(key, True) and row.get("dram_cleared") is True
-                elif (row.get("cached_tokens") or 0) > 0:
-                    served.add(key)
-    except (ArtifactMismatch, ValueError, OSError):
-        return False
-    return bool(served) and all(cleared.get(key) is True for key in served)
-
-
 def _retrieve_records(ctx: StepContext, deployment: Deployment) -> int:
     """LMCache "Retrieved …" lines of the server log → fxpilot.retrieve/1 records (the judge's read_bw)."""
     if deployment.arm == "recompute":
         return 0
     logs = Artifact.objects.filter(job=ctx.job, kind="server-log", name__startswith=deployment.name_prefix + "/")
     tier = retrieval_tier_of(ctx.job, deployment)
-    if tier is None and deployment.arm in ("fx", "local_nvme") and cold_windows_only(ctx.job, deployment):
-        tier = deployment.arm
-        ctx.say(f"{ctx.node.name}: {deployment.arm}: every window of this server that was served from a cache began "
-                "with vLLM's prefix cache reset and LMCache's DRAM emptied: its retrievals are its disk tier's")
     records = []
     for artifact in logs.order_by("name"):
         records += lmcache_log.parse_log(read_artifact(artifact).decode("utf-8", errors="replace"),

@@ -163,25 +163,3 @@ def test_the_demo_sizes_its_soak_on_the_rate_the_soak_will_send_at(signed_pilot)
     assert "70 % of the 10 requests/s" in rate.note and "may fall behind" in rate.note
     assert demo_soak.soak_line(rate, 100.0, 12) == "soak: open loop at 7 requests/s, 700 requests, 12 windows"
 
-
-def test_retrievals_are_the_disk_tiers_only_when_every_window_served_from_a_cache_began_with_dram_emptied(demo):
-    job = Job.objects.create(pilot=demo.pilot, gate=demo.pilot.gate(2))
-    fx = _deployment("fx")
-    prefix = fx.name_prefix
-
-    def keep(name: str, kind: str, rows: list[dict]) -> None:
-        store_bytes(job, f"{prefix}/records/{name}", "".join(json.dumps(r) + "\n" for r in rows).encode(), kind=kind)
-
-    assert not steps.cold_windows_only(job, fx)    # nothing collected: nothing attributed
-    keep("02-populate.summary.json", "phase-summary",
-         [{"phase": "populate", "concurrency": 8, "repetition": 1, "dram_cleared": None}])
-    keep("02-populate.jsonl", "records", [{"phase": "populate", "concurrency": 8, "repetition": 1, "cached_tokens": 0}])
-    keep("04-measure.summary.json", "phase-summary",
-         [{"phase": "measure", "concurrency": 8, "repetition": 1, "dram_cleared": True}])
-    keep("04-measure.jsonl", "records", [{"phase": "measure", "concurrency": 8, "repetition": 1, "cached_tokens": 4096}])
-    assert steps.cold_windows_only(job, fx)
-    # a window served from a cache with DRAM warm (a replay) leaves the retrievals unattributed
-    keep("05-replay.summary.json", "phase-summary",
-         [{"phase": "replay", "concurrency": 4, "repetition": 1, "dram_cleared": None}])
-    keep("05-replay.jsonl", "records", [{"phase": "replay", "concurrency": 4, "repetition": 1, "cached_tokens": 512}])
-    assert not steps.cold_windows_only(job, fx)

@@ -46,6 +46,9 @@ MESSAGES = {
     "gpus_too_few": gettext_noop("%(node)s has %(count)s GPUs; the deployment needs %(needed)s (tensor_parallel_size)"),
     "gpus_mixed": gettext_noop("%(node)s mixes GPU models (%(models)s): one server's tensor-parallel GPUs must be alike"),
     "no_report": gettext_noop("the preflight left no report on %(node)s"),
+    "dram_too_big": gettext_noop("deployment.sizes.max_local_cpu_size × tensor_parallel_size asks for %(need)s of LMCache "
+                                 "DRAM on %(node)s, above its %(available)s of available memory (MemAvailable): lower "
+                                 "max_local_cpu_size or free the memory"),
     "drop_caches_denied": gettext_noop("deployment.drop_page_cache is set, but the workload client drops the page cache "
                                        "as the SSH user of %(node)s without sudo, and %(detail)s: connect as root or "
                                        "use O_DIRECT (use_odirect) instead"),
@@ -73,9 +76,24 @@ def command(run_dir: str, out_dir: str, settings: DeploymentSettings, *, vllm: t
     ports = sorted({settings.ports.for_arm(arm) for arm in ARMS} - {0})
     parts += [f"--port {int(port)}" for port in ports]
     parts += [f"--vllm {shell_path(word) if word.startswith('~/') else shlex.quote(word)}" for word in vllm]
+    if settings.kv_connector == "LMCacheConnectorV1":
+        parts.append(f"--lmcache-dram-bytes {lmcache_dram_bytes(settings)}")
     if settings.drop_page_cache:
         parts.append("--drop-page-cache")
     return " ".join(parts)
+
+
+def lmcache_dram_bytes(settings: DeploymentSettings) -> int:
+    """LMCache's DRAM tier on a node: max_local_cpu_size GiB (2³⁰ B) for each TP rank."""
+    return int(settings.sizes.max_local_cpu_size * 1024 ** 3) * settings.tensor_parallel_size
+
+
+def _bytes(value: str) -> str:
+    try:
+        number = int(value)
+    except ValueError:
+        return value
+    return f"{number / 1024 ** 3:.2f} GiB ({number} B)"
 
 
 def parse_report(raw: bytes | str | None) -> list[dict]:
@@ -111,6 +129,10 @@ def evaluate(node: str, raw: bytes | str | None, inventory: dict, settings: Depl
     sudo = status.get(("sudo", "nopasswd"))
     if sudo and sudo["status"] == "denied":
         blockers.append(_blocker("sudo_denied", node=node, detail=sudo["detail"] or "sudo -n true"))
+    memory = status.get(("memory", "lmcache"))
+    if memory and memory["status"] == "short":
+        need, _, available = memory["detail"].partition(" ")
+        blockers.append(_blocker("dram_too_big", node=node, need=_bytes(need), available=_bytes(available)))
     drop = status.get(("pagecache", "drop"))
     if drop and drop["status"] == "denied":
         blockers.append(_blocker("drop_caches_denied", node=node, detail=drop["detail"] or "drop_caches is not writable"))

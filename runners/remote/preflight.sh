@@ -6,10 +6,11 @@
 # usage: preflight.sh --out DIR --model MODEL --fx-mount DIR --local-path DIR --run-root DIR
 #                     [--port N]... [--fx-transport rdma|tcp --fx-address A --fx-port N --fx-nqn NQN]
 #                     [--vllm WORD]... (the words that launch vLLM; default: vllm) [--drop-page-cache]
+#                     [--lmcache-dram-bytes N] (LMCache's DRAM tier over all TP ranks: checked against MemAvailable)
 set -u
 
 out="" model="" fx_mount="" local_path="" run_root="" fx_transport="" fx_address="" fx_port="4420" fx_nqn=""
-ports=() vllm=() drop_page_cache=0
+ports=() vllm=() drop_page_cache=0 lmcache_dram_bytes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --fx-nqn) fx_nqn=$2; shift 2 ;;
     --vllm) vllm+=("$2"); shift 2 ;;
     --drop-page-cache) drop_page_cache=1; shift ;;
+    --lmcache-dram-bytes) lmcache_dram_bytes=$2; shift 2 ;;
     *) echo "preflight.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -66,6 +68,22 @@ if [ "$drop_page_cache" = 1 ]; then
   drop_caches=${FXPILOT_DROP_CACHES:-/proc/sys/vm/drop_caches}
   if [ -w "$drop_caches" ]; then finding pagecache drop ok "$drop_caches"
   else finding pagecache drop denied "$(id -un) cannot write $drop_caches"; fi
+fi
+
+# --- LMCache's DRAM tier: every TP rank allocates max_local_cpu_size of host memory --------------------------------
+# (a simulated node allocates none: its simulated server only counts chunks)
+if [ -n "$lmcache_dram_bytes" ]; then
+  meminfo=${FXPILOT_MEMINFO:-/proc/meminfo}
+  available_kib=$(awk '$1 == "MemAvailable:" { print $2 }' "$meminfo" 2> /dev/null)
+  if [ "$simulated" = 1 ] && [ -z "${FXPILOT_MEMINFO:-}" ]; then
+    finding memory lmcache skipped "simulated node"
+  elif ! [[ "$available_kib" =~ ^[0-9]+$ ]]; then
+    finding memory lmcache unknown "no MemAvailable in $meminfo"
+  elif [ "$lmcache_dram_bytes" -gt $(( available_kib * 1024 )) ]; then
+    finding memory lmcache short "$lmcache_dram_bytes $(( available_kib * 1024 ))"
+  else
+    finding memory lmcache ok "$lmcache_dram_bytes $(( available_kib * 1024 ))"
+  fi
 fi
 
 # --- the tools the probe and the deploy run ---------------------------------------------------------------------

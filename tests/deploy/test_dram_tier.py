@@ -184,3 +184,25 @@ def test_the_manifest_records_the_disk_device_and_the_fingerprint(sandbox):
     fingerprint = manifest["versions"]["lmcache_fingerprint"]
     assert re.match(r"^[0-9a-f]{64}$", fingerprint["sha256"]) and fingerprint["version"] == "0.3.15.dev12"
     assert fingerprint["files"] >= 2
+
+
+def test_g1s_node_preflight_names_lmcache_dram_above_the_nodes_memory(sandbox, settings):
+    from runners import preflight
+
+    assert preflight.lmcache_dram_bytes(settings) == 8 * GIB  # 1 GiB per rank × TP 8
+    assert f"--lmcache-dram-bytes {8 * GIB}" in preflight.command("~/p", "~/p/out", settings)
+    meminfo = sandbox.root / "meminfo"
+    meminfo.write_text("MemTotal:       16384000 kB\nMemAvailable:    4194304 kB\n")
+    sandbox.env["FXPILOT_MEMINFO"] = str(meminfo)
+    out = sandbox.root / "out"
+    result = sandbox.run("preflight.sh", "--out", str(out), "--model", "a/b", "--fx-mount", str(sandbox.root / "mnt" / "fx"),
+                         "--local-path", str(sandbox.root / "mnt" / "nvme0"), "--run-root", str(sandbox.root / "runs"),
+                         "--lmcache-dram-bytes", str(8 * GIB))
+    assert result.returncode == 0, result.stderr
+    report = (out / "preflight.tsv").read_text()
+    assert f"memory\tlmcache\tshort\t{8 * GIB} {4 * GIB}" in report
+    blockers = preflight.evaluate("gpu07", report, {"gpus": {"count": 8}}, settings)["blockers"]
+    [blocker] = [b for b in blockers if b["code"] == "dram_too_big"]
+    assert blocker["message"] == ("deployment.sizes.max_local_cpu_size × tensor_parallel_size asks for 8.00 GiB "
+                                  "(8589934592 B) of LMCache DRAM on gpu07, above its 4.00 GiB (4294967296 B) of "
+                                  "available memory (MemAvailable): lower max_local_cpu_size or free the memory")

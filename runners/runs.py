@@ -144,6 +144,9 @@ def start_gate_run(gate: Gate, who=None, *, site: Site | None = None, params: di
         # an uploaded trace was read and checked by its analysis (runners.traces.analyse_row): not again here
         kept = attach_trace(job, trace, checked=uploaded is not None)
         if uploaded is not None:
+            # the trace's own file name: the replay and the reports name it (and its format may be read from it)
+            job.params = {**job.params, "trace_file": uploaded.name}
+            job.save(update_fields=["params"])
             system_line(job, f"G4 replays the customer's trace {uploaded.name} uploaded by "
                              f"{uploaded.uploaded_by or 'the command line'} (sha256 {uploaded.sha256}, "
                              f"{uploaded.sessions} sessions)")

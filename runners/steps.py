@@ -222,8 +222,10 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         # the tiers above FX as the first replay read them), once, strictly in the trace's order
         trace = f"{run_dir}/trace.csv"
         above = tiers_above_fx(ctx, conn, deployment)
+        data, name = _trace(ctx)
         try:
-            replay_bytes, chosen = prepare_replay(_trace_bytes(ctx), dict(loads.get("replay") or {}), above)
+            replay_bytes, chosen = prepare_replay(data, dict(loads.get("replay") or {}), above, name=name,
+                                                  vllm_flags=list(settings_for(job, ctx.node).extra_vllm_flags))
         except ValueError as exc:
             raise StepError(f"the trace cannot be replayed: {exc}") from None
         conn.upload(replay_bytes, trace)
@@ -324,11 +326,11 @@ def tiers_above_fx(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deplo
     return found
 
 
-def prepare_replay(data: bytes, replay: dict, above: dict) -> tuple[bytes, dict]:
-    """runners.tracereplay.prepare with the tiers above FX when it takes them (`hbm_tokens`, `dram_tokens`)."""
-    accepts = inspect.signature(tracereplay.prepare).parameters
-    extra = {key: above.get(key) for key in ("hbm_tokens", "dram_tokens") if key in accepts}
-    return tracereplay.prepare(data, replay, **extra)
+def prepare_replay(data: bytes, replay: dict, above: dict, *, name: str, vllm_flags: list[str]) -> tuple[bytes, dict]:
+    """runners.tracereplay.prepare with the trace's own name, the deployment's vLLM flags (its --max-model-len) and
+    the tiers above FX (`hbm_tokens`, `dram_tokens`)."""
+    return tracereplay.prepare(data, replay, vllm_flags=vllm_flags, name=name, hbm_tokens=above.get("hbm_tokens"),
+                               dram_tokens=above.get("dram_tokens"))
 
 
 def _replay_sample_or_none(job: Job) -> dict | None:
@@ -439,11 +441,14 @@ def _roce_interface(ctx: StepContext) -> str:
     return interface
 
 
-def _trace_bytes(ctx: StepContext) -> bytes:
+def _trace(ctx: StepContext) -> tuple[bytes, str]:
+    """The run's trace and its own file name (the uploaded file's, kept as the run's `trace_file`; else the
+    artifact's)."""
     artifact = ctx.job.artifacts.filter(name__in=[TRACE_NAME, SAMPLE_TRACE_NAME]).order_by("name").first()
     if artifact is None:
         raise StepError("the run has no trace to replay")
-    return read_artifact(artifact)
+    name = ctx.job.params.get("trace_file") if artifact.name == TRACE_NAME else None
+    return read_artifact(artifact), str(name or artifact.name)
 
 
 def start_workload(ctx: StepContext) -> dict:

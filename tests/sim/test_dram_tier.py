@@ -232,3 +232,23 @@ def test_without_pythonhashseed_each_process_draws_its_own_none_hash(node, tmp_p
         assert server.log_text().count("PYTHONHASHSEED is not set") == 9
     finally:
         server.stop()
+
+
+def test_the_dram_arm_serves_returns_from_dram_alone_and_reads_no_device(node, servers, tmp_path):
+    api = port_range(9)
+    settings = {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 64 * RANK_CHUNK / 2**30,
+                "pre_caching_hash_algorithm": "sha256_cbor", "internal_api_server_enabled": True,
+                "internal_api_server_port_start": api}
+    server, stats = start(node, servers, tmp_path, settings)
+    before_stats = stats.read_text()
+    context = prompt_ids(CONTEXT)
+    server.complete(context)
+    server.reset()
+    assert cached(server.complete(context + prompt_ids(64, 99))["usage"]) == CONTEXT
+    assert tier_tokens(server.metrics(), "dram") == CONTEXT
+    assert stats.read_text() == before_stats              # no disk tier: nothing read, nothing written
+    assert "Using O_DIRECT" not in server.log_text()
+    for rank in range(8):
+        assert delete(f"http://127.0.0.1:{api + 1 + rank}/cache/clear?locations=LocalCPUBackend")[0] == 200
+    server.reset()
+    assert cached(server.complete(context + prompt_ids(64, 98))["usage"]) == 0   # DRAM emptied: recomputed

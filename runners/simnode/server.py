@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from runners.processes import kill_group, watched_environment
 from runners.sim import diskstats
+from runners.simnode import tools
 from runners.simnode.state import default_state, link_shared_fx, load_state, save_state, state_path
 
 log = logging.getLogger(__name__)
@@ -113,9 +114,17 @@ class SimNodeServer:
             (model_cache / "config.json").write_text('{"simulated": true, "note": "Simulated - not evidence"}\n')
         if not self.host_key_path.exists():
             generate_ed25519(self.host_key_path, comment=f"simnode-{self.name}-host")
+        if not self.meminfo_path.exists():
+            self.meminfo_path.parent.mkdir(parents=True, exist_ok=True)
+            self.meminfo_path.write_text(tools.meminfo_text())
         diskstats.ensure(self.diskstats_path, [(8, 0, "sda"), (8, 2, "sda2"),
                                                (259, 0, diskstats.device_name(state["local_nvme"]["namespace"])),
                                                (259, 1, diskstats.device_name(state["fx"]["namespace"]))])
+
+    @property
+    def meminfo_path(self) -> Path:
+        """The node's /proc/meminfo (FXPILOT_MEMINFO in every command), the memory the simulated `free` shows."""
+        return self.root / "proc" / "meminfo"
 
     @property
     def diskstats_path(self) -> Path:
@@ -217,7 +226,7 @@ class SimNodeServer:
             "PYTHONPATH": f"{PROJECT_ROOT}:{PYLIB_DIR}", "FXPILOT_PYTHON": sys.executable,
             "FXPILOT_SIM_ROOT": str(self.root), "FXPILOT_SIM_NODE": self.name, "FXPILOT_SYSFS": str(self.root / "sys"),
             "FXPILOT_SIM_TIME_SCALE": str(state.get("time_scale", self.time_scale)), "FXPILOT_SIMULATED": "1",
-            "FXPILOT_DISKSTATS": str(self.diskstats_path),
+            "FXPILOT_DISKSTATS": str(self.diskstats_path), "FXPILOT_MEMINFO": str(self.meminfo_path),
         })
         env.setdefault("LANG", "C.UTF-8")
         # What this node runs ends with the process that watches this server's own (infra.lifetime.start_watcher).

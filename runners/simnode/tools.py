@@ -642,6 +642,21 @@ def nproc(args: list[str]) -> None:
     print(CPU_CORES)
 
 
+USED_BYTES, CACHE_BYTES, SHARED_BYTES = 61 * 2**30, 1210 * 2**30, 2**27
+
+
+def meminfo_text() -> str:
+    """/proc/meminfo of the simulated node, the same memory `free` shows (kB = KiB, as the kernel prints)."""
+    total, free_bytes = MEMORY_BYTES, MEMORY_BYTES - USED_BYTES - CACHE_BYTES
+    rows = [("MemTotal", total), ("MemFree", free_bytes), ("MemAvailable", total - USED_BYTES),
+            ("Buffers", 2 * 2**30), ("Cached", CACHE_BYTES - 2 * 2**30), ("SwapCached", 0),
+            ("Shmem", SHARED_BYTES), ("SwapTotal", 0), ("SwapFree", 0), ("HugePages_Total", None)]
+    lines = []
+    for name, value in rows:
+        lines.append(f"{name + ':':<16}{0:>8}" if value is None else f"{name + ':':<16}{value // 1024:>8} kB")
+    return "\n".join(lines) + "\n"
+
+
 def free(args: list[str]) -> None:
     unit = 1
     for flag, size in (("-k", 1024), ("-m", 2**20), ("-g", 2**30), ("-b", 1)):
@@ -649,7 +664,7 @@ def free(args: list[str]) -> None:
             unit = size
     if not any(f in args for f in ("-k", "-m", "-g", "-b")):
         unit = 1024
-    used, cache = 61 * 2**30, 1210 * 2**30
+    used, cache = USED_BYTES, CACHE_BYTES
     free_bytes = MEMORY_BYTES - used - cache
     print("               total        used        free      shared  buff/cache   available")
     print(f"Mem:    {MEMORY_BYTES // unit:>12} {used // unit:>11} {free_bytes // unit:>11} {2**27 // unit:>11} "

@@ -19,6 +19,11 @@ def tool(node, *args: str) -> subprocess.CompletedProcess:
                           env=env, cwd=REPO)
 
 
+def tool_env(node: SimNodeServer, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runners.simnode.tools", *args], capture_output=True, text=True,
+                          env={**os.environ, **node.environment()}, cwd=REPO)
+
+
 def test_findmnt_target_answers_the_device_holding_each_cache_path(node):
     (node.nvme / "kv" / "run1").mkdir(parents=True)
     (node.fx / "fxpilot-shared").mkdir(parents=True)
@@ -48,6 +53,11 @@ def test_every_command_finds_the_node_s_diskstats_with_its_devices(tmp_path):
     names = [line.split()[2] for line in path.read_text().splitlines()]
     assert names == ["sda", "sda2", "nvme0n1", "nvme1n1"]
     assert all(len(line.split()) == 20 for line in path.read_text().splitlines())
+    # and its memory where deploy.sh reads it (MemAvailable), the same the simulated `free` shows
+    meminfo = Path(node.environment()["FXPILOT_MEMINFO"]).read_text()
+    available = next(int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemAvailable:"))
+    free = tool_env(node, "free", "-b").stdout.splitlines()[1].split()
+    assert available * 1024 == int(free[6])
 
 
 def test_concurrent_updates_lose_no_sector_and_readers_see_whole_files(tmp_path):

@@ -183,27 +183,3 @@ def order_indices(n: int, q: float, confidence: float = 0.95) -> tuple[int, int]
     """The 1-based order statistics (l, u) of `quantile_order` for n draws (l < 1 or u > n: no finite end)."""
     tail = (1.0 - confidence) / 2.0
     return int(stats.binom.ppf(tail, n, q)), int(stats.binom.ppf(1 - tail, n, q)) + 1
-
-
-def drift_windows(early: np.ndarray, late: np.ndarray, se_early: np.ndarray, se_late: np.ndarray,
-                  confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(drift, low, high), drift = late ÷ early − 1 of per-window statistics (geometric means), accounting for both
-    the window-to-window spread and each window's own sampling error (issue 45, item 2): each side's variance of a
-    window's log statistic is the larger of the windows' observed variance and the mean of their own squared log
-    sampling errors (the spread across windows cannot be smaller than what each window's requests allow), its
-    mean's variance that ÷ its windows; Welch–Satterthwaite degrees of freedom (k − 1 per side). Vectorised over
-    leading axes (the planner's simulated pilots)."""
-    e, lt = np.log(np.asarray(early, dtype=np.float64)), np.log(np.asarray(late, dtype=np.float64))
-    ke, kl = e.shape[-1], lt.shape[-1]
-    diff = lt.mean(axis=-1) - e.mean(axis=-1)
-    if ke < 2 or kl < 2:
-        nan = np.full(np.shape(diff), np.nan)
-        return np.expm1(diff), nan, nan
-    ve = np.maximum(e.var(axis=-1, ddof=1), np.mean(np.square(np.asarray(se_early, dtype=np.float64)), axis=-1)) / ke
-    vl = np.maximum(lt.var(axis=-1, ddof=1), np.mean(np.square(np.asarray(se_late, dtype=np.float64)), axis=-1)) / kl
-    se2 = ve + vl
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = ve ** 2 / (ke - 1) + vl ** 2 / (kl - 1)
-        df = np.where(terms > 0, se2 ** 2 / np.where(terms > 0, terms, 1.0), ke + kl - 2)
-    half = stats.t.ppf(_two_sided(confidence), np.maximum(df, 1.0)) * np.sqrt(se2)
-    return np.expm1(diff), np.expm1(diff - half), np.expm1(diff + half)

@@ -353,14 +353,18 @@ def test_a_window_too_small_for_the_named_quantile_is_invalid_never_judged_on_an
             "be estimated from the window's own requests (window 9: 30)") in found["detail"]
 
 
-def test_the_drift_interval_is_never_narrower_than_the_windows_own_sampling_error():
+def test_the_drift_interval_is_welchs_over_the_windows_named_quantile():
     import numpy as np
 
     from gates.judge import intervals
-    ones = np.ones(3)
-    value, low, high = intervals.drift_windows(ones, ones, np.full(3, 0.1), np.full(3, 0.1), 0.95)
-    # each side's variance 0.1² (the windows agree exactly), df 4: ±2.776 × √(2 × 0.01 ÷ 3) on the log scale
-    assert value == 0.0 and high == pytest.approx(np.expm1(2.7764451 * np.sqrt(0.02 / 3)), rel=1e-6)
-    assert low == pytest.approx(np.expm1(-2.7764451 * np.sqrt(0.02 / 3)), rel=1e-6)
+    verdict = evaluate(PLAN, 4, synthetic.gate_inputs(4))
+    cell = next(c for c in verdict["criteria"] if c["key"] == "g4-soak-drift")["cells"][0]
+    values = np.array(cell["per_window"])
+    half = len(values) // 2
+    value, low, high = intervals.drift_t(values[:half], values[half:], verdict["criteria"][0]["confidence"])
+    assert cell["early_windows"] == list(range(2, 2 + half)) and len(cell["late_windows"]) == len(values) - half
+    assert cell["value"] == pytest.approx(float(value), rel=1e-3, abs=1e-5)
+    assert cell["ci"] == [pytest.approx(float(low), rel=1e-3, abs=1e-5), pytest.approx(float(high), rel=1e-3)]
     assert intervals.quantile_min_requests(0.9) == 36 and intervals.quantile_min_requests(0.99) == 368
     assert intervals.quantile_log_se(np.sort(np.exp(np.linspace(0, 1, 35))), 0.9) == float("inf")
+    assert np.isfinite(intervals.quantile_log_se(np.sort(np.exp(np.linspace(0, 1, 36))), 0.9))

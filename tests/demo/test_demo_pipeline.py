@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# the demos take minutes, longer on a loaded machine: more than the suite's 600 s per test while a test waits for one
+# the demos take minutes, longer on a loaded machine: more than the suite's 1,200 s per test while a test waits for one
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(4000)]
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-# the demos take minutes, longer on a loaded machine: more than the suite's 600 s per test while a test waits for one
+# the demos take minutes, longer on a loaded machine: more than the suite's 1,200 s per test while a test waits for one
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(4000)]
 
 

@@ -21,6 +21,7 @@ from gates.models import ApiToken, Evaluation, Gate, Pilot, Report
 from gates.outcome import outcome_of
 from portal import access
 from portal.api_schema import schema
+from reports.exports import ExportError, run_results
 from runners.orchestration import job_progress, log_since
 
 
@@ -223,6 +224,17 @@ def run_log(request: HttpRequest, run: UUID) -> JsonResponse:
 def run_artifacts(request: HttpRequest, run: UUID) -> JsonResponse:
     job = _job(request, run)
     return JsonResponse({"artifacts": [artifact_json(a) for a in job.artifacts.all()]})
+
+
+@api_view
+def run_results_view(request: HttpRequest, run: UUID) -> JsonResponse:
+    """The run's results per arm × concurrency × phase as AIPerf's and llm-d's formats and the CSV's rows, with the
+    customer's own measurements beside them (reports.exports, docs/results.md)."""
+    job = _job(request, run)
+    try:
+        return JsonResponse(run_results(job))
+    except ExportError as error:
+        return _error(404, str(error))
 
 
 @api_view

@@ -108,6 +108,12 @@ def schema() -> dict:
             "The run's output after a chunk number", [RUN, _param("after", {"type": "integer", "minimum": 0}, "query")],
             _obj({"chunks": {"type": "array", "items": _ref("LogChunk")}, "finished": {"type": "boolean"}})),
         "/api/v1/runs/{run}/artifacts": _get("The run's artifacts with SHA-256", [RUN], _list_of("artifacts", "Artifact")),
+        "/api/v1/runs/{run}/results": _get(
+            "The run's results per arm, concurrency and phase: AIPerf 0.13 and llm-d report v0.2 forms, CSV rows, and "
+            "the customer's own measurements (labelled as his)", [RUN],
+            _obj({"fxpilot": {"type": "object"}, "cells": {"type": "array", "items": {"type": "object"}},
+                  "csv": {"type": "array", "items": {"type": "object"}},
+                  "customer_measurements": {"type": "array", "items": {"type": "object"}}})),
         "/api/v1/artifacts/{artifact}/download": _get(
             "An artifact's bytes", [_param("artifact", UUID_PARAM)], {}, binary="application/octet-stream"),
         "/api/v1/reports/{report}/download": _get(

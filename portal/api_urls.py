@@ -14,6 +14,7 @@ urlpatterns = [
     path("v1/runs/<uuid:run>", api.run_detail, name="api-run"),
     path("v1/runs/<uuid:run>/log", api.run_log, name="api-run-log"),
     path("v1/runs/<uuid:run>/artifacts", api.run_artifacts, name="api-run-artifacts"),
+    path("v1/runs/<uuid:run>/results", api.run_results_view, name="api-run-results"),
     path("v1/artifacts/<uuid:artifact>/download", api.artifact_download, name="api-artifact-download"),
     path("v1/reports/<uuid:report>/download", api.report_download, name="api-report-download"),
     # Anything else under /api/ (including ids that are not UUIDs) answers a JSON 404.

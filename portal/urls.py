@@ -56,6 +56,7 @@ urlpatterns = [
     path("sites/<uuid:code>/credentials/new/", runs.credential_create, name="credential_create"),
     path("sites/<uuid:code>/agent/new/", runs.site_agent_create, name="site_agent_create"),
     path("sites/<uuid:code>/agent/revoke/", runs.site_agent_revoke, name="site_agent_revoke"),
+    path("sites/<uuid:code>/agent/kit.tar.gz", runs.site_agent_kit, name="site_agent_kit"),
     path("nodes/<uuid:code>/", runs.node_detail, name="node"),
     path("nodes/<uuid:code>/accept-host-key/", runs.node_accept_host_key, name="node_accept_host_key"),
     path("nodes/<uuid:code>/contact/", runs.node_contact, name="node_contact"),

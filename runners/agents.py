@@ -51,6 +51,8 @@ def agent_env(agent: SiteAgent, token: str, *, url: str, state: str) -> str:
         f"enrolled {timezone.localtime(agent.created):%Y-%m-%d %H:%M %Z}.",
         "# The token is shown this once and cannot be shown again: keep this file on the site's jump host only,",
         "# readable by the agent's user alone (chmod 600). A new enrolment revokes this token.",
+        "# The agent needs Python 3.11+ with paramiko, cryptography and PyNaCl (requirements-agent.txt in the site's",
+        "# agent kit, on the portal's site page) and fxpilot's runners/agent code; no Django, no database.",
         f"FXPILOT_AGENT_URL={shlex.quote(url)}",
         f"FXPILOT_AGENT_TOKEN={token}",
         f"FXPILOT_AGENT_STATE={shlex.quote(state)}",

@@ -5,9 +5,18 @@ Every object is reached through its parent pilot (portal.access); downloads incl
 
 from __future__ import annotations
 
+import ast
+import io
+import ipaddress
+import os
+import shlex
+import tarfile
 from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -266,9 +275,12 @@ def site_agent_create(request: HttpRequest, code: UUID) -> HttpResponse:
         agent, token = create_agent(site, created_by=request.user)
         lifecycle.audit(pilot, request.user, AuditAction.SITE_AGENT_CREATED, site, name=site.name,
                         token_prefix=agent.token_prefix)
+    url = portal_address(request)
     response = render(request, "runners/site_agent.html", {
-        "pilot": pilot, "site": site, "agent": agent,
-        "environment": agent_env(agent, token, url=control_plane_url(), state=default_state(site))})
+        "pilot": pilot, "site": site, "agent": agent, "url": url, "https": url.startswith("https://"),
+        "loopback": _loopback(url), "packages": agent_packages(), "state": default_state(site),
+        "unit": agent_unit(site), "commands": agent_commands(site), "url_from_setting": bool(os.environ.get("SITE_URL")),
+        "environment": agent_env(agent, token, url=url, state=default_state(site))})
     response["Cache-Control"] = "no-store"
     return response
 
@@ -289,6 +301,126 @@ def site_agent_revoke(request: HttpRequest, code: UUID) -> HttpResponse:
     else:
         messages.info(request, _("Site %(name)s has no active agent credential.") % {"name": site.name})
     return redirect("sites", pilot.code)
+
+
+def portal_address(request: HttpRequest) -> str:
+    """The address the agent must dial: SITE_URL when the deployment sets it, else the address this request reached
+    the portal at (never SITE_URL's built-in default, which names no real portal)."""
+    if os.environ.get("SITE_URL"):
+        return control_plane_url()
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+AGENT_PACKAGES = ("paramiko", "cryptography", "PyNaCl")
+"""What the site agent imports besides the standard library and fxpilot's `runners` (runners/agent/__init__.py)."""
+
+
+def agent_packages() -> list[str]:
+    """The agent's packages pinned as requirements.txt pins them (`name==version`), or bare names if it is absent."""
+    pins = {}
+    try:
+        for line in (Path(settings.BASE_DIR) / "requirements.txt").read_text().splitlines():
+            name, _sep, version = line.split("#")[0].strip().partition("==")
+            if version:
+                pins[name.lower()] = f"{name}=={version}"
+    except OSError:
+        pass
+    return [pins.get(name.lower(), name) for name in AGENT_PACKAGES]
+
+
+def agent_files() -> list[str]:
+    """The agent's own code: runners/agent/ and every module of `runners` it imports, followed import by import
+    (Django-free by design, runners/agent/__init__.py): all the kit carries of fxpilot."""
+    base = Path(settings.BASE_DIR)
+    todo = ["runners/__init__.py", *sorted(str(p.relative_to(base)) for p in (base / "runners" / "agent").glob("*.py"))]
+    seen: list[str] = []
+    while todo:
+        name = todo.pop(0)
+        if name in seen or not (base / name).is_file():
+            continue
+        seen.append(name)
+        for node in ast.walk(ast.parse((base / name).read_text())):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for module in modules:
+                if module == "runners" or module.startswith("runners."):
+                    path = module.replace(".", "/")
+                    todo += [f"{path}.py", f"{path}/__init__.py"]
+    return sorted(seen)
+
+
+KIT_ROOT = "/opt/fxpilot-agent"
+KIT_ENV = "/etc/fxpilot-agent.env"
+
+
+def agent_unit(site: Site) -> str:
+    """A systemd unit for the agent of `site`, as the kit ships it."""
+    return (f"[Unit]\nDescription=fxpilot site agent of site {site.name} (queue {site.queue})\n"
+            "Wants=network-online.target\nAfter=network-online.target\n\n"
+            f"[Service]\nUser=fxpilot-agent\nEnvironmentFile={KIT_ENV}\nWorkingDirectory={KIT_ROOT}/src\n"
+            f"ExecStart={KIT_ROOT}/venv/bin/python -m runners.agent\nRestart=always\nRestartSec=5\n"
+            "KillSignal=SIGTERM\nTimeoutStopSec=60\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+def agent_commands(site: Site) -> str:
+    """The exact commands that install and start the kit on the jump host (as root), in order."""
+    state = default_state(site)
+    return "\n".join([
+        "# on the site's jump host, as root, in the folder where fxpilot-agent-kit.tar.gz was unpacked",
+        "useradd --system --no-create-home --shell /usr/sbin/nologin fxpilot-agent",
+        f"install -d -m 0700 -o fxpilot-agent {shlex.quote(state.rsplit('/', 1)[0])}",
+        f"python3 -m venv {KIT_ROOT}/venv",
+        f"{KIT_ROOT}/venv/bin/pip install -r requirements-agent.txt",
+        f"mkdir -p {KIT_ROOT}/src && cp -r runners {KIT_ROOT}/src/",
+        f"install -m 0600 -o fxpilot-agent agent.env {KIT_ENV}   # the lines shown once on the portal",
+        f"sudo -u fxpilot-agent sh -c 'set -a; . {KIT_ENV}; set +a; cd {KIT_ROOT}/src && "
+        f"{KIT_ROOT}/venv/bin/python -m runners.agent --check'",
+        "install -m 0644 fxpilot-agent.service /etc/systemd/system/fxpilot-agent.service",
+        "systemctl daemon-reload && systemctl enable --now fxpilot-agent",
+    ]) + "\n"
+
+
+@login_required
+def site_agent_kit(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The agent kit of a site, as a .tar.gz: the agent's code, its pinned requirements, a systemd unit, the
+    commands, and an environment file with every line but the token (shown once, when the agent is enrolled)."""
+    site, pilot = get_for_user(request, Site.objects.select_related("pilot__customer", "pilot__vendor"), code, "pilot")
+    access.require_act(pilot, request.user, Act.OPERATE_NODES)
+    url = portal_address(request)
+    files = {
+        "requirements-agent.txt": "\n".join(agent_packages()) + "\n",
+        "fxpilot-agent.service": agent_unit(site),
+        "INSTALL.sh": "#!/bin/sh\nset -e\n" + agent_commands(site),
+        "agent.env.example": (f"FXPILOT_AGENT_URL={shlex.quote(url)}\n"
+                              "FXPILOT_AGENT_TOKEN=   # shown once on the portal when the agent is enrolled\n"
+                              f"FXPILOT_AGENT_STATE={shlex.quote(default_state(site))}\n"),
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        def add(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(f"fxpilot-agent-kit/{name}")
+            info.size, info.mode, info.mtime = len(data), mode, int(timezone.now().timestamp())
+            tar.addfile(info, io.BytesIO(data))
+        for name, text in files.items():
+            add(name, text.encode(), 0o755 if name.endswith(".sh") else 0o644)
+        for name in agent_files():
+            add(name, (Path(settings.BASE_DIR) / name).read_bytes())
+    response = HttpResponse(buffer.getvalue(), content_type="application/gzip")
+    response["Content-Disposition"] = 'attachment; filename="fxpilot-agent-kit.tar.gz"'
+    return response
 
 
 def _form_errors(request: HttpRequest, form) -> None:
@@ -384,8 +516,24 @@ def node_detail(request: HttpRequest, code: UUID) -> HttpResponse:
             "health_timeout_max_s": HEALTH_TIMEOUT_MAX_S,
             "probes": probes,
             "can_operate": access.offers(pilot, request.user, Act.OPERATE_NODES, pilot),
+            "contact_waits": _contact_waits(node),
         },
     )
+
+
+CONTACT_WAIT = timedelta(seconds=30)
+"""A contact no worker answered within this long is said to wait for a worker serving the site's queue."""
+
+
+def _contact_waits(node: Node) -> dict | None:
+    """A "Contact the node" that nobody has answered for CONTACT_WAIT: the queue it waits on and how to serve it
+    (a worker started before the site existed does not serve its queue), else None."""
+    if node.contact_state != "waiting" or node.contact_requested_at is None:
+        return None
+    waited = timezone.now() - node.contact_requested_at
+    if waited < CONTACT_WAIT:
+        return None
+    return {"queue": node.site.queue, "seconds": int(waited.total_seconds())}
 
 
 @login_required

@@ -26,6 +26,7 @@ from gates.judge.metrics import (
 from gates.judge.records import Inputs, RecordError, plain
 from gates.judge.words import gettext_noop
 from gates.plan import CriterionSpec, GatePlan
+from gates.traces import capacity as trace_capacity
 
 RECOMPUTE_ARM = "recompute"
 RECOMPUTE_MAX_HIT = 0.05      # a recompute arm that serves more than 5 % of its prompt from cache is not recompute
@@ -1188,7 +1189,6 @@ def capacity_order(spec: CriterionSpec, inputs: Inputs, check: dict) -> dict | N
     keeps no rows (a replay-sample written before they were)."""
     if not check.get("rows"):
         return None
-    from gates.traces import capacity
     rows = select(inputs.requests, spec.candidate, spec.phase)
     if "repetition" in rows.columns and len(rows):
         rows = rows[rows["repetition"] == rows["repetition"].min()]
@@ -1199,7 +1199,7 @@ def capacity_order(spec: CriterionSpec, inputs: Inputs, check: dict) -> dict | N
         basis = "send time (the records carry no send_seq)"
     turns = ordered["turn"] if "turn" in ordered.columns else pd.Series([None] * len(ordered))
     sent = [(str(s), -1 if pd.isna(t) else int(t)) for s, t in zip(ordered["session"], turns, strict=True)]
-    found = capacity.in_order(check, sent)
+    found = trace_capacity.in_order(check, sent)
     found["basis"] = basis
     return found
 

@@ -10,7 +10,7 @@ import pytest
 from runners import traces
 from runners.models import Node, Site
 from runners.orchestration import start_gate_run
-from runners.steps import _trace_bytes
+from runners.steps import _trace
 from tests.orchestration.conftest import open_gate
 from tests.reports.test_traces import GOOD
 
@@ -34,7 +34,7 @@ def test_the_trace_goes_to_the_bucket_and_the_worker_reads_it_from_there(s3_evid
     assert kept.sha256 == trace.sha256 and kept.storage_name in s3_evidence.keys()
     # The worker on the customer's side: another data folder, the same database and store.
     settings.DATA_DIR = tmp_path / "jump-host"
-    assert _trace_bytes(SimpleNamespace(job=job)) == data
+    assert _trace(SimpleNamespace(job=job))[0] == data
 
     s3_evidence.client().put_object(Bucket="fxpilot-evidence", Key=trace.path, Body=b"altered")
     with pytest.raises(traces.TraceRefused, match="no longer hashes"):

@@ -120,10 +120,6 @@ PENDING: dict[tuple[str, str, str], str] = {
      "stalled < 8"):
         "tests/orchestration: how soon a run is followed again after an outage is a timing claim: count the failed "
         "looks after the outage's end in the log (at most two at the capped back-off), or move it to benchmarks/",
-    ("tests/real/test_real_engine.py", "test_a_kv_directory_lmcache_cannot_write_stops_the_deploy_quoting_why",
-     "time.monotonic() - started < 120"):
-        "tests/real: `deployment.server == {}` already shows no server was started; drop the wall-clock clause or "
-        "make it a hang bound of 600 s",
     ("tests/traces/test_trace_page.py", "test_a_16_mb_upload_answers_in_under_two_seconds", "elapsed < 2.0"):
         "tests/traces: a performance claim (an upload answered in 2 s): move it to benchmarks/, and keep in the test "
         "what shows the upload is not parsed in the request (e.g. the analysis job queued, no rows read)",

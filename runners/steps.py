@@ -244,9 +244,11 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
             store_bytes(job, f"{deployment.name_prefix}/replay-sample.json",
                         json.dumps(chosen, sort_keys=True).encode(), kind="replay-sample", step=ctx.step,
                         node=ctx.node, simulated=deployment.simulated)
-            # an in-flight cap as large as the sessions replayed never holds a request back; the records carry the
-            # most requests measured in flight as their concurrency, the cap as concurrency_cap
-            args += ["--max-in-flight", str(params["max_sessions"])]
+            # an in-flight cap as large as the sessions replayed never holds a request back (a session has one in
+            # flight at most); the records carry the most requests measured in flight as their concurrency, the
+            # cap as concurrency_cap
+            sessions = int(chosen.get("sampled_sessions") or params["max_sessions"] or 1)
+            args += ["--max-in-flight", str(max(1, sessions))]
     elif command == "share":
         reader = _deployment(ctx, params["reader"])
         args += ["--url-b", reader.url, "--instance-b", reader.instance, "--sessions", str(params["sessions"])]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -131,12 +132,17 @@ def plan_document(job: Job) -> dict | None:
 
 
 def _model_config_json(conn: ssh.NodeConnection, settings: DeploymentSettings) -> dict | None:
-    """The model's config.json read on the node, when the model is a path there (gates.sizing knows the ids)."""
-    if not settings.model.startswith("/"):
-        return None
-    result = conn.run(f"cat -- {ssh.shell_path(settings.model + '/config.json')}", echo=False, check=False, timeout=60)
+    """The model's config.json read on the node: the model's path, or its snapshot in the node's Hugging Face cache
+    (gates.sizing's table knows the usual ids; this is for the others)."""
+    if settings.model.startswith("/"):
+        command = f"cat -- {ssh.shell_path(settings.model + '/config.json')}"
+    else:
+        folder = "models--" + settings.model.replace("/", "--")
+        hub = '"${HF_HUB_CACHE:-${HUGGINGFACE_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}}"'
+        command = f"for f in {hub}/{shlex.quote(folder)}/snapshots/*/config.json; do cat -- \"$f\"; break; done"
+    result = conn.run(command, echo=False, check=False, timeout=60)
     try:
-        found = json.loads(result.stdout) if result.exit_code == 0 else None
+        found = json.loads(result.stdout) if result.exit_code == 0 and result.stdout.strip() else None
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
@@ -148,9 +154,11 @@ def check_sizing(job: Job, node: Node, conn: ssh.NodeConnection, settings: Deplo
     the margin) is refused before anything is started, naming both sizes."""
     if deployment.arm not in LMCACHE_ARMS or settings.kv_connector != PILOT_CONNECTOR:
         return {}
+    from runners.lmcache import MODEL_CONFIGS
+
     try:
         found = sizing(settings, deployment.arm, simulated=node.simulated, plan_document=plan_document(job),
-                       model_config_json=_model_config_json(conn, settings))
+                       model_config_json=None if settings.model in MODEL_CONFIGS else _model_config_json(conn, settings))
     except ValueError as exc:
         raise DeployError(f"node {node.name}: {deployment.arm}: the sizing preflight cannot size LMCache's DRAM: {exc}",
                           deployment=deployment) from None
@@ -179,7 +187,6 @@ def _free_port_run(conn: ssh.NodeConnection, host: str, count: int) -> int:
               "    print(start)\n"
               "    break\n")
     import random
-    import shlex
 
     # start the search at a random place so that two deploys at once rarely pick the same run
     script = script.replace("range(20000,", f"range({20000 + random.randrange(0, 20000)},")
@@ -241,6 +248,10 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "LMCACHE_API_START": api_start if deployment.config_path else "",
         "DISK_IO_THREADS": settings.lmcache.disk_io_threads or "",
         "EXPECTED_NONE_HASH": (deployment.none_hash or {}).get("expected") or "",
+        # the KV bytes per token of the deployed model and KV dtype (the sizing preflight's): the judge's tier-bytes
+        # check compares device bytes with external hits × this (versions.kv_bytes_per_token in the manifest)
+        "KV_BYTES_PER_TOKEN": deployment.sizing.get("kv_bytes_per_token") or "",
+        "KV_CACHE_DTYPE": deployment.sizing.get("kv_dtype") or "",
         **settings.launcher.params(),
     }
     conn.upload(shell_env_file(params).encode(), f"{deployment.arm_dir}/params.env")

@@ -13,7 +13,8 @@
 # PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, LMCache's DRAM tier
 # (DRAM_GIB: max_local_cpu_size, GiB per TP rank; checked against the node's MemAvailable × TP ranks), its internal
 # API server (LMCACHE_API_START: the scheduler's port, worker w on + 1 + w; each must be free), DISK_IO_THREADS
-# (configured, or empty), EXPECTED_NONE_HASH (runners.lmcache.expected_none_hash), the chunk hash
+# (configured, or empty), EXPECTED_NONE_HASH (runners.lmcache.expected_none_hash), KV_BYTES_PER_TOKEN and
+# KV_CACHE_DTYPE (the sizing preflight's, into the manifest's versions), the chunk hash
 # (CHUNK_HASH: the algorithm the LMCache YAML names, HASH_SEED: the PYTHONHASHSEED exported to vLLM), the lines
 # that show LMCache failing (LMCACHE_FAILED, runners.lmcache.LMCACHE_TROUBLE), and how vLLM is
 # launched: LAUNCH_KIND ("" PATH, venv, conda, prefix) LAUNCH_VENV LAUNCH_CONDA LAUNCH_PREFIX (array)
@@ -31,7 +32,7 @@ arm_dir=${2:-}
 [[ -n "$action" && -f "$arm_dir/params.env" ]] || fail "usage: deploy.sh preflight|serve|health|cleanup ARM_DIR"
 EXTRA_VLLM_FLAGS=()
 LAUNCH_KIND="" LAUNCH_VENV="" LAUNCH_CONDA="" KV_CONNECTOR="" CHUNK_HASH="" HASH_SEED="" LMCACHE_FAILED="" COLD_START=0
-DRAM_GIB="" LMCACHE_API_START="" DISK_IO_THREADS="" EXPECTED_NONE_HASH=""
+DRAM_GIB="" LMCACHE_API_START="" DISK_IO_THREADS="" EXPECTED_NONE_HASH="" KV_BYTES_PER_TOKEN="" KV_CACHE_DTYPE=""
 LAUNCH_PREFIX=()
 LAUNCH_ENV=()
 # shellcheck source=/dev/null
@@ -311,7 +312,8 @@ preflight() {
     DROP_PAGE_CACHE="$DROP_PAGE_CACHE" PAGE_CACHE_METHOD="$PAGE_CACHE_METHOD" CACHE_DEVICE="${CACHE_DEVICE:-}" \
     CACHE_MOUNT="${CACHE_MOUNT:-}" SIM_TIME_SCALE="${SIM_TIME_SCALE:-}" DISK_DEVICE="${DISK_DEVICE:-}" \
     MEMORY_JSON="${MEMORY_JSON:-}" DRAM_GIB="$DRAM_GIB" LMCACHE_API_START="$LMCACHE_API_START" \
-    EXPECTED_NONE_HASH="$EXPECTED_NONE_HASH" python3 - "$arm_dir/manifest.json" <<'PY'
+    EXPECTED_NONE_HASH="$EXPECTED_NONE_HASH" KV_BYTES_PER_TOKEN="$KV_BYTES_PER_TOKEN" KV_CACHE_DTYPE="$KV_CACHE_DTYPE" \
+    python3 - "$arm_dir/manifest.json" <<'PY'
 import json, os, sys, time
 env = os.environ
 manifest = {
@@ -335,6 +337,9 @@ manifest = {
 }
 if env.get("EXPECTED_NONE_HASH"):
     manifest["versions"]["none_hash"] = {"expected": env["EXPECTED_NONE_HASH"], "observed": []}
+if env.get("KV_BYTES_PER_TOKEN"):
+    manifest["versions"]["kv_bytes_per_token"] = int(env["KV_BYTES_PER_TOKEN"])
+    manifest["versions"]["kv_cache_dtype"] = env.get("KV_CACHE_DTYPE") or None
 if env.get("SIM_TIME_SCALE"):
     manifest["time_scale"] = float(env["SIM_TIME_SCALE"])
 with open(sys.argv[1] + ".tmp", "w") as handle:

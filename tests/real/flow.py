@@ -69,7 +69,8 @@ def versions(conn: ssh.NodeConnection, deployment: Deployment) -> dict:
     return {"vllm": found["vllm"], "lmcache": found["lmcache"]["version"], "lmcache_commit": found["lmcache"]["commit"],
             "kv_connector": manifest["kv_connector"], "page_cache": manifest["page_cache"],
             "chunk_hash": manifest["chunk_hash"], "lmcache_fingerprint": found.get("lmcache_fingerprint"),
-            "none_hash": found.get("none_hash")}
+            "none_hash": found.get("none_hash"), "model": manifest["model"],
+            **{key: found[key] for key in ("kv_bytes_per_token", "kv_cache_dtype") if found.get(key)}}
 
 
 def server_log(site, deployment: Deployment) -> str:

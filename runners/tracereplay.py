@@ -77,7 +77,7 @@ def prepare(data: bytes, replay: dict[str, Any], *, vllm_flags: list[str] = (), 
             max_gpu_hours=float(replay["max_gpu_hours"]) if replay.get("max_gpu_hours") else None,
             gpus=int(replay.get("gpus", 1)), replays=int(replay.get("replays", 1)), **timing)
     else:
-        sample = choose(analysis, ratio=float(ratio), **timing)
+        sample = choose(analysis, ratio=float(ratio), keep_shared=bool(replay.get("keep_shared", True)), **timing)
     stats = dict(sample.stats, format=trace.format, format_name=trace.format_name, file=trace.name,
                  sessions_basis=trace.session_basis, reuse_basis=trace.reuse_basis,
                  trace_warnings=list(trace.warnings))

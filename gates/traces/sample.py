@@ -47,18 +47,35 @@ def session_hash(name: str, seed: int) -> float:
 
 
 def shared_sources(analysis: Analysis, keep_session: np.ndarray) -> np.ndarray:
-    """The sessions whose requests last held the shared prefix a kept session's first request reuses (one level:
-    a source's own sources are not pulled in), so that the sample keeps the sharing across sessions the trace
-    has — the prefix is brought in by the session that brought it in the trace, at the same distance."""
+    """The sessions to add so that the sample keeps the sharing across sessions the trace has: for each kept
+    session's first request that reuses another session's prefix in the trace (stratum shared_prefix) but would
+    reuse less of it among the kept requests alone, the session whose request last held the end of that prefix
+    (one level: an added session's own sources are not pulled in). A system prompt some kept session already
+    brings pulls in nothing more."""
     reuse = analysis.reuse
     if reuse is None or analysis.stratum is None:
         return np.zeros(0, dtype=np.int64)
+    t = analysis.trace
     order = reuse.order
     arrival_session = analysis.session[order]
-    shared = (analysis.stratum[order] == 1) & keep_session[arrival_session] & (reuse.run_source >= 0)
-    sources = arrival_session[reuse.run_source[shared]]
-    sources = np.unique(sources)
+    kept = np.flatnonzero(keep_session[arrival_session])
+    wanted = (analysis.stratum[order][kept] == 1) & (reuse.last_holder[kept] >= 0)
+    if not wanted.any():
+        return np.zeros(0, dtype=np.int64)
+    offsets, ids = subset_blocks(np.asarray(t.block_offsets, dtype=np.int64), t.block_ids, order[kept])
+    own = profile(offsets, ids, t.input_tokens[order[kept]], reuse.block_tokens, t.timestamps[order[kept]])
+    short = wanted & (own.run_blocks < reuse.run_blocks[kept])
+    sources = np.unique(arrival_session[reuse.last_holder[kept[short]]])
     return sources[~keep_session[sources]]
+
+
+def subset_blocks(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and ids of the requests `rows` (file indices), in that order."""
+    counts = np.diff(offsets)[rows]
+    new_offsets = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_offsets[1:])
+    shift = np.repeat(offsets[:-1][rows] - new_offsets[:-1], counts)
+    return new_offsets, ids[np.arange(int(new_offsets[-1]), dtype=np.int64) + shift]
 
 
 def cross_session_blocks(session: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> int:

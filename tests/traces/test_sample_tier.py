@@ -153,3 +153,12 @@ def test_the_oracle_recomputed_on_the_order_sent():
     assert moved["predicted_in_order"] == pytest.approx((dram + fx) / sum(inp))
     unknown = capacity.in_order(check, in_trace_order + [("nobody", 1)])
     assert not unknown["faithful"] and unknown["unknown"] == ["nobody/1"]
+
+
+def test_a_system_prompt_every_session_shares_pulls_in_no_more_than_one_session():
+    analysis = analyse(read_bytes(mooncake_lines(conversations(n_sessions=40)).encode(), "conv.jsonl"))
+    kept = choose(analysis, ratio=0.25, seed=5, keep_shared=True)
+    plain = choose(analysis, ratio=0.25, seed=5)
+    # block 0 opens every prompt: the kept sessions bring it themselves, only the first of them finds it missing
+    assert kept.stats["shared_sources_added"] <= 1
+    assert len(set(kept.session)) - len(set(plain.session)) == kept.stats["shared_sources_added"]

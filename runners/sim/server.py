@@ -1080,6 +1080,8 @@ def describe(server: SimServer) -> str:
             where = f" at {tier.path} ({config.node.storage_kind(tier.path)})" if hasattr(tier, "path") else ""
             size = f" capacity={tier.capacity} chunks/rank" if isinstance(tier, LruTier) else ""
             parts.append(f"tier {tier.name}{where}{size}")
+        if server.pool_chunks is not None:
+            parts.append(f"cpu_pool={server.pool_chunks} chunks/rank (local_cpu={lm.local_cpu})")
         parts.append(f"parallel_read={lm.parallel_read} config={lm.source}")
     return "simulated server: " + ", ".join(parts)
 

@@ -52,9 +52,10 @@ test read what its replay chose)."""
 SOAK_RATE_FRACTION = 0.7
 """The soak's open-loop rate as a share of the fx arm's throughput G3 measured at the soak's concurrency, when the
 plan's `workloads.soak.rate_fraction` does not say."""
-SOAK_RATE_MARGIN = 1.25
-"""On simulated nodes, a soak at its planned rate lasts at least this many times the seconds its failure-rate bar's
-requests take at that rate (their floor is sent on to anyway; the margin keeps that extension short)."""
+SOAK_RATE_MARGIN = 1.05
+"""On simulated nodes, a soak at its planned rate lasts at least this many times the seconds its floor's requests
+take at that rate: open loop it sends rate × seconds whatever the server does (Poisson arrivals: ± 1/√n), and the
+floor (--min-requests) is sent on to anyway; the margin keeps that extension rare."""
 SOAK_RATE_SCHEMA = "fxpilot.soak-rate/1"
 
 
@@ -324,6 +325,8 @@ def soak_rate_plan(pilot, soak: dict, params: dict | None = None) -> dict[str, A
     fraction = float(soak.get("rate_fraction", SOAK_RATE_FRACTION))
     plan: dict[str, Any] = {"schema": SOAK_RATE_SCHEMA, "concurrency": concurrency, "fraction": fraction,
                             "arrivals": str(soak.get("arrivals", "poisson")), "rate_per_s": None}
+    if soak.get("max_lateness_s") is not None:   # the bound on the sends' lateness p99 (default: the client's)
+        plan["max_lateness_s"] = float(soak["max_lateness_s"])
     if params.get("soak_rate"):
         return {**plan, "rate_per_s": float(params["soak_rate"]), "fraction": None,
                 "source": {"kind": "run-parameter", "parameter": "soak_rate"}}

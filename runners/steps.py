@@ -299,7 +299,15 @@ def soak_rate_args(ctx: StepContext, deployment: Deployment) -> list[str]:
         return ["--closed-loop"]
     ctx.say(f"{ctx.node.name}: soak: open loop at {float(rate):.3g} requests/s ({gateplans.soak_rate_source(planned)}), "
             f"{params['windows']} windows over {float(params['seconds']):g} s")
-    return ["--rate", f"{float(rate):.6g}"]
+    out = ["--rate", f"{float(rate):.6g}"]
+    arrivals = str(planned.get("arrivals") or "poisson")
+    if arrivals != "poisson":
+        raise StepError(f"workloads.soak.arrivals is {arrivals!r}: the gate run's soak offers poisson arrivals only "
+                        "(the customer trace's arrival shape is not wired to it)")
+    out += ["--arrivals", arrivals]
+    if planned.get("max_lateness_s") is not None:
+        out += ["--max-lateness-s", f"{float(planned['max_lateness_s']):g}"]
+    return out
 
 
 def tiers_above_fx(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deployment) -> dict:

@@ -7,6 +7,8 @@ transformers, datasets, pyarrow, kubernetes-asyncio, dash and matplotlib. The mo
 `aiperf/common/models/export_models.py` (JsonMetricResult, JsonExportData, SCHEMA_VERSION "1.4") and
 `aiperf/common/models/record_models.py` (MetricValue, MetricRecordMetadata, MetricRecordInfo) of aiperf==0.13.0, and
 of llm-d-benchmark's `benchmark_report/schema_v0_2.py` + `schema_v0_2_components.py` + `base.py` (report v0.2).
+The real aiperf==0.13.0 package, installed in a separate scratch virtual environment (1.2 GB) on 2026-12-05, loaded
+this file's exports with its own `JsonExportData` and `MetricRecordInfo` without an error (docs/results.md).
 """
 from __future__ import annotations
 

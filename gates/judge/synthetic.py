@@ -132,7 +132,6 @@ def phase_summaries(frame: pd.DataFrame, *, versions: bool = True) -> list[dict]
         cached = float(cell["cached_tokens"].fillna(0).sum())
         summary = {
             "schema": "fxpilot.phase/1", "arm": arm, "phase": phase, "concurrency": int(concurrency),
-            "instance": str(cell["instance"].iloc[0]),
             "repetition": int(repetition), "requests": len(cell),
             "duration_s": float(cell["t_end"].max() - cell["t_send"].min()), "client_cpu_s": 0.01 * len(cell),
             "max_in_flight": int(min(concurrency, len(cell))),

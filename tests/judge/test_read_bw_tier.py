@@ -94,5 +94,5 @@ def test_the_device_counters_attribute_retrievals_of_cold_windows_that_began_wit
     verdict = evaluate(plan, 2, _g2_untiered(one_warm))
     check = next(c for c in verdict["validity"]["checks"] if c["name"] == "read-bw-measured")
     assert not check["ok"] and "can be attributed to its own tier" in check["detail"]
-    assert verdict["read_bw_attribution"]["fx"] == ("not attributed: fx/measure@8 rep 4 on node1:8000 did not begin "
-                                                    "with LMCache's DRAM emptied")
+    assert verdict["read_bw_attribution"]["fx"] == ("not attributed: fx/measure@8 rep 4 on records.summary.json did "
+                                                    "not begin with LMCache's DRAM emptied")

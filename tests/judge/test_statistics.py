@@ -139,15 +139,15 @@ def test_hit_ratio_is_an_exact_bound_over_sessions():
     assert c["cells"][0]["sessions"] == 8 and c["ci"] == pytest.approx([low, high], rel=1e-5)
 
 
-def soak(values: list[float]) -> list[dict]:
+def soak(values: list[float], per_window: int = 40) -> list[dict]:
     out = []
     for rep, value in enumerate(values, start=1):
         out += [request("fx", value * (1 + 0.001 * i), t_send=100.0 * rep + i, repetition=rep, phase="soak",
-                        concurrency=16, session=f"w{rep}-{i}") for i in range(20)]
+                        concurrency=16, session=f"w{rep}-{i}") for i in range(per_window)]
     return out
 
 
-DRIFT = {"key": "k", "metric": "ttft", "statistic": "p99", "comparison": "drift", "candidate": "fx", "phase": "soak",
+DRIFT = {"key": "k", "metric": "ttft", "statistic": "p90", "comparison": "drift", "candidate": "fx", "phase": "soak",
          "op": "<=", "threshold": 0.2}
 
 
@@ -156,8 +156,9 @@ def test_drift_compares_late_with_early_steady_windows_leaving_out_the_warm_up()
     c = judge_one(DRIFT, soak([10.0, 2.0, 2.1, 2.6, 2.7]), gate=4)
     cell = c["cells"][0]
     assert cell["warmup_windows"] == 1 and cell["early_windows"] == [2, 3] and cell["late_windows"] == [4, 5]
-    # 20 requests per window: the tail statistic is q0.50 (10 requests beyond it), not p99
-    assert cell["statistic_used"] == "q0.50"
+    # judge version 6: the quantile the criterion names, from each window's own 40 requests (a p90 needs ≥ 36)
+    assert cell["statistic_used"] == "p90" and cell["requests_per_window"] == [40] * 4
+    assert cell["per_window"][0] == pytest.approx(float(np.quantile([2.0 * (1 + 0.001 * i) for i in range(40)], 0.9)))
     early, late = cell["per_window"][:2], cell["per_window"][2:]
     assert c["value"] == pytest.approx(math.sqrt(late[0] * late[1]) / math.sqrt(early[0] * early[1]) - 1, rel=1e-4)
     assert c["value"] > 0.2 and c["verdict"] in ("fail", "marginal")
@@ -166,6 +167,16 @@ def test_drift_compares_late_with_early_steady_windows_leaving_out_the_warm_up()
 def test_a_cold_first_window_no_longer_passes_as_negative_drift():
     steady = judge_one(DRIFT, soak([10.0, 2.0, 2.02, 2.01, 2.03]), gate=4)
     assert abs(steady["value"]) < 0.02 and steady["verdict"] == "pass"
+
+
+def test_a_p99_drift_on_windows_too_small_for_it_is_invalid_never_judged_on_another_quantile():
+    plan = plan_with([{**DRIFT, "statistic": "p99"}], gate=4, min_requests_per_cell=1)
+    records = soak([10.0, 2.0, 2.02, 2.01, 2.03], per_window=40)
+    verdict = evaluate(plan, 4, [("records.jsonl", jsonl(records)), summaries_file(records), inventory_file()])
+    check = next(c for c in verdict["validity"]["checks"] if c["name"] == "repetitions")
+    assert verdict["verdict"] == "invalid" and not check["ok"]
+    assert "a p99 needs at least 368 successful requests per steady window" in check["detail"]
+    assert "(window 2: 40, window 3: 40, window 4: 40, window 5: 40)" in check["detail"]
 
 
 def test_read_bandwidth_comes_from_retrieval_records_with_an_order_statistic_interval():

@@ -90,9 +90,9 @@ def test_a_missing_or_unreadable_counter_is_invalid_with_the_reason_real_or_simu
                 del summary["tier_bytes"]
     found = check(evaluate(PLAN, 2, changed(2, unreadable, simulated=simulated)), "tier-bytes-match")
     assert not found["ok"]
-    assert ("fx/measure@8 rep 1 on node1:8000: cannot be verified: the device counter could not be read: "
+    assert ("fx/measure@8 rep 1 on records.summary.json: cannot be verified: the device counter could not be read: "
             "/proc/diskstats has no line for nvme1n1") in found["detail"]
-    assert "rep 2 on node1:8000: cannot be verified: no tier_bytes" in found["detail"]
+    assert "rep 2 on records.summary.json: cannot be verified: no tier_bytes" in found["detail"]
 
 
 def test_without_kv_bytes_per_token_the_bytes_cannot_be_compared_but_the_model_and_dtype_give_them():

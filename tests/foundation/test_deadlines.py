@@ -2,16 +2,20 @@
 a file, a process's end) with a hang bound that only a hang reaches, HANG_BOUND_S or more, and never asserts on wall
 time. This test reads every test file's syntax tree and names, file:line, each literal deadline under that bound:
 
-* a keyword argument that bounds a wait (`timeout=30`, `within=60`, `seconds=90`, ...), and the same names'
-  defaults in a helper's signature (`def until(condition, timeout=10)`);
+* a keyword argument that bounds a wait (`timeout=30`, `within=60`, `seconds=90`, ...; Playwright's in
+  milliseconds), the same names' defaults in a helper's signature (`def until(condition, timeout=10)`), and the
+  numbers passed at those places to the suite's own helpers (`demo.left_behind(30)`);
 * `time.monotonic() + 30` (or `time.time() + 30`), whatever it is assigned to;
 * `.wait(10)`, `.join(10)`, `wait_for(x, 10)`, `until(..., 10)` and other `wait*`/`until*` calls with a number;
 * `pytest.mark.timeout(N)` under HANG_BOUND_S;
-* a constant named like a bound (`..._TIMEOUT`, `..._TIMEOUT_S`, `HANG_...`, `..._WITHIN_S`; `..._MS` in milliseconds).
+* a constant named like a bound (`..._TIMEOUT`, `..._TIMEOUT_S`, `..._WAIT_S`, `HANG_...`; `..._MS` in milliseconds);
+* a timed assertion: elapsed wall time held under a number (`time.monotonic() - started < 5`, `took < 8`).
 
-A short bound that is right stays, with its reason, in ALLOWED: a wait that must NOT end (the test proves that
-something does not happen), a connect or read of a socket that fails at once when nobody listens, a bound handed to
-the code under test as its own setting (the test is about what that code does when its bound runs out).
+Not counted: a grace period before a kill (a wait in a `try` whose `except TimeoutExpired` kills), a cache entry's
+expiry, a `timedelta`, a soak's planned length. A short bound that is right stays, with its reason, in ALLOWED: a
+wait that must NOT end (the test proves that something does not happen), a connect probe inside a polling loop that
+has its own hang bound, a bound handed to the code under test as its own setting (the test is about what that code
+does when its bound runs out). PENDING lists timed assertions in other rooms' files with what their owners are to do.
 
     .venv/bin/python -m tests.foundation.test_deadlines      # lists what it finds, and stale allow-list entries
 """

@@ -219,3 +219,27 @@ def test_the_upload_path_reads_gzipped_traces_of_every_kind():
     assert len(runner_traces.parse(gzip.compress(csv_text.encode()), "sessions.csv.gz")) == 3
     with pytest.raises(runner_traces.TraceRefused, match="gzip"):
         runner_traces.analyse_bytes(gzip.compress(text.encode())[:30], "broken.gz")
+
+
+def test_a_trace_on_disk_is_kept_in_chunks_past_16_mib_and_analysed_from_the_store(signed_pilot, settings, tmp_path):
+    # issue 44 item 7: a day of traffic is hundreds of MB; receive_file never holds it whole (the portal's upload
+    # cap, runners.validators.TRACE_MAX_BYTES, is raised here as the setting allows)
+    from gates.models import CustomerTrace
+    from runners import traces as runner_traces
+    from tests.traces.helpers import run_trace_jobs
+
+    settings.FXPILOT_TRACE_MAX_BYTES = 64 << 20
+    lines = [{"timestamp": 10 * i, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1 + i % 3000]}
+             for i in range(260_000)]
+    path = tmp_path / "day.jsonl"
+    path.write_text(mooncake_lines(lines))
+    assert path.stat().st_size > 16 << 20
+    packed = tmp_path / "day.jsonl.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    row = runner_traces.receive_file(signed_pilot.pilot, packed, "day.jsonl.gz", signed_pilot.bob, "customer")
+    assert row.state == CustomerTrace.State.QUEUED and row.size == packed.stat().st_size
+    assert run_trace_jobs() == ["ready"]
+    row.refresh_from_db()
+    assert row.turns == 260_000 and row.format == "mooncake"
+    # block 0 everywhere, block 1 + i % 3000 again every 3,000 requests: 512 + (260,000 − 3,000) × 512 tokens
+    assert row.analysis["reuse"]["ideal_hit_tokens"] == (260_000 - 1) * 512 + (260_000 - 3000) * 512

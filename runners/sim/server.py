@@ -173,6 +173,13 @@ class SimServer:
         self.pool_chunks: int | None = None     # LMCache's CPU pool per rank, in chunks (DRAM tier and staging)
         self.write_free: dict[str, float] = {}  # model time each device's queue of disk writes is done
         self.diskstats = _diskstats_path(config)
+        self.none_hash: int | None = None       # NONE_HASH when PYTHONHASHSEED fixes it (the same in every process)
+        self.none_hash_missing = False          # the xxhash functions without the xxhash package
+        if lm is not None and os.environ.get("PYTHONHASHSEED") is not None:
+            try:
+                self.none_hash = none_hash(lm.hash_algorithm, os.environ["PYTHONHASHSEED"])
+            except ImportError:
+                self.none_hash, self.none_hash_missing = 0, True   # LMCache then logs "Using default NONE_HASH=0"
         if lm is not None:
             # LMCache's sizes are GiB (2^30 bytes) per rank: 0.5.6 allocates max_local_cpu_size * 1024**3 and caps
             # its disk backend at max_local_disk_size * 1024**3 (tests/real/test_lmcache_config.py holds this).
@@ -344,7 +351,14 @@ class SimServer:
 
     # --- the prefix index ----------------------------------------------------------------------------
     def _kv_seed(self) -> str:
-        return f"{self.config.model}|tp{self.hw.gpus}|kv{self.model.kv_cache_bytes:g}"
+        """Where every chunk key's chain starts. With PYTHONHASHSEED set, LMCache's chain starts from vLLM's NONE_HASH
+        of the configured hash function, so instances (and restarts) with another function or seed write other chunk
+        names and find nothing of each other's; without the seed the real processes each draw their own (the
+        scheduler's lookups then match no worker's keys), which the simulator does not model: its keys stay shared."""
+        base = f"{self.config.model}|tp{self.hw.gpus}|kv{self.model.kv_cache_bytes:g}"
+        if self.none_hash is None:
+            return base
+        return f"{base}|{vllm_function(self.config.lmcache.hash_algorithm) or 'builtin'}|{self.none_hash}"
 
     def _tier_usable(self, tier) -> bool:
         if isinstance(tier, (DiskTier, FsPool)) and self.config.node.storage_kind(tier.path) == "fx":
@@ -598,7 +612,9 @@ class SimServer:
                              "setting PYTHONHASHSEED to a fixed value for reproducibility.",
                              where="kv_cache_utils.py:100", prefix=prefix)
             try:
-                value = none_hash(lm.hash_algorithm, seed)
+                if self.none_hash_missing:
+                    raise ImportError("xxhash")
+                value = self.none_hash if self.none_hash is not None else none_hash(lm.hash_algorithm, seed)
             except ImportError:
                 lmcache_log("Using default NONE_HASH=0 (vLLM not available)", where=where.format(108), prefix=prefix)
             else:

@@ -72,9 +72,10 @@ def _metric_labels(url: str) -> dict[str, set[str]]:
 
 def _exchange(url: str, model: str, prompt: list[int]) -> dict:
     miss = _shape(_stream(url, model, prompt))
-    # With `local_cpu: false` (the product's YAML) real LMCache writes the prompt's chunks to its disk tier in the
-    # background: a request sent the moment the first one ended may find nothing yet. The product never asks that
-    # fast (populate, then the eviction step, then measure); the answer's shape is compared once the tier holds it.
+    # Real LMCache stores the prompt's chunks after the request (to its DRAM tier, which the product's YAML turns on,
+    # and to its disk tier in the background): a request sent the moment the first one ended may find nothing yet.
+    # The product never asks that fast (populate, then the eviction step, then measure); the answer's shape is
+    # compared once a tier holds it.
     for _ in range(HIT_TRIES):
         status, body = _post(url, "/reset_prefix_cache")
         hit = _shape(_stream(url, model, prompt))

@@ -268,7 +268,8 @@ def aiperf_records(cell: Cell, ctx: Context) -> list[dict]:
                 "record_processor_id": "fxpilot-export", "benchmark_phase": "profiling",
             },
             "metrics": metrics,
-            "error": None if ok else {"type": "RequestError", "message": str(row["error"] or "error")},
+            "error": None if ok else {"type": "RequestError", "message": row["error"] if isinstance(row["error"], str)
+                                      and row["error"] else "error (no message recorded)"},
             "fxpilot": {"evidence": ctx.evidence, "verdict": ctx.verdict, "plan_version": ctx.plan_version,
                         "run": ctx.run, "repetition": int(row["repetition"])},
         })

@@ -20,6 +20,7 @@ urlpatterns = [
     path("notifications/read/", pilots.notifications_read, name="notifications_read"),
     path("pilots/new/", pilots.pilot_new, name="pilot_new"),
     path("pilots/<uuid:code>/", pilots.pilot_detail, name="pilot"),
+    path("pilots/<uuid:code>/settings/", pilots.pilot_settings, name="pilot_settings"),
     path("pilots/<uuid:code>/plan/", pilots.plan_detail, name="plan"),
     path("pilots/<uuid:code>/plan/criteria/<slug:key>/", pilots.criterion_edit, name="criterion_edit"),
     path("pilots/<uuid:code>/plan/sample-trace/", pilots.plan_sample_trace, name="plan_sample_trace"),

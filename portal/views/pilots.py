@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from uuid import UUID
 
+import yaml
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -51,6 +52,7 @@ from gates.models import (
 from gates.outcome import outcome_of
 from gates.plan import PlanError, load_plan
 from gates.policy import Act
+from gates.sizing import SizingSettingsError, validate_settings
 from portal import access, notifications
 from portal.access import get_gate_for_user, get_pilot_for_user
 from portal.forms import (
@@ -70,6 +72,7 @@ from reports import tasks as report_tasks
 from reports.context import TRACE_GATE, trace_of_job
 from reports.service import latest_version, procurement_report_of, quick_change
 from runners import orchestration
+from runners.config import DeploymentSettingsError, validate_deployment
 from runners.evaluation import extension_history
 from runners.models import Job
 from runners.pending import pending_actions, pending_actions_by_pilot
@@ -808,3 +811,104 @@ def audit_log(request: HttpRequest, code: UUID) -> HttpResponse:
         request.GET.get("page")
     )
     return render(request, "gates/audit.html", {"pilot": pilot, "page": page})
+
+
+# ── The pilot's settings: the customer's traffic, the sizing unit, the deployment ──────────────────────────
+
+SETTINGS_ROLES = frozenset({Role.VENDOR_LEAD, Role.VENDOR_ENGINEER, Role.CUSTOMER_APPROVER})
+"""Who may change a pilot's settings: the vendor's people and the customer approver (viewers and the customer's
+engineers read them)."""
+MAX_CONCURRENCY = 100_000
+
+
+def _settings_context(pilot: Pilot, request: HttpRequest, deployment_text: str | None = None) -> dict:
+    deployment = pilot.deployment or {}
+    return {
+        "pilot": pilot, "can_edit": bool(policy.roles_of(pilot, request.user) & SETTINGS_ROLES),
+        "concurrency_default": Pilot._meta.get_field("customer_concurrency").default,
+        "sessions_default": Pilot._meta.get_field("sessions_kept").default,
+        "unit_tb": (pilot.sizing or {}).get("fx_unit_usable_tb"),
+        "unit_basis": (pilot.sizing or {}).get("fx_unit_usable_tb_basis") or "stated",
+        "deployment_text": deployment_text if deployment_text is not None else (
+            yaml.safe_dump(deployment, sort_keys=False, allow_unicode=True) if deployment else ""),
+    }
+
+
+def _whole(value: str, name: str, low: int, high: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValidationError(_("%(name)s: %(value)s is not a whole number") % {"name": name, "value": value}) from None
+    if not low <= number <= high:
+        raise ValidationError(_("%(name)s: %(value)s must be between %(low)s and %(high)s") % {
+            "name": name, "value": number, "low": low, "high": f"{high:,}"})
+    return number
+
+
+@login_required
+def pilot_settings(request: HttpRequest, code: UUID) -> HttpResponse:
+    """The settings every prediction and the procurement report rest on — the customer's concurrency and sessions
+    kept, one FX unit's usable capacity, the deployment settings — shown with their defaults, changed by the vendor's
+    people or the customer approver, each change validated as `manage.py deployment --set` validates it and
+    audited with both values."""
+    pilot = get_pilot_for_user(request, code)
+    if request.method != "POST":
+        return render(request, "gates/pilot_settings.html", _settings_context(pilot, request))
+    if not policy.roles_of(pilot, request.user) & SETTINGS_ROLES:
+        raise PermissionDenied(_("Only the vendor lead, a vendor engineer or the customer approver may change the "
+                                 "pilot's settings."))
+    text = request.POST.get("deployment", "")
+    try:
+        concurrency = _whole(request.POST.get("customer_concurrency", ""), _("Customer concurrency"), 1, MAX_CONCURRENCY)
+        sessions = _whole(request.POST.get("sessions_kept", ""), _("Sessions kept"), 1, 100_000_000)
+        unit = (request.POST.get("fx_unit_usable_tb") or "").strip()
+        sizing = dict(pilot.sizing or {})
+        if unit:
+            try:
+                sizing["fx_unit_usable_tb"] = float(unit)
+            except ValueError:
+                raise ValidationError(_("FX unit usable capacity: %(value)s is not a number") % {"value": unit}) from None
+            sizing["fx_unit_usable_tb_basis"] = request.POST.get("fx_unit_usable_tb_basis") or "stated"
+        else:
+            sizing.pop("fx_unit_usable_tb", None)
+            sizing.pop("fx_unit_usable_tb_basis", None)
+        try:
+            validate_settings(sizing)
+        except SizingSettingsError as exc:
+            raise ValidationError(str(exc)) from None
+        deployment = pilot.deployment or {}
+        if text.strip():
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                raise ValidationError(_("Deployment settings, line %(line)s: not valid YAML or JSON (%(problem)s)") % {
+                    "line": mark.line + 1 if mark else 1, "problem": getattr(exc, "problem", exc)}) from None
+            if not isinstance(data, dict):
+                raise ValidationError(_("Deployment settings: a mapping of settings is expected (docs/deployment.md)"))
+            try:
+                deployment = validate_deployment(data).to_dict()
+            except DeploymentSettingsError as exc:
+                raise ValidationError(str(exc)) from None
+        elif pilot.deployment:
+            raise ValidationError(_("Deployment settings: empty; a pilot's deployment settings are changed, not "
+                                    "removed"))
+    except ValidationError as error:
+        for message in error.messages:
+            messages.error(request, message)
+        return render(request, "gates/pilot_settings.html", _settings_context(pilot, request, text), status=400)
+    changes = {}
+    for field, value in (("customer_concurrency", concurrency), ("sessions_kept", sessions), ("sizing", sizing),
+                         ("deployment", deployment)):
+        if getattr(pilot, field) != value:
+            changes[field] = {"from": getattr(pilot, field), "to": value}
+            setattr(pilot, field, value)
+    if changes:
+        with transaction.atomic():
+            pilot.save(update_fields=list(changes))
+            lifecycle.audit(pilot, request.user, AuditAction.PILOT_SIZING_SET, pilot, settings=changes)
+        messages.success(request, _("Settings saved: %(fields)s. Reports made before this change are offered again "
+                                    "as a new version.") % {"fields": ", ".join(sorted(changes))})
+    else:
+        messages.info(request, _("Nothing changed."))
+    return redirect("pilot_settings", pilot.code)

@@ -409,10 +409,11 @@ class SimServer:
         load = max(min(hit, len(prompt) - 1) - hbm_hit, 0)
         request.store = True
         # tokens past the HBM hit, split by the tier each chunk comes from; the retrieval reads whole chunks
-        dram = disk = dram_chunks = disk_chunks = 0
+        dram = disk = disk_chunks = 0
         device = "local_nvme"
         device_bytes: dict[str, float] = {}
         chunk_bytes = lm.chunk_size * self.model.kv_bytes_per_token()
+        kinds: dict[str, str] = {}
         for index, tier in enumerate(found):
             start = max(index * lm.chunk_size, hbm_hit)
             end = min((index + 1) * lm.chunk_size, hbm_hit + load)
@@ -420,20 +421,25 @@ class SimServer:
                 continue
             if tier.name == "dram":
                 dram += end - start
-                dram_chunks += 1
             else:
-                kind = self.config.node.storage_kind(tier.path)
-                kind = kind if kind in ("fx", "local_nvme") else "other"
+                if tier.name not in kinds:
+                    kind = self.config.node.storage_kind(tier.path)
+                    kinds[tier.name] = kind if kind in ("fx", "local_nvme") else "other"
+                kind = kinds[tier.name]
                 if not disk:
                     device = kind if kind != "other" else "local_nvme"
                 disk += end - start
                 disk_chunks += 1
                 device_bytes[kind] = device_bytes.get(kind, 0.0) + chunk_bytes
         request.cached_dram, request.cached_disk, request.disk_device = dram, disk, device
-        request.disk_bytes = {("local_nvme" if k == "other" else k): v for k, v in device_bytes.items()}
+        request.disk_bytes = {}
+        for kind, size in device_bytes.items():   # a tier on neither device is read at the local disk's rate
+            bandwidth_kind = "local_nvme" if kind == "other" else kind
+            request.disk_bytes[bandwidth_kind] = request.disk_bytes.get(bandwidth_kind, 0.0) + size
         request.device_kinds = device_bytes
         request.staging_chunks = disk_chunks
-        request.pinned_chunks = dram_chunks
+        # the lookup pins every chunk it finds in DRAM, those under vLLM's own HBM hit too
+        request.pinned_chunks = sum(1 for tier in found if tier.name == "dram")
         self.counters.add("vllm:external_prefix_cache_queries_total", len(prompt) - hbm_hit)
         self.counters.add("vllm:external_prefix_cache_hits_total", load)
         self.counters.add("lmcache:num_requested_tokens_total", len(prompt))

@@ -139,6 +139,8 @@ def profile(offsets: np.ndarray, ids: np.ndarray, input_tokens: np.ndarray, bloc
         first = np.ones(unseen.size, dtype=bool)
         first[1:] = ureq[1:] != ureq[:-1]
         cut[ureq[first]] = unseen[first] - offsets[ureq[first]]
+        del ureq, first
+    del unseen                       # (a reference per distinct block: large, and not needed past here)
     ideal = np.minimum(cut * block_tokens, length)
 
     run_total = int(cut.sum())

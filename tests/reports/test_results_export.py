@@ -466,3 +466,12 @@ def test_the_command_exports_and_names_an_unknown_target(run, tmp_path, capsys):
     assert "profile_export_aiperf.json" in capsys.readouterr().out
     with pytest.raises(CommandError, match="no run has that code"):
         call_command("results", "export", "ffffffff-0000", "--format", "csv", "--out", str(tmp_path))
+
+
+def test_a_pilot_exports_every_run_with_records(run, tmp_path, capsys):
+    Job.objects.create(pilot=run.pilot)   # a run that stored nothing is left out, not an error
+    call_command("results", "export", run.pilot.name, "--format", "csv", "--out", str(tmp_path))
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(tmp_path / f"run-{str(run.code)[:8]}.csv")]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / printed[0]).read_text())))
+    assert {(r["arm"], r["metric"]) for r in rows} >= {("fx", "time_to_first_token"), ("recompute", "request_latency")}

@@ -138,4 +138,9 @@ def test_the_inventory_reads_the_probes_answer(tmp_path):
 
     spec, _ = LAYOUTS["0.5.6 wheel (no c_ops)"]
     found = _run(lookup_code(), _install(tmp_path / "site", **spec))
-    assert parse_lmcache(json.dumps(found)) == {"version": "0.5.6", "commit": "3e11e108", "hip": False}
+    parsed = parse_lmcache(json.dumps(found))
+    fingerprint = parsed.pop("fingerprint")
+    assert parsed == {"version": "0.5.6", "commit": "3e11e108", "hip": False, "clear_api": False}
+    # this stand-in has no local_disk_backend.py (no default thread count to read) and no internal API server files
+    assert (fingerprint["version"], fingerprint["commit"], fingerprint["disk_io_threads"]) == ("0.5.6", "3e11e108", None)
+    assert len(fingerprint["sha256"]) == 64

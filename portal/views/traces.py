@@ -99,7 +99,7 @@ def pilot_traces(request: HttpRequest, code: UUID, trace: int | None = None) -> 
     else:
         shown = next((r for r in rows if r.state == CustomerTrace.State.READY), rows[0] if rows else None)
     language = translation.get_language() or "en"
-    for row in rows:
+    for row in [*rows, *([shown] if shown is not None else [])]:  # the page's headline too, not only the table
         row.refusal_text = (row.refusal or {}).get("zh-hans" if language.startswith("zh") else "en", "")
     context = {
         "pilot": pilot, "rows": rows, "shown": shown, "form": TraceUploadForm(),

@@ -96,9 +96,9 @@ def test_the_g4_report_states_the_replays_fidelity_and_strata_in_both_languages(
              "fidelity": {"checks": [dict(fidelity(records, 1000, 0.8), arm="fx")],
                           "strata": strata(records, 0.5, ideal_hit_fraction=0.5)}}
     english = render_to_string("reports/_trace.html", {"trace": trace})
-    assert "reached a share of 0.800" in english and "Reached." in english and "returning turns" in english
+    assert "reached a share of 80.0 %" in english and "Reached." in english and "returning turns" in english
     assert "the tier cannot help" in english and "×10.00" in english
-    assert "goodput, FX / recompute (TTFT ≤ 0.5 s)" in english and "1.000 / 0.000" in english    # item 6
+    assert "goodput, FX / recompute (TTFT ≤ 0.5 s)" in english and "100.0 % / 0.0 %" in english    # item 6
     with translation.override("zh-hans"):
         chinese = render_to_string("reports/_trace.html", {"trace": trace})
     assert "已达到。" in chinese and "后续轮次请求" in chinese and "Reached" not in chinese and "有效吞吐" in chinese

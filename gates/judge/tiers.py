@@ -211,8 +211,9 @@ def read_bw_windows(inputs) -> list[dict]:
             row.update(source="device", device=device, device_read_bytes=_num(read), seconds=_num(float(seconds)),
                        gbps=_num(read / float(seconds) / GB))
         elif len(retrieves):
-            mine = retrieves[(retrieves["arm"] == summary["arm"])
-                             & (retrieves["instance"].astype(str) == str(summary.get("instance") or ""))]
+            mine = retrieves[retrieves["arm"] == summary["arm"]]
+            if summary.get("instance"):   # a summary that names its instance: that instance's retrievals
+                mine = mine[mine["instance"].astype(str) == str(summary["instance"])]
             mine = mine[mine["bytes"].notna() & mine["seconds"].notna()]
             total_s = float(mine["seconds"].sum()) if len(mine) else 0.0
             if total_s <= 0:

@@ -153,8 +153,8 @@ def detect_format(first_line: str, head: str | None = None) -> str | None:
     text = first_line.lstrip("\ufeff").strip()
     if text.startswith(("{", "[")):
         keys = json_keys(head if head is not None else text)
-        if "hash_id_scope" in keys or ("requests" in keys and "block_size" in keys):
-            return "weka"
+        if "hash_id_scope" in keys or ("requests" in keys and ("block_size" in keys or {"t", "in"} <= keys)):
+            return "weka"           # (a pretty-printed conversation may name block_size after a long requests[])
         if "chat_id" in keys or "parent_chat_id" in keys:
             return "bailian"
         if "timestamp" in keys or "delay" in keys or ("session_id" in keys and (

@@ -243,3 +243,12 @@ def test_a_trace_on_disk_is_kept_in_chunks_past_16_mib_and_analysed_from_the_sto
     assert row.turns == 260_000 and row.format == "mooncake"
     # block 0 everywhere, block 1 + i % 3000 again every 3,000 requests: 512 + (260,000 − 3,000) × 512 tokens
     assert row.analysis["reuse"]["ideal_hit_tokens"] == (260_000 - 1) * 512 + (260_000 - 3000) * 512
+
+
+def test_a_weka_conversation_whose_block_size_comes_after_a_long_request_list_is_read_as_weka(tmp_path):
+    calls = [_call(float(i), 64 * 40, list(range(40))) for i in range(300)]     # > 64 KiB before block_size
+    conv = {"id": "long", "models": ["m"], "requests": calls, "block_size": 64, "hash_id_scope": "local"}
+    path = write(tmp_path, "trace_long.json", json.dumps(conv, indent=1))
+    trace = read_trace(path)
+    assert trace.format == "weka" and trace.requests == 300
+    assert analyse(trace).reuse.ideal_hit_tokens == 299 * 64 * 40

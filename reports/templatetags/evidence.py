@@ -9,6 +9,7 @@ from django import template
 from django.utils.translation import gettext as _
 
 from gates.models import Gate
+from reports import units
 from reports.checks import localised
 
 register = template.Library()
@@ -36,3 +37,15 @@ def starter_label(label: str) -> str:
     if label.startswith("command line (") and label.endswith(")"):
         return _("command line (%(where)s)") % {"where": label[len("command line ("):-1]}
     return label
+
+
+@register.filter
+def share(value: Any, places: int = 1) -> str:
+    """A fraction as a percentage, rounded as every figure is (reports.units.percent): 0.3735 → "37.4 %"."""
+    return units.percent(value if isinstance(value, (int, float)) else None, int(places))
+
+
+@register.filter
+def count(value: Any) -> str:
+    """A figure grouped by thousands in the reader's number format (reports.units.number): 12031 → "12,031"."""
+    return units.number(value)

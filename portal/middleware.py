@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from django.conf import settings
@@ -9,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import translation
 
 from gates.models import LANGUAGE_SESSION_KEY
+from runners.validators import trace_max_bytes
 
 # Only our own scripts and styles: no inline script, no CDN (the portal must work on an isolated network).
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -30,6 +32,10 @@ MAX_BODY_BYTES = 128 * 1024 * 1024
 # The site agents' API (runners.agentapi) sets its own limits: 1 MiB a request, a collected file up to
 # FXPILOT_AGENT_MAX_FILE (streamed to disk, never held in memory).
 AGENT_API_PREFIX = "/agent/v1/"
+# A customer's trace may be a day of traffic (hundreds of MB): its two upload addresses take up to the trace limit
+# (runners.validators.trace_max_bytes) plus room for the form around it; the upload is streamed to a temporary file.
+TRACE_UPLOAD_PATH = re.compile(r"^/pilots/[0-9a-f-]{36}/(traces/upload|gates/\d+/trace)/$")
+TRACE_FORM_ROOM = 1024 * 1024
 
 
 class ContentSecurityPolicyMiddleware:
@@ -57,9 +63,12 @@ class RequestSizeLimitMiddleware:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return HttpResponse("Bad Content-Length.", status=400, content_type="text/plain")
-        if length > self.limit:
+        limit = self.limit
+        if request.method == "POST" and TRACE_UPLOAD_PATH.match(request.path):
+            limit = max(limit, trace_max_bytes() + TRACE_FORM_ROOM)
+        if length > limit:
             return HttpResponse(
-                f"The request is larger than {self.limit // 2**20} MB.", status=413, content_type="text/plain"
+                f"The request is larger than {limit // 2**20} MB.", status=413, content_type="text/plain"
             )
         return self.get_response(request)
 

@@ -29,7 +29,10 @@ def receive_upload(request: HttpRequest, pilot: Pilot, gate, roles) -> CustomerT
     upload = form.cleaned_data["trace"]
     party = Party.VENDOR if roles & {Role.VENDOR_ENGINEER, Role.VENDOR_LEAD} else Party.CUSTOMER
     try:
-        row = orchestration.receive_trace(pilot, upload.read(), upload.name, request.user, party)
+        if hasattr(upload, "temporary_file_path"):   # a large upload, streamed to disk by Django: never read whole
+            row = orchestration.receive_trace_file(pilot, upload.temporary_file_path(), upload.name, request.user, party)
+        else:
+            row = orchestration.receive_trace(pilot, upload.read(), upload.name, request.user, party)
     except TransitionRefused as refusal:
         messages.error(request, refusal.message)
         return None

@@ -28,3 +28,11 @@ def receive_trace(pilot, data: bytes, name: str, user, party: str) -> CustomerTr
     gate = pilot.gate(traces.TRACE_GATE)
     policy.require(policy.Act.UPLOAD_TRACE, gate, policy.actor_roles(pilot, user))
     return traces.receive(pilot, data, name, user, party)
+
+
+def receive_trace_file(pilot, path, name: str, user, party: str) -> CustomerTrace:
+    """`receive_trace` for an upload already on disk (Django's temporary file of a large upload): hashed and stored
+    in chunks, never read whole into memory (runners.traces.receive_file)."""
+    gate = pilot.gate(traces.TRACE_GATE)
+    policy.require(policy.Act.UPLOAD_TRACE, gate, policy.actor_roles(pilot, user))
+    return traces.receive_file(pilot, path, name, user, party)

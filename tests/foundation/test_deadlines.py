@@ -110,11 +110,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
 # so that the scan stays green for everything else and no NEW one comes in unseen. Remove an entry once it is fixed
 # (test_every_pending_timed_assertion_is_still_there says when).
 PENDING: dict[tuple[str, str, str], str] = {
-    ("tests/deploy/test_cold_start.py",
-     "test_a_later_deploy_waits_as_long_as_the_measured_cold_start_says_and_starts_warm",
-     "time.monotonic() - started < 60"):
-        "tests/deploy: prove the warm start from the job's log or the server's (no modelled cold-start wait), not "
-        "from the wall clock",
     ("tests/orchestration/test_cancel_and_reattach.py",
      "test_a_synchronous_step_is_interrupted_by_a_cancel_and_its_cleanup_still_runs", "took < 8"):
         "tests/orchestration: let the step's remote wait be `sleep 900` (its soft_time_limit above it) and bound "
@@ -124,9 +119,6 @@ PENDING: dict[tuple[str, str, str], str] = {
      "stalled < 8"):
         "tests/orchestration: how soon a run is followed again after an outage is a timing claim: count the failed "
         "looks after the outage's end in the log (at most two at the capped back-off), or move it to benchmarks/",
-    ("tests/traces/test_trace_page.py", "test_a_16_mb_upload_answers_in_under_two_seconds", "elapsed < 2.0"):
-        "tests/traces: a performance claim (an upload answered in 2 s): move it to benchmarks/, and keep in the test "
-        "what shows the upload is not parsed in the request (e.g. the analysis job queued, no rows read)",
 }
 
 

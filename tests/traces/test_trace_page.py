@@ -3,7 +3,6 @@ its analysis on the trace page and the overview, in English and Chinese; nobody 
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -129,15 +128,22 @@ def test_the_trace_page_in_chinese(signed_pilot, client):
         assert words in page, words
 
 
-def test_a_16_mb_upload_answers_in_under_two_seconds(signed_pilot, client):
+def test_a_16_mb_upload_is_kept_without_being_read_in_the_request(signed_pilot, client, monkeypatch):
+    """The web request hashes and keeps the file; reading and analysing it is the worker's (how fast the answer
+    comes is a benchmark's question, not this test's)."""
     line = json.dumps({"timestamp": 0, "input_length": 2048, "output_length": 10, "hash_ids": [1, 2, 3, 4]}) + "\n"
-    data = (line * (16_000_000 // len(line))).encode()     # 16 MB (the limit is 16 MiB)
+    data = (line * (16_000_000 // len(line))).encode()     # 16 MB
     client.force_login(signed_pilot.bob)
-    start = time.perf_counter()
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the trace was read in the web request")
+
+    for name in ("analyse_bytes", "analyse_file", "parse"):
+        monkeypatch.setattr(traces, name, no_reading)
     response = upload(client, signed_pilot.pilot, data, "big.jsonl")
-    elapsed = time.perf_counter() - start
-    assert response.status_code == 302 and CustomerTrace.objects.get().state == "queued"
-    assert elapsed < 2.0, elapsed
+    row = CustomerTrace.objects.get()
+    assert response.status_code == 302 and row.state == "queued" and row.size == len(data)
+    assert row.analysis in (None, {}) and not row.turns
 
 
 def test_the_prediction_is_amdahl_on_the_published_reference():

@@ -25,6 +25,8 @@ from typing import Any
 from django.utils import translation
 from django.utils.translation import gettext, gettext_noop
 
+from gates.models import SignOff
+
 PROVEN = "proven"
 ACCEPTED = "accepted"
 NOT_PROVEN = "not-proven"
@@ -180,8 +182,6 @@ def decide(pilot_state: str, gates: Iterable[GateFacts], halted_reason: str = ""
 
 def facts_of(pilot) -> tuple[str, list[GateFacts]]:
     """The pilot's state and its gates' facts, read from the database (a few queries)."""
-    from gates.models import SignOff
-
     facts = []
     for gate in pilot.gates.order_by("number"):
         evaluation = gate.latest_evaluation

@@ -256,6 +256,10 @@ def _workload_args(ctx: StepContext, deployment: Deployment, conn: ssh.NodeConne
         args += ["--duration-s", f"{max(params['seconds'], 0.1):.3f}", "--windows", str(params["windows"])]
         if params.get("min_requests"):
             args += ["--min-requests", str(int(params["min_requests"]))]
+        dram, _ = dram_tokens(ctx, deployment) if deployment.arm in ("dram", "local_nvme", "fx") else (None, "")
+        if dram:
+            # the session pool sized above HBM and LMCache's DRAM: the soak's returns come from the disk tier
+            args += ["--dram-tokens", str(int(dram))]
         args += soak_rate_args(ctx, deployment)
     elif command == "fault":
         interface = _roce_interface(ctx)
@@ -324,18 +328,22 @@ def tiers_above_fx(ctx: StepContext, conn: ssh.NodeConnection, deployment: Deplo
     found["hbm_tokens"] = hbm
     found["hbm_source"] = (f"vllm:cache_config_info of {deployment.instance}" if hbm else
                            f"{deployment.instance} did not report vllm:cache_config_info" + (f" ({error})" if error else ""))
+    found["dram_tokens"], found["dram_source"] = dram_tokens(ctx, deployment)
+    return found
+
+
+def dram_tokens(ctx: StepContext, deployment: Deployment) -> tuple[int | None, str]:
+    """LMCache's DRAM in tokens on this deployment, and how it was found: `sizes.max_local_cpu_size` GiB per rank ×
+    TP ÷ the KV bytes per token (each rank keeps its share of every token); None when the bytes are not known."""
     settings_ = settings_for(ctx.job, ctx.node)
     try:
         per_token = kv_bytes_per_token(settings_, deployment.simulated)
     except ValueError as exc:
-        found["dram_source"] = str(exc)
-        return found
+        return None, str(exc)
     size = float(settings_.sizes.max_local_cpu_size)
     tp = int(settings_.tensor_parallel_size)
-    found["dram_tokens"] = int(size * GIB * tp // per_token) if size > 0 else 0
-    found["dram_source"] = (f"sizes.max_local_cpu_size {size:g} GiB per rank × TP {tp} ÷ {per_token} KV bytes per "
-                            "token")
-    return found
+    return (int(size * GIB * tp // per_token) if size > 0 else 0,
+            f"sizes.max_local_cpu_size {size:g} GiB per rank × TP {tp} ÷ {per_token} KV bytes per token")
 
 
 def prepare_replay(data: bytes, replay: dict, above: dict, *, name: str, vllm_flags: list[str]) -> tuple[bytes, dict]:

@@ -110,6 +110,10 @@ def test_g4_replays_on_every_arm_of_its_plan_fx_first_and_recompute_with_prefix_
             assert deploy.params["prefix_caching"] is True
         else:
             assert "prefix_caching" not in deploy.params
+    if nodes == 2:  # simulated nodes share one CPU: the open-loop soak waits for the first node's replays
+        soak = next(s for s in ordered if s.name == "soak")
+        last_of_first = max(s.seq for s in ordered if s.name == "teardown" and s.node.name == "node1")
+        assert last_of_first in soak.params["after"]
 
 
 def _deployment(arm: str, **extra) -> Deployment:

@@ -261,6 +261,9 @@ def _label(choices, value: str) -> str:
 STRATUM_LABELS = {"first": gettext_lazy("first turns with nothing to reuse"),
                   "shared_prefix": gettext_lazy("first turns sharing a prefix with other sessions"),
                   "returning": gettext_lazy("returning turns"), "": gettext_lazy("all requests")}
+PHASE_LABELS = {"measure": gettext_lazy("cold-recovery window"), "replay": gettext_lazy("trace replay"),
+                "soak": gettext_lazy("soak"), "capacity": gettext_lazy("capacity check"),
+                "share": gettext_lazy("cross-instance sharing")}
 ARM_LABELS = {"fx": "FX", "dram": "DRAM", "local_nvme": gettext_lazy("local NVMe"),
               "recompute": gettext_lazy("full recompute")}
 
@@ -278,7 +281,8 @@ def tier_display(tiers: dict[str, Any] | None, account: dict[str, Any] | None) -
 
     rows = []
     for row in (tiers or {}).get("rows") or []:
-        rows.append({"arm": str(ARM_LABELS.get(row["arm"], row["arm"])), "phase": row.get("phase"),
+        rows.append({"arm": str(ARM_LABELS.get(row["arm"], row["arm"])),
+                     "phase": str(PHASE_LABELS.get(row.get("phase"), row.get("phase"))),
                      "stratum": str(STRATUM_LABELS.get(row.get("stratum") or "", row.get("stratum"))),
                      "overall": not row.get("stratum"), "requests": row.get("requests"),
                      "hbm": share(row.get("hbm")), "dram": share(row.get("dram")),

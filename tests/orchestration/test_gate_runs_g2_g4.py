@@ -31,7 +31,8 @@ def test_a_whole_g2_run_probes_outputs_on_fx_and_recompute_and_keeps_lmcache_ret
 def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(cluster, sim_site):
     cluster.worker("all", [cluster.control, sim_site.site.queue], concurrency=3)
     open_gate(sim_site.pilot, 4, sim_site.people)
-    params = {**FAST_RUN, "repetitions": 1, "soak_seconds": 4, "soak_min_requests": 40, "workloads": {
+    # the soak open loop at a rate the run sets (a pilot's is planned from G3's fx throughput, which this run lacks)
+    params = {**FAST_RUN, "repetitions": 1, "soak_seconds": 4, "soak_min_requests": 40, "soak_rate": 12, "workloads": {
         **FAST_RUN["workloads"], "replay": {"max_sessions": 8}, "share": {"sessions": 8, "prompt_tokens": 4096},
         "soak": {"windows": 2, "concurrency": 4}}}
     # The customer's trace is uploaded through the G4 page's path (its content: the generator's, for speed).
@@ -47,12 +48,14 @@ def test_a_whole_g4_run_replays_shares_across_nodes_soaks_and_cuts_the_fx_path(c
             ("fx", "recovery")} <= set(phases)
     # the soak's floor reached the node's command line, and the soak did not end short of it
     soak = job.steps.get(name="soak")
-    assert soak.params["min_requests"] == 40
+    assert soak.params["min_requests"] == 40 and soak.params["rate"] == 12
+    planned = json.loads(read_artifact(job.artifacts.get(kind="soak-rate")))
+    assert planned["open_loop"] and planned["source"]["kind"] == "run-parameter", planned
     soaked = [r for r in rows if r["phase"] == "soak"]
     ok = sum(1 for r in soaked if r["status"] == "ok")
     summary = max((s for a in job.artifacts.filter(kind="phase-summary") for s in map(json.loads, read_artifact(a)
                    .decode().splitlines()) if s.get("phase") == "soak"), key=lambda s: s["repetition"])  # the last window
-    assert summary["min_requests"] == 40, summary
+    assert summary["min_requests"] == 40 and summary["open_loop"] and summary["rate_per_s"] == 12, summary
     if ok < 40:  # a machine too busy to send 40 in 4 s: the soak sent on for its length again and says so
         assert 0 <= summary["extended_with_ok"] < 40, summary
         assert max(r["t_send"] for r in soaked) - min(r["t_send"] for r in soaked) > 4 + 3, "the soak stopped short"

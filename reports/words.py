@@ -69,6 +69,11 @@ def arm_name(arm: str, fx_model: str) -> str:
     return fx_model if arm == "fx" else str(ARM_NAMES.get(arm, arm))
 
 
+UNDETERMINED_FACTOR = 10
+"""A ratio whose interval's upper end is more than this many times its lower end is said to be undetermined on the
+procurement report's first page, not quoted as a figure (the tables keep the measured value and interval)."""
+
+
 def gain_sentence(row: dict[str, Any], fx_model: str, concurrency: int) -> str | None:
     """One comparison as a reader says it: what is faster or larger, by how much, against what, and how we know."""
     value, unit = row.get("value"), row.get("unit", "")
@@ -77,7 +82,13 @@ def gain_sentence(row: dict[str, Any], fx_model: str, concurrency: int) -> str |
     args = {"fx": arm_name(row.get("candidate") or "fx", fx_model), "base": arm_name(row.get("baseline") or "", fx_model),
             "value": figure(value, unit), "interval": _interval(row.get("ci"), unit, row.get("confidence")), "n": concurrency}
     metric, comparison = row.get("metric"), row.get("comparison")
-    if comparison == "speedup" and metric == "ttft":
+    low, high = (list(row.get("ci") or []) + [None, None])[:2]
+    if (unit == "×" and isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0
+            and high / low > UNDETERMINED_FACTOR):
+        # an interval this wide says the gain was not determined: its point value is no headline figure
+        what = _("the gain of %(fx)s against %(base)s is undetermined: its %(interval)s spans more than a factor of "
+                 "%(factor)s, so no figure is quoted") % dict(args, factor=UNDETERMINED_FACTOR)
+    elif comparison == "speedup" and metric == "ttft":
         what = _("with %(fx)s the first token arrives %(value)s sooner than with %(base)s (%(interval)s)") % args
     elif comparison == "reduction" and metric == "ttft":
         what = _("with %(fx)s the time to the first token is %(value)s shorter than with %(base)s (%(interval)s)") % args

@@ -102,3 +102,14 @@ def test_the_account_prints_the_sample_and_the_verdicts_figures_and_not_measured
     pilot.refresh_from_db()
     procurement = _text(service.create_procurement_report(pilot))
     assert "Your traffic" in procurement and "Predicted and measured" in procurement and "37.4 %" in procurement
+
+
+def test_a_gain_whose_interval_spans_more_than_ten_times_is_undetermined_not_a_headline():
+    from reports.words import gain_sentence
+
+    row = {"value": 228.0, "unit": "×", "ci": [2.96, 17549.0], "confidence": 0.96, "metric": "ttft",
+           "comparison": "speedup", "candidate": "fx", "baseline": "recompute", "how": "sample-trace"}
+    sentence = gain_sentence(row, "FX100", 16)
+    assert "undetermined" in sentence and "228" not in sentence and "17,549" in sentence
+    narrow = gain_sentence(dict(row, value=4.2, ci=[3.1, 5.6]), "FX100", 16)
+    assert "4.2" in narrow and "undetermined" not in narrow

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import account, pilots, runs, traces
+from portal.views import account, countersign, pilots, runs, traces
 
 urlpatterns = [
     path("", pilots.home, name="home"),
@@ -41,7 +41,8 @@ urlpatterns = [
     path("reports/<uuid:code>/download/", pilots.report_download, name="report_download"),
     path("reports/verify/", pilots.report_verify, name="report_verify"),
     path("reports/verify/<uuid:code>/", pilots.report_verification, name="report_verification"),
-    path("reports/<uuid:code>/countersign/", pilots.report_countersign, name="report_countersign"),
+    path("reports/<uuid:code>/countersign/", countersign.report_countersign, name="report_countersign"),
+    path("pilots/<uuid:code>/countersigning-certificate/", countersign.signer_enrol, name="signer_enrol"),
     path("reports/jobs/<uuid:code>/", pilots.report_job, name="report_job"),
     path("pilots/<uuid:code>/procurement/", pilots.procurement_make, name="procurement_make"),
     path("reports/<uuid:code>/check/", pilots.report_check, name="report_check"),

@@ -179,20 +179,11 @@ def create_procurement_report(pilot: Pilot, *, language: str = "en", who=None) -
 
 
 def verify_report_bytes(data: bytes) -> VerificationResult:
-    return verify_pdf(data, trust_roots())
+    """The vendor's roots, and every customer certificate enrolled (reports.customer_sign_store): each signature
+    is said to be the vendor's or the customer's."""
+    from reports import customer_sign_store
 
-
-def _approver_signer(user, pilot: Pilot):
-    folder = signing_directory()
-    key_path, cert_path = sign.approver_paths(folder, user.get_username())
-    if not cert_path.exists():
-        if not _uses_embedded_default() or settings.PRODUCTION:
-            raise sign.SigningError(f"{cert_path}: no certificate for {user.get_username()}; issue one with your CA "
-                                    "(or `python manage.py signing_setup --approver USERNAME` with the embedded root)")
-        vendor_signer()  # the embedded root must exist before it issues an approver certificate
-        sign.setup_approver(folder, user.get_username(), user.get_full_name() or user.get_username(), pilot.customer.name,
-                            passphrase=settings.FXPILOT_SIGNING_KEY_PASSPHRASE or None)
-    return sign.load_signer(key_path, cert_path, [Path(settings.FXPILOT_SIGNING_ROOT)])
+    return verify_pdf(data, trust_roots(), customer_certs=customer_sign_store.enrolled_certificates())
 
 
 # ── Versions, and what changed behind one ─────────────────────────────────────────────────────
@@ -295,12 +286,16 @@ def offered_version(report: Report, *, who=None, attempts: int = 3) -> Report:
     raise AssertionError("unreachable")
 
 
-def countersign(report: Report, user, *, sha256: str) -> Report:
-    """The customer approver's signature, added as an incremental PAdES revision to exactly the stored bytes of
-    `report` — the version whose SHA-256 (`sha256`) the approver was shown and named. Refused (ReportChanged,
-    nothing signed) when that is not this version, a later version exists, the stored bytes differ, or what the
-    report states changed since it was made. A new file and row (same version, `supersedes` the vendor-only one);
-    the earlier file stays as it was."""
+def countersign(report: Report, user, *, sha256: str, signed: bytes | None = None) -> Report:
+    """The customer approver's signature, made on his own machine with his own key (reports.customer_sign) as an
+    incremental PAdES revision to exactly the stored bytes of `report` — the version whose SHA-256 (`sha256`) the
+    approver was shown and named — and uploaded as `signed`. The control plane signs nothing here. Refused
+    (ReportChanged, nothing stored) when that is not this version, a later version exists, the stored bytes differ,
+    or what the report states changed since it was made; refused (customer_sign_store.Refused, naming why) when
+    `signed` is not those bytes plus one revision adding one signature with the certificate enrolled for him. A new
+    file and row (same version, `supersedes` the vendor-only one); the earlier file stays as it was."""
+    from reports import customer_sign_store
+
     pilot = report.pilot
     refused = policy.refusal(Act.COUNTERSIGN, pilot, policy.roles_of(pilot, user))  # the page's rule, gates.policy
     if refused is not None:
@@ -319,12 +314,16 @@ def countersign(report: Report, user, *, sha256: str) -> Report:
     check = verify_report_bytes(data)
     if not check.ok:
         raise ReportError(f"{report.path} does not verify, so it is not countersigned: {'; '.join(check.reasons)}")
-    approver = _approver_signer(user, pilot)
-    signed = sign.sign_pdf(data, approver, field_name=sign.next_approver_field(data),
-                           tsa_url=settings.FXPILOT_TSA_URL or None,
-                           reason=f"Approved by {_name(user)} for {pilot.customer.name}", location=pilot.customer.name)
-    if not signed.startswith(data):  # an incremental revision keeps every byte the approver read
-        raise ReportError("the countersignature did not keep the bytes read; nothing was stored")
+    if signed is None:
+        raise customer_sign_store.Refused(said(gettext_noop(
+            "the control plane holds no customer key: countersign the file on your own machine with "
+            "fxpilot-countersign and upload the result")))
+    enrolment = customer_sign_store.enrolled(user)
+    if enrolment is None:
+        raise customer_sign_store.Refused(said(gettext_noop(
+            "%(user)s has no countersigning certificate enrolled: make one with `fxpilot-countersign init` and "
+            "upload approver-cert.pem first"), user=user.get_username()))
+    customer_sign_store.check_upload(data, signed, enrolment, trust_roots())
     _require_verified(signed, "countersigned report")
     code, created = uuid.uuid4(), timezone.now()
     with transaction.atomic():
@@ -339,7 +338,8 @@ def countersign(report: Report, user, *, sha256: str) -> Report:
             countersigned_by=user, countersigned_at=created, basis_sha256=report.basis_sha256,
         )
         audit(pilot, user, AuditAction.REPORT_COUNTERSIGNED, countersigned, source=str(report.code),
-              source_sha256=report.sha256, version=report.version, sha256=digest)
+              source_sha256=report.sha256, version=report.version, sha256=digest,
+              certificate_sha256=enrolment.fingerprint)
     return countersigned
 
 

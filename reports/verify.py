@@ -54,6 +54,9 @@ class SignatureCheck:
     ok: bool
     problems: list[str] = field(default_factory=list)
     problem_findings: list[Finding] = field(default_factory=list)
+    fingerprint: str = ""  # SHA-256 of the signer's certificate (DER)
+    trust_anchor: str = ""  # SHA-256 of the root it chained to (DER), when it did
+    party: str = ""  # "vendor", "customer" or "unknown"; "" when no customer certificates were given
 
 
 @dataclass
@@ -94,17 +97,36 @@ def load_trust_roots(sources: Sequence[Path | str | bytes]) -> list[asn1_x509.Ce
     return roots
 
 
-def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509.Certificate]) -> VerificationResult:
+def verify_pdf(data: bytes, trust_roots: Sequence[Path | str | bytes | asn1_x509.Certificate], *,
+               customer_certs: Sequence[Path | str | bytes] | None = None) -> VerificationResult:
+    """`trust_roots` are the vendor's roots. With `customer_certs` (the customers' enrolled certificate files: the
+    signing certificate, then its root), each signature is said to be the vendor's (it chains to a vendor root) or a
+    customer's (its certificate is an enrolled one), and a signature of neither party, or a customer approval made
+    with a certificate of the vendor's root (which the vendor could have made), is a finding."""
     result = VerificationResult(ok=False, reasons=[], signatures=[], attachments=[], report={}, metadata={})
-    _verify(data, trust_roots, result, result.findings)
+    _verify(data, trust_roots, result, result.findings, customer_certs)
     result.reasons = [english(finding) for finding in result.findings]
     result.ok = not result.findings
     return result
 
 
-def _verify(data: bytes, trust_roots, result: VerificationResult, reasons: list[Finding]) -> None:
+def _customer_certificates(sources) -> tuple[dict[bytes, asn1_x509.Certificate], list[asn1_x509.Certificate]]:
+    """Enrolled customer certificate files: {leaf DER: leaf}, and their roots."""
+    leaves, roots = {}, []
+    for source in sources:
+        certs = load_trust_roots([source])
+        if certs:
+            leaves[certs[0].dump()] = certs[0]
+            roots.append(certs[-1])
+    return leaves, roots
+
+
+def _verify(data: bytes, trust_roots, result: VerificationResult, reasons: list[Finding],
+            customer_certs=None) -> None:
     roots = [r for r in trust_roots if isinstance(r, asn1_x509.Certificate)]
     roots += load_trust_roots([r for r in trust_roots if not isinstance(r, asn1_x509.Certificate)])
+    vendor_anchors = {root.sha256.hex() for root in roots}
+    customer_leaves, customer_roots = _customer_certificates(customer_certs or [])
     if not roots:
         reasons.append(said(gettext_noop(
             "no trust root given: a signature can only be trusted against the vendor's root certificate")))
@@ -117,10 +139,12 @@ def _verify(data: bytes, trust_roots, result: VerificationResult, reasons: list[
     result.metadata = _metadata(reader)
     if not embedded:
         reasons.append(said(gettext_noop("the PDF carries no signature")))
-    context = ValidationContext(trust_roots=roots, allow_fetching=False)
+    context = ValidationContext(trust_roots=roots + customer_roots, allow_fetching=False)
     for position, sig in enumerate(embedded):
         check = _check_signature(sig, context, data, last=position == len(embedded) - 1)
-        check.problem_findings += _foreign_certificates(sig, roots)
+        check.problem_findings += _foreign_certificates(sig, roots + customer_roots)
+        if customer_certs is not None:
+            check.problem_findings += _party(check, sig, vendor_anchors, customer_leaves)
         check.problems = [english(problem) for problem in check.problem_findings]
         check.ok = not check.problems
         result.signatures.append(check)
@@ -130,12 +154,34 @@ def _verify(data: bytes, trust_roots, result: VerificationResult, reasons: list[
     _check_attachments(files, result, reasons)
 
 
+def _party(check: SignatureCheck, sig, vendor_anchors: set[str], customer_leaves: dict) -> list[Finding]:
+    """Whose signature this is: the vendor's when it chains to a vendor root, a customer's when its certificate is
+    one the customer enrolled (a certificate the customer made on his own machine, with a root of his own)."""
+    try:
+        der = sig.signer_cert.dump()
+    except Exception:  # noqa: BLE001 — _check_signature said it already
+        der = b""
+    if der and der in customer_leaves and check.trust_anchor not in vendor_anchors:
+        check.party = "customer"
+    elif check.trust_anchor and check.trust_anchor in vendor_anchors:
+        check.party = "vendor"
+    else:
+        check.party = "unknown"
+        return [said(gettext_noop("it belongs to neither party: its certificate is not issued by the vendor's root "
+                                  "nor enrolled by the customer"))]
+    if check.party == "vendor" and check.field.startswith("CustomerApproval"):
+        return [said(gettext_noop("a customer approval made with a certificate of the vendor's root: the vendor "
+                                  "could have made it, so it is not the customer's signature"))]
+    return []
+
+
 def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool) -> SignatureCheck:
     problems: list[Finding] = []
-    signer = issuer = ""
+    signer = issuer = fingerprint = ""
     try:
         cert = sig.signer_cert
         signer, issuer = cert.subject.human_friendly, cert.issuer.human_friendly
+        fingerprint = cert.sha256.hex()
     except Exception as error:  # noqa: BLE001 — a mangled CMS blob is a verdict, not a crash
         problems.append(said(gettext_noop("the signer certificate cannot be read (%(error)s)"), error=error))
     byte_range = [int(x) for x in sig.byte_range]
@@ -152,7 +198,7 @@ def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool
         return SignatureCheck(field=str(sig.field_name), signer=signer, issuer=issuer, signing_time=None,
                               timestamped=False, intact=False, valid=False, trusted=False,
                               covers_whole_file=covers_whole_file, modification="unknown", ok=False,
-                              problem_findings=problems)
+                              problem_findings=problems, fingerprint=fingerprint)
     finally:
         logging.getLogger("pyhanko").disabled = False
     level = status.modification_level
@@ -173,12 +219,14 @@ def _check_signature(sig, context: ValidationContext, data: bytes, *, last: bool
     if status.docmdp_ok is False:
         problems.append(said(gettext_noop("a change after this signature is not permitted by its certification (DocMDP)")))
     when = status.timestamp_validity.timestamp if status.timestamp_validity else status.signer_reported_dt
+    path = getattr(status, "validation_path", None)
+    anchor = path[0].sha256.hex() if path is not None and status.trusted else ""
     return SignatureCheck(
         field=str(sig.field_name), signer=signer, issuer=issuer,
         signing_time=when.isoformat() if when else None, timestamped=status.timestamp_validity is not None,
         intact=bool(status.intact), valid=bool(status.valid), trusted=bool(status.trusted),
         covers_whole_file=covers_whole_file, modification=level.name if level is not None else "unknown",
-        ok=not problems, problem_findings=problems,
+        ok=not problems, problem_findings=problems, fingerprint=fingerprint, trust_anchor=anchor,
     )
 
 
@@ -338,6 +386,13 @@ def _attach(result: VerificationResult, reasons: list[Finding], check: Attachmen
     result.attachments.append(check)
 
 
+PARTY_WORDS = {
+    "vendor": "the vendor's signature (供应商的签名), by the vendor's root",
+    "customer": "the customer's signature (客户的签名), by the certificate the customer enrolled",
+    "unknown": "belongs to neither party (不属于任何一方)",
+}
+
+
 def describe(result: VerificationResult) -> str:
     """A few lines for a person: which report, each signature, the attachments, the verdict."""
     report = result.report
@@ -348,6 +403,9 @@ def describe(result: VerificationResult) -> str:
                      f"({report.get('pilot_code', '?')}), language {report.get('language', '?')}, "
                      f"code {report.get('code', '?')}" + (" — SIMULATION, not evidence" if report.get("simulated") else ""))
     for sig in result.signatures:
+        if sig.party:
+            lines.append(f"Signature {sig.field} — {PARTY_WORDS.get(sig.party, sig.party)}: certificate SHA-256 "
+                         f"{sig.fingerprint or '?'}, root SHA-256 {sig.trust_anchor or 'none trusted'}")
         lines.append(f"Signature {sig.field}: {sig.signer} at {sig.signing_time or 'unknown time'} "
                      f"({'time-stamped' if sig.timestamped else 'no time-stamp authority'}) — "
                      f"intact={sig.intact} trusted={sig.trusted} whole-file={sig.covers_whole_file} "

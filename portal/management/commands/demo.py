@@ -632,14 +632,17 @@ class Command(BaseCommand):
 
     def countersign(self, gate: Gate, person) -> None:
         """Both parties decided: the gate report rendered again as it now stands (signed off, both decisions), and
-        the customer approver's signature added to exactly that version, as the portal's worker does."""
+        the customer approver's signature added to exactly that version on the customer's side (a folder outside
+        the data folder, with the customer-side command's code: reports.customer_sign_demo), then uploaded."""
         report = gate.reports.filter(kind=Report.Kind.GATE).order_by("-created").first()
         if report is None:
             return
-        from reports.service import countersign, offered_version
+        from reports.customer_sign_demo import countersigned_bytes
+        from reports.service import countersign, offered_version, report_bytes
 
         offered = offered_version(report, who="demo")
-        countersign(offered, person, sha256=offered.sha256)
+        signed = countersigned_bytes(report_bytes(offered), person, offered.pilot.customer)
+        countersign(offered, person, sha256=offered.sha256, signed=signed)
 
     def summary(self, pilot: Pilot, port: int, seconds: float) -> None:
         from reports import findings

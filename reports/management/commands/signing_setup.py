@@ -1,23 +1,24 @@
-"""Create the embedded default's signing material (root CA, vendor signer) and approver certificates."""
+"""Create the embedded default's signing material (root CA, vendor signer). Never a customer approver's key:
+he makes his own with `fxpilot-countersign init` on his own machine (docs/reports.md)."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from gates.models import Membership, Organisation, Role
+from gates.models import Organisation
 from reports import sign
 from reports.service import signing_directory
 
 
 class Command(BaseCommand):
-    help = ("Create a root certificate and an RSA-3072 signing certificate under DATA_DIR/signing (never overwrites), "
-            "or with --approver USERNAME a countersigning certificate for a customer approver.")
+    help = ("Create a root certificate and an RSA-3072 signing certificate under DATA_DIR/signing (never overwrites). "
+            "Customer approvers make their own key and certificate with scripts/fxpilot-countersign.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--approver", metavar="USERNAME", help="issue a certificate for this customer approver")
+        parser.add_argument("--approver", metavar="USERNAME", help=argparse.SUPPRESS)
         parser.add_argument("--organisation", help="organisation named in the vendor certificates (default: the vendor)")
 
     def handle(self, *args, **options) -> None:
@@ -25,8 +26,10 @@ class Command(BaseCommand):
         passphrase = settings.FXPILOT_SIGNING_KEY_PASSPHRASE or None
         try:
             if options["approver"]:
-                self._approver(folder, options["approver"], passphrase)
-                return
+                raise CommandError(
+                    f"--approver {options['approver']}: the control plane no longer makes a customer approver's key "
+                    "(the vendor could then sign as the customer). The approver runs `scripts/fxpilot-countersign "
+                    "init` on his own machine and enrols approver-cert.pem in the portal (docs/reports.md).")
             vendor = Organisation.objects.filter(kind=Organisation.Kind.VENDOR).order_by("id").first()
             organisation = options["organisation"] or (vendor.name if vendor else "fxpilot")
             created = sign.setup_authority(folder, organisation=organisation, passphrase=passphrase)
@@ -41,15 +44,3 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(
                 f"FXPILOT_SIGNING_CERT points to {configured}: reports are signed with that, not with these files"))
         self.stdout.write(f"trust root for verification: {settings.FXPILOT_SIGNING_ROOT}")
-
-    def _approver(self, folder: Path, username: str, passphrase: str | None) -> None:
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"--approver {username}: no such user")
-        membership = (Membership.objects.filter(user=user, role=Role.CUSTOMER_APPROVER).select_related("organisation")
-                      .first())
-        if membership is None:
-            raise CommandError(f"--approver {username}: {username} is not a customer approver in any organisation")
-        key, cert, created = sign.setup_approver(folder, username, user.get_full_name() or username,
-                                                 membership.organisation.name, passphrase=passphrase)
-        self.stdout.write(f"{'created' if created else 'already exists'}: {cert} (key {key})")

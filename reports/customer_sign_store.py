@@ -18,12 +18,18 @@ from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
+from asn1crypto import x509 as asn1_x509
+from cryptography.hazmat.primitives import serialization
 from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_noop
+from pyhanko.pdf_utils.reader import PdfFileReader
 
+from gates.lifecycle import audit
+from gates.models import AuditAction, Membership, Pilot
 from reports import customer_sign, sign
 from reports.findings import Finding, english, said
+from reports.verify import DAMAGE, verify_pdf
 
 ENROLMENT_LOG = "enrolments.jsonl"
 
@@ -86,9 +92,6 @@ def enrol(user, organisation, pem: bytes, *, who=None) -> Enrolment:
 
 def _audit(user, organisation, entry: dict) -> None:
     """An audit event on each of the organisation's pilots, once gates.models.AuditAction has `SIGNER_ENROLLED`."""
-    from gates.lifecycle import audit
-    from gates.models import AuditAction, Membership, Pilot
-
     action = getattr(AuditAction, "SIGNER_ENROLLED", None)
     if action is None:
         return
@@ -129,8 +132,6 @@ def enrolled_certificates() -> list[bytes]:
 
 
 def _signatures(data: bytes):
-    from pyhanko.pdf_utils.reader import PdfFileReader
-
     reader = PdfFileReader(BytesIO(data), strict=False)
     return reader, list(reader.embedded_signatures)
 
@@ -139,8 +140,6 @@ def check_upload(stored: bytes, uploaded: bytes, enrolment: Enrolment, vendor_ro
     """Raise Refused unless `uploaded` is `stored` + one incremental revision adding one signature made with the
     enrolled certificate, and the whole file verifies (vendor's signature by the vendor's root, the customer's by
     the enrolled certificate)."""
-    from reports.verify import DAMAGE, verify_pdf
-
     if not uploaded.startswith(stored):
         raise Refused(said(gettext_noop(
             "the uploaded file does not begin with the exact bytes of the version read; countersign the file "
@@ -169,11 +168,7 @@ def check_upload(stored: bytes, uploaded: bytes, enrolment: Enrolment, vendor_ro
         raise Refused(said(gettext_noop("the added signature's certificate cannot be read (%(error)s)"),
                            error=error)) from None
     cert = enrolment.certificate
-    from cryptography.hazmat.primitives import serialization
-
     if carried != cert.leaf.public_bytes(serialization.Encoding.DER):
-        from asn1crypto import x509 as asn1_x509
-
         other = asn1_x509.Certificate.load(carried)
         raise Refused(said(gettext_noop(
             "the added signature was made with the certificate %(subject)s (SHA-256 %(other)s…), not the one "

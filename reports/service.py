@@ -21,7 +21,7 @@ from gates import policy
 from gates.lifecycle import audit
 from gates.models import AuditAction, Evaluation, Gate, Membership, Pilot, Report, ReportJob, Role, SignOff
 from gates.policy import Act
-from reports import sign
+from reports import customer_sign_store, sign
 from reports.context import gate_report_context, procurement_report_context, root_certificate
 from reports.findings import Finding, english, said
 from reports.render import ReportError, render_pdf
@@ -181,8 +181,6 @@ def create_procurement_report(pilot: Pilot, *, language: str = "en", who=None) -
 def verify_report_bytes(data: bytes) -> VerificationResult:
     """The vendor's roots, and every customer certificate enrolled (reports.customer_sign_store): each signature
     is said to be the vendor's or the customer's."""
-    from reports import customer_sign_store
-
     return verify_pdf(data, trust_roots(), customer_certs=customer_sign_store.enrolled_certificates())
 
 
@@ -294,7 +292,6 @@ def countersign(report: Report, user, *, sha256: str, signed: bytes | None = Non
     or what the report states changed since it was made; refused (customer_sign_store.Refused, naming why) when
     `signed` is not those bytes plus one revision adding one signature with the certificate enrolled for him. A new
     file and row (same version, `supersedes` the vendor-only one); the earlier file stays as it was."""
-    from reports import customer_sign_store
 
     pilot = report.pilot
     refused = policy.refusal(Act.COUNTERSIGN, pilot, policy.roles_of(pilot, user))  # the page's rule, gates.policy

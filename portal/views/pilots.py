@@ -70,7 +70,7 @@ from portal.uploads import receive_upload
 from reports import charts, findings
 from reports import tasks as report_tasks
 from reports.context import TRACE_GATE, trace_of_job
-from reports.service import latest_version, procurement_report_of, quick_change
+from reports.service import procurement_report_of
 from runners import orchestration
 from runners.config import DeploymentSettingsError, validate_deployment
 from runners.evaluation import extension_history
@@ -646,37 +646,6 @@ def procurement_make(request: HttpRequest, code: UUID) -> HttpResponse:
     access.require_act(pilot, request.user, Act.MAKE_PROCUREMENT)
     job = report_tasks.queue(ReportJob.Kind.RENDER, pilot=pilot, report_kind=Report.Kind.PROCUREMENT,
                              language=_language(request), who=request.user)
-    return redirect("report_job", job.code)
-
-
-@login_required
-@require_POST
-def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
-    """The customer approver countersigns the version he was shown: the POST names its SHA-256. A worker adds the
-    signature to exactly those bytes (the page follows it); when anything behind that version changed, he is told
-    and shown the new version instead, and nothing is signed. No rendering or signing happens in this request."""
-    report = access.get_report_for_user(request, code)
-    pilot = report.pilot
-    access.require_act(pilot, request.user, Act.COUNTERSIGN)
-    named = (request.POST.get("sha256") or "").strip().lower()
-    latest = latest_version(report)
-    if not named:
-        messages.error(request, _("A countersignature names the version you read by its SHA-256; nothing was signed."))
-        return redirect("reports", pilot.code)
-    if named != report.sha256 or latest.pk != report.pk or report.countersigned_by_id is not None:
-        messages.warning(request, _("The report changed since you read it, so nothing was signed. Read the version "
-                                    "now offered (SHA-256 %(sha256)s) and countersign that one.")
-                         % {"sha256": latest.sha256})
-        return redirect("reports", pilot.code)
-    if quick_change(report) is not None:  # a decision or an evaluation since: a worker renders what is true now
-        job = report_tasks.queue(ReportJob.Kind.RENDER, pilot=pilot, report_kind=report.kind, language=report.language,
-                                 who=request.user, gate=report.gate, evaluation=report.evaluation)
-        messages.warning(request, _("Something behind this report changed since it was made, so nothing was signed. "
-                                    "A worker renders the new version: read it, then countersign it."))
-        return redirect("report_job", job.code)
-    job = report_tasks.queue(ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=report.kind, language=report.language,
-                             who=request.user, gate=report.gate, evaluation=report.evaluation, source=report,
-                             sha256=named)
     return redirect("report_job", job.code)
 
 

@@ -175,7 +175,10 @@ def approver_paths(directory: Path, username: str) -> tuple[Path, Path]:
 
 def setup_approver(directory: Path, username: str, display_name: str, organisation: str, *,
                    passphrase: str | None = None) -> tuple[Path, Path, bool]:
-    """An approver's certificate issued by the embedded root; returns (key, cert, created). Never overwrites."""
+    """A certificate for `username` issued by the VENDOR's embedded root; returns (key, cert, created). Never
+    overwrites. No production path calls this (issue 49): a customer approver makes his own key and certificate with
+    reports.customer_sign, and a signature with a certificate of this root in a customer-approval field is refused
+    and fails verification as the vendor's. Kept for tests that make such a forgery or a two-signature file."""
     key_path, cert_path = approver_paths(directory, username)
     if cert_path.exists() and key_path.exists():
         return key_path, cert_path, False

@@ -25,12 +25,29 @@ METRIC_UNITS = {"capacity_agreement": "fraction", "goodput": "fraction", "ttft":
                 "fx_mounted_writable": "fraction", "fio_read_gbps": "GB/s"}
 
 
+def latency_start(requests: pd.DataFrame) -> np.ndarray:
+    """When each request's latency starts: its send, or for an open-loop request to a real server the time it was
+    due (`t_scheduled`, issue 45): a request the client sent late — because its in-flight cap was full while the
+    server was slow, or the client could not keep up — counts its wait, so a slow server cannot hide behind a late
+    client (coordinated omission). A simulated record's first token is on the simulator's model clock (t_send plus
+    the modelled delays, workload.simulated_clock), which a wall-clock lateness cannot be added to: its latency
+    starts at the send, and the lateness is bounded by the soak's `schedule-kept` check instead."""
+    t_send = requests["t_send"].to_numpy(dtype=np.float64)
+    if "t_scheduled" not in requests.columns:
+        return t_send
+    due = pd.to_numeric(requests["t_scheduled"], errors="coerce").to_numpy(dtype=np.float64)
+    real = ~requests["simulated"].to_numpy(dtype=bool)
+    use = real & np.isfinite(due) & (due <= t_send)
+    return np.where(use, due, t_send)
+
+
 def derive(requests: pd.DataFrame) -> pd.DataFrame:
     """The judge's working frame: only the columns it computes with, plus ok, failed, ttft (ok requests
     with a first token) and hit (cached ÷ prompt tokens). Same index as the request rows."""
     # a request that says ok but never produced a first token did not answer: it is an error record
     ok = ((requests["status"] == "ok") & requests["t_first_token"].notna()).to_numpy()
     t_send = requests["t_send"].to_numpy()
+    start = latency_start(requests)
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.float64)
     cached = requests["cached_tokens"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -40,7 +57,7 @@ def derive(requests: pd.DataFrame) -> pd.DataFrame:
         "repetition": requests["repetition"], "t_send": t_send, "t_end": requests["t_end"].to_numpy(),
         "output_tokens": requests["output_tokens"].to_numpy(), "prompt_tokens": requests["prompt_tokens"].to_numpy(),
         "cached_tokens": cached, "ok": ok, "failed": (~ok).astype(np.float64),
-        "ttft": np.where(ok, requests["t_first_token"].to_numpy() - t_send, np.nan), "hit": hit,
+        "ttft": np.where(ok, requests["t_first_token"].to_numpy() - start, np.nan), "hit": hit,
     }, index=requests.index)
 
 

@@ -38,6 +38,9 @@ REQUEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 REQUEST_OPTIONAL: dict[str, tuple[tuple[type, ...], bool]] = {
     "output_sha256": (_STR, True), "turn": (_INT, True), "client_cpu_s": (_FLOAT, True),
     "stratum": (_STR, True),   # a replayed request's stratum: first | shared_prefix | returning (gates.traces)
+    # the replay's global send order (the capacity check recomputes its oracle in it), and an open-loop request's
+    # due time and lateness on the client's clock (gates.judge.metrics measures a real server's latency from it)
+    "send_seq": (_INT, True), "t_scheduled": (_FLOAT, True), "send_lateness_s": (_FLOAT, True),
 }
 RETRIEVE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "schema": (_STR, False), "run_id": (_STR, False), "arm": (_STR, False), "instance": (_STR, False),

@@ -71,7 +71,8 @@ def cell_frame(arm: str, phase: str, concurrency: int, repetition: int, *, ttft_
         "wall_anchor": WALL_ANCHOR, "status": np.where(failed, "error", "ok"),
         "error": np.where(failed, "HTTP 503 Service Unavailable", None), "simulated": simulated,
         "output_sha256": [None if f or not hashes else output_hash(s, 1) for s, f in zip(sessions, failed, strict=True)],
-        "turn": 1.0, "client_cpu_s": np.nan, "stratum": None,
+        "turn": 1.0, "client_cpu_s": np.nan, "stratum": None, "send_seq": None, "t_scheduled": np.nan,
+        "send_lateness_s": np.nan,
     })
     return frame[REQUEST_COLUMNS]
 

@@ -41,6 +41,7 @@ from runners.deployment import (
 from runners.lmcache import (
     CHUNK_HASH_ALGORITHM,
     LMCACHE_TROUBLE,
+    MODEL_CONFIGS,
     PYTHONHASHSEED,
     api_urls,
     cache_dirs,
@@ -154,8 +155,6 @@ def check_sizing(job: Job, node: Node, conn: ssh.NodeConnection, settings: Deplo
     the margin) is refused before anything is started, naming both sizes."""
     if deployment.arm not in LMCACHE_ARMS or settings.kv_connector != PILOT_CONNECTOR:
         return {}
-    from runners.lmcache import MODEL_CONFIGS
-
     try:
         found = sizing(settings, deployment.arm, simulated=node.simulated, plan_document=plan_document(job),
                        model_config_json=None if settings.model in MODEL_CONFIGS else _model_config_json(conn, settings))

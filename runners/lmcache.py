@@ -4,6 +4,7 @@ deploy.sh (params.env's LMCACHE_FAILED) and during the run by the runner.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 
@@ -331,10 +332,9 @@ def expected_none_hash(algorithm: str, seed: str) -> str:
     elif algorithm == "sha256_cbor":
         digest = hashlib.sha256(_cbor_text(seed)).digest()
     elif algorithm in ("xxhash", "xxhash_cbor"):
-        try:
-            import xxhash
-        except ImportError:
-            raise ValueError(f"{algorithm}: the xxhash package is needed to compute the expected NONE_HASH") from None
+        if importlib.util.find_spec("xxhash") is None:
+            raise ValueError(f"{algorithm}: the xxhash package is needed to compute the expected NONE_HASH")
+        import xxhash
         data = pickle.dumps(seed, protocol=pickle.HIGHEST_PROTOCOL) if algorithm == "xxhash" else _cbor_text(seed)
         digest = xxhash.xxh3_128_digest(data)
     else:

@@ -131,6 +131,35 @@ def enrolled_certificates() -> list[bytes]:
     return [path.read_bytes() for path in sorted(folder.glob("*/*.pem"))]
 
 
+def _upload_path(report, user) -> Path:
+    sign.approver_paths(directory(), user.get_username())  # validates the name for a file name
+    return Path(settings.DATA_DIR) / "signing" / "uploads" / str(report.code) / f"{user.get_username()}.pdf"
+
+
+def keep_upload(report, user, data: bytes) -> Path:
+    """The approver's countersigned upload, kept for the worker that checks and stores it (DATA_DIR is shared by the
+    web tier and the control workers, docs/operations.md); a later upload of the same person replaces it."""
+    path = _upload_path(report, user)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+    return path
+
+
+def take_upload(report, user) -> bytes | None:
+    """The kept upload, removed as it is read: one upload is checked once, whatever the outcome."""
+    path = _upload_path(report, user)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    path.unlink(missing_ok=True)
+    return data
+
+
 def _signatures(data: bytes):
     reader = PdfFileReader(BytesIO(data), strict=False)
     return reader, list(reader.embedded_signatures)

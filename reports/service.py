@@ -287,7 +287,8 @@ def offered_version(report: Report, *, who=None, attempts: int = 3) -> Report:
 def countersign(report: Report, user, *, sha256: str, signed: bytes | None = None) -> Report:
     """The customer approver's signature, made on his own machine with his own key (reports.customer_sign) as an
     incremental PAdES revision to exactly the stored bytes of `report` — the version whose SHA-256 (`sha256`) the
-    approver was shown and named — and uploaded as `signed`. The control plane signs nothing here. Refused
+    approver was shown and named — and uploaded as `signed` (None: the upload the portal kept for the worker,
+    customer_sign_store.keep_upload, taken once). The control plane signs nothing here. Refused
     (ReportChanged, nothing stored) when that is not this version, a later version exists, the stored bytes differ,
     or what the report states changed since it was made; refused (customer_sign_store.Refused, naming why) when
     `signed` is not those bytes plus one revision adding one signature with the certificate enrolled for him. A new
@@ -299,6 +300,8 @@ def countersign(report: Report, user, *, sha256: str, signed: bytes | None = Non
         raise PermissionDenied(refused.message)
     if not Membership.objects.filter(user=user, organisation=pilot.customer, role=Role.CUSTOMER_APPROVER).exists():
         raise PermissionDenied(f"{user.get_username()} is not a customer approver of {pilot.customer.name}")
+    if signed is None:
+        signed = customer_sign_store.take_upload(report, user)
     if (sha256 or "").strip().lower() != report.sha256:
         raise ReportChanged(report, said(gettext_noop("the version read has SHA-256 %(named)s…, not this one's "
                                                       "%(sha256)s…"), named=(sha256 or "")[:16], sha256=report.sha256[:16]))

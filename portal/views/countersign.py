@@ -20,9 +20,9 @@ from gates.models import Membership, ReportJob, Role
 from gates.policy import Act
 from portal import access
 from reports import tasks as report_tasks
-from reports.customer_sign_store import Refused, enrol
+from reports.customer_sign_store import Refused, enrol, keep_upload
 from reports.findings import in_language
-from reports.service import ReportChanged, ReportError, countersign, latest_version, quick_change
+from reports.service import latest_version, quick_change
 
 MAX_CERTIFICATE_BYTES = 64 * 1024
 MAX_ADDED_BYTES = 4 * 1024 * 1024  # one signature with its certificates and an optional time-stamp: far less
@@ -61,9 +61,11 @@ def signer_enrol(request: HttpRequest, code: UUID) -> HttpResponse:
 @login_required
 @require_POST
 def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
-    """The approver uploads the version he read, countersigned on his own machine; the POST names its SHA-256.
-    Stored as the countersigned version when it is those exact bytes plus his one signature; refused, naming why,
-    otherwise. When anything behind the version changed, nothing is stored and a worker renders the new one."""
+    """The approver uploads the version he read, countersigned on his own machine; the POST names its SHA-256. The
+    upload is kept and a worker checks it (reports.service.countersign): stored as the countersigned version when
+    it is those exact bytes plus his one signature, refused naming why otherwise; the job's page follows. When
+    anything behind the version changed, nothing is stored and a worker renders the new one. Nothing is verified
+    or signed in this request."""
     report = access.get_report_for_user(request, code)
     pilot = report.pilot
     access.require_act(pilot, request.user, Act.COUNTERSIGN)
@@ -87,20 +89,8 @@ def report_countersign(request: HttpRequest, code: UUID) -> HttpResponse:
     if signed is None:
         messages.error(request, _("Upload the file fxpilot-countersign wrote for this version; nothing was stored."))
         return redirect("reports", pilot.code)
-    try:
-        countersign(report, request.user, sha256=named, signed=signed)
-    except Refused as refused:
-        messages.error(request, _("Your countersigned file was refused, nothing was stored: %(reason)s")
-                       % {"reason": in_language(refused.finding)})
-    except ReportChanged as changed:
-        job = report_tasks.queue(ReportJob.Kind.RENDER, pilot=pilot, report_kind=report.kind, language=report.language,
-                                 who=request.user, gate=report.gate, evaluation=report.evaluation)
-        messages.warning(request, _("The report changed since you read it, so nothing was stored: %(reason)s")
-                         % {"reason": in_language(changed.finding)})
-        return redirect("report_job", job.code)
-    except ReportError as error:
-        messages.error(request, _("Your countersigned file was not stored: %(reason)s") % {"reason": error})
-    else:
-        messages.success(request, _("Your countersignature is stored: the report's countersigned version is the file "
-                                    "you uploaded."))
-    return redirect("reports", pilot.code)
+    keep_upload(report, request.user, signed)
+    job = report_tasks.queue(ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=report.kind, language=report.language,
+                             who=request.user, gate=report.gate, evaluation=report.evaluation, source=report,
+                             sha256=named)
+    return redirect("report_job", job.code)

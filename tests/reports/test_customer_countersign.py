@@ -20,7 +20,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gates.judge import synthetic, verdicts
-from gates.models import AuditEvent, Evaluation, Report
+from gates.models import AuditEvent, Evaluation, Report, ReportJob
 from gates.plan import load_plan
 from reports import customer_sign, customer_sign_store, service, sign
 from runners.artifacts import store_bytes
@@ -136,9 +136,13 @@ def test_a_countersignature_made_by_the_customer_command_is_uploaded_and_verify_
     assert download == service.report_bytes(report)
     signed = _sign_on_customer_side(folder, download, tmp_path)
     answer = client.post(reverse("report_countersign", args=[report.code]), {
-        "sha256": report.sha256, "signed": SimpleUploadedFile("countersigned.pdf", signed)}, follow=True)
-    assert "Your countersignature is stored" in answer.content.decode()
+        "sha256": report.sha256, "signed": SimpleUploadedFile("countersigned.pdf", signed)})
+    job = ReportJob.objects.get(kind=ReportJob.Kind.COUNTERSIGN, source=report)
+    assert answer.status_code == 302 and answer["Location"] == reverse("report_job", args=[job.code])
+    assert not Report.objects.filter(supersedes=report).exists()  # the request only kept the upload and queued
+    assert service.carry_out(job).state == ReportJob.State.DONE, job.error  # the control worker's part
     countersigned = Report.objects.get(supersedes=report)
+    assert job.result == countersigned
     assert countersigned.countersigned_by == signed_pilot.bob and countersigned.signatures == 2
     assert service.report_bytes(countersigned) == signed  # the uploaded bytes, as he made them
     event = AuditEvent.objects.get(action="report.countersigned", object_id=str(countersigned.pk))
@@ -208,6 +212,14 @@ def test_another_key_other_bytes_or_more_than_a_signature_are_refused_naming_why
             service.countersign(report, signed_pilot.bob, sha256=report.sha256, signed=upload)
     with pytest.raises(customer_sign_store.Refused, match="holds no customer key"):
         service.countersign(report, signed_pilot.bob, sha256=report.sha256)
+    # Through the worker, a refusal is the job's error, naming why; the kept upload is taken once.
+    customer_sign_store.keep_upload(report, signed_pilot.bob, cases["not the one enrolled for you"])
+    job = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=report.pilot, report_kind=report.kind,
+                                   language=report.language, requested_by=signed_pilot.bob, gate=report.gate,
+                                   evaluation=report.evaluation, source=report, sha256=report.sha256)
+    job = service.carry_out(job)
+    assert job.state == ReportJob.State.ERROR and "not the one enrolled for you" in job.error
+    assert customer_sign_store.take_upload(report, signed_pilot.bob) is None
     assert not Report.objects.filter(supersedes=report).exists()
 
 

@@ -230,3 +230,25 @@ def test_the_customer_command_refuses_another_version_than_the_one_named(tmp_pat
     assert done.returncode == 1 and "it is not the version you meant to countersign" in done.stderr
     again = _customer_command("init", "--dir", str(bob_side), "--name", "B", "--organisation", "O", cwd=tmp_path)
     assert again.returncode == 1 and "exists already" in again.stderr  # a key is never overwritten
+
+
+def test_the_demo_countersigns_through_the_customer_side_outside_the_data_folder(signed_pilot, report, tmp_path,
+                                                                               monkeypatch):
+    from portal.management.commands.demo import Command
+    from reports import customer_sign_demo
+
+    data_dir = Path(settings.DATA_DIR).resolve()
+    default = customer_sign_demo.customer_side_root()
+    assert default == data_dir.parent / f"{data_dir.name}-customer-side"  # next to the data folder, not in it
+    monkeypatch.setenv(customer_sign_demo.FOLDER_ENV, str(data_dir / "customer-side"))
+    with pytest.raises(customer_sign.CustomerSignError, match="inside the control plane's data folder"):
+        customer_sign_demo.customer_side_root()
+    monkeypatch.setenv(customer_sign_demo.FOLDER_ENV, str(tmp_path / "customer-side"))
+    Command().countersign(report.gate, signed_pilot.bob)
+    countersigned = Report.objects.get(countersigned_by=signed_pilot.bob)
+    assert (tmp_path / "customer-side" / "bob" / customer_sign.KEY_FILE).is_file()
+    check = service.verify_report_bytes(service.report_bytes(countersigned))
+    assert check.ok, check.reasons
+    assert [s.party for s in check.signatures] == ["vendor", "customer"]
+    assert not [p for p in data_dir.rglob("*.pem") if b"PRIVATE KEY" in p.read_bytes()
+                and "signing/customers" in p.as_posix()]

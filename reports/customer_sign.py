@@ -133,8 +133,9 @@ def countersign_bytes(pdf: bytes, key_path: Path, cert_path: Path, *, passphrase
     try:
         signer = sign.load_signer(key_path, cert_path, [cert_path], passphrase)
     except sign.SigningError as error:
-        raise CustomerSignError(str(error).replace("run `python manage.py signing_setup`",
-                                                   "run `init` first")) from None
+        raise CustomerSignError(str(error).replace("run `python manage.py signing_setup`", "run `init` first").replace(
+            "check FXPILOT_SIGNING_KEY_PASSPHRASE", f"give the key's passphrase ({PASSPHRASE_ENV}, --passphrase-file "
+            "or --ask-passphrase)")) from None
     name = enrolled.leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     who = name[0].value if name else enrolled.subject
     try:

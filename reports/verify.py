@@ -33,6 +33,7 @@ from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pyhanko_certvalidator import ValidationContext
 
 from reports.findings import Finding, english, said
+from reports.sign import APPROVER_FIELD_PREFIX, VENDOR_FIELD
 
 MANIFEST_NAME = "manifest.json"
 # What pyHanko and zlib raise on a damaged file: each becomes a reason, never a crash.
@@ -169,9 +170,11 @@ def _party(check: SignatureCheck, sig, vendor_anchors: set[str], customer_leaves
         check.party = "unknown"
         return [said(gettext_noop("it belongs to neither party: its certificate is not issued by the vendor's root "
                                   "nor enrolled by the customer"))]
-    if check.party == "vendor" and check.field.startswith("CustomerApproval"):
+    if check.party == "vendor" and check.field.startswith(APPROVER_FIELD_PREFIX):
         return [said(gettext_noop("a customer approval made with a certificate of the vendor's root: the vendor "
                                   "could have made it, so it is not the customer's signature"))]
+    if check.party == "customer" and check.field == VENDOR_FIELD:
+        return [said(gettext_noop("the vendor's signature field is signed with a customer's certificate"))]
     return []
 
 

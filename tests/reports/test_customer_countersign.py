@@ -232,6 +232,22 @@ def test_the_customer_command_refuses_another_version_than_the_one_named(tmp_pat
     assert again.returncode == 1 and "exists already" in again.stderr  # a key is never overwritten
 
 
+def test_a_passphrase_protected_key_is_used_only_with_its_passphrase(tmp_path, monkeypatch):
+    folder = tmp_path / "locked"
+    monkeypatch.setenv(customer_sign.PASSPHRASE_ENV, "correct horse")
+    assert _customer_command("init", "--dir", str(folder), "--name", "Bob Wang", "--organisation", "Example Cloud",
+                             cwd=tmp_path).returncode == 0
+    assert (folder / customer_sign.KEY_FILE).read_bytes().startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    pdf = tmp_path / "r.pdf"
+    pdf.write_bytes(b"%PDF-1.7\n%%EOF\n")
+    monkeypatch.delenv(customer_sign.PASSPHRASE_ENV)
+    locked = _customer_command("sign", str(pdf), "--dir", str(folder), cwd=tmp_path)
+    assert locked.returncode == 1 and "give the key's passphrase" in locked.stderr, locked.stderr
+    monkeypatch.setenv(customer_sign.PASSPHRASE_ENV, "correct horse")
+    opened = _customer_command("sign", str(pdf), "--dir", str(folder), cwd=tmp_path)
+    assert opened.returncode == 1 and "not a readable PDF" in opened.stderr, opened.stderr  # the key opened
+
+
 def test_the_demo_countersigns_through_the_customer_side_outside_the_data_folder(signed_pilot, report, tmp_path,
                                                                                monkeypatch):
     from portal.management.commands.demo import Command

@@ -12,6 +12,7 @@ from gates.models import Evaluation, Gate
 from runners.artifacts import read_artifact
 from runners.models import Job, Status
 from runners.orchestration import job_progress, log_since, start_gate_run, wait_for
+from runners.steps import REPEATABLE
 from tests.orchestration.conftest import FAST_RUN, ROOT, open_gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -125,5 +126,10 @@ def test_a_whole_g3_run_measures_three_arms_with_each_comparison_on_one_node(clu
     commands = [line for c in chunks for line in c.text.splitlines() if "detached: exec python3" in line]
     assert commands
     for line in commands:
-        flags = [word for word in line.split() if word.startswith("--")]
+        # each flag once, but a repeatable one (--lmcache-api: one per LMCache process) once per value
+        flags = [word for word in line.split() if word.startswith("--") and word not in REPEATABLE]
         assert len(flags) == len(set(flags)), line
+        words = line.split()
+        for flag in REPEATABLE:
+            values = [words[i + 1] for i, word in enumerate(words[:-1]) if word == flag]
+            assert len(values) == len(set(values)), line

@@ -36,21 +36,12 @@ def test_signing_setup_creates_the_embedded_ca_once_and_never_overwrites(demo):
     assert oct((folder / "signer-key.pem").stat().st_mode & 0o777) == "0o600"
 
 
-def test_an_approver_certificate_is_issued_by_the_same_root(demo):
+def test_no_approver_key_is_made_on_the_control_plane(demo):
+    """Issue 49: a customer approver makes his own key (scripts/fxpilot-countersign); the vendor's never does."""
     _run()
-    out = _run("--approver", "bob")
-    key, cert = sign.approver_paths(signing_directory(), "bob")
-    assert str(cert) in out and key.exists()
-    issued = sign.load_cert(cert)
-    assert issued.issuer == sign.load_cert(signing_directory() / "root-cert.pem").subject
-    assert "Bob Wang" in issued.subject.rfc4514_string()
-
-
-def test_only_customer_approvers_get_a_countersigning_certificate(demo):
-    with pytest.raises(CommandError, match="alice is not a customer approver"):
-        _run("--approver", "alice")
-    with pytest.raises(CommandError, match="no such user"):
-        _run("--approver", "nobody")
+    with pytest.raises(CommandError, match="no longer makes a customer approver's key"):
+        _run("--approver", "bob")
+    assert not (signing_directory() / "approvers").exists()
 
 
 def test_a_half_present_ca_is_refused_rather_than_replaced(tmp_path):

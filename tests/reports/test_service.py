@@ -17,7 +17,6 @@ from gates.plan import load_plan
 from reports import service
 from reports.context import interpolate, procurement_report_context
 from reports.findings import english, in_language
-from reports.verify import verify_pdf
 from runners.artifacts import store_bytes
 from runners.models import Job
 from runners.runs import sample_trace
@@ -38,6 +37,20 @@ def _evaluate(pilot, number: int, *, trace: bytes | None = CUSTOMER_TRACE) -> Ev
     result = verdicts.evaluate(load_plan(), number, files)
     return Evaluation.objects.create(gate=gate, job=job, plan_version=pilot.signed_plan, verdict=result["verdict"],
                                      result=result, inputs=result["inputs"], simulated=result["simulated"])
+
+
+@pytest.fixture(autouse=True)
+def _customer_side(tmp_path, monkeypatch):
+    """The approver's own machine for the demo's customer side (reports.customer_sign_demo), outside the data folder."""
+    monkeypatch.setenv("FXPILOT_DEMO_CUSTOMER_DIR", str(tmp_path / "customer-side"))
+
+
+def _countersign(report, person, sha256=None):
+    """Countersigned on the customer's side with his own key, then uploaded (issue 49)."""
+    from reports.customer_sign_demo import countersigned_bytes
+
+    signed = countersigned_bytes(service.report_bytes(report), person, report.pilot.customer)
+    return service.countersign(report, person, sha256=sha256 or report.sha256, signed=signed)
 
 
 @pytest.fixture
@@ -64,13 +77,14 @@ def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
 def test_the_customer_approver_countersigns_into_a_new_file(signed_pilot, g3):
     report = service.create_gate_report(g3.gate, g3, language="en")
     original = service.report_path(report).read_bytes()
-    second = service.countersign(report, signed_pilot.bob, sha256=report.sha256)
+    second = _countersign(report, signed_pilot.bob)
     assert second.pk != report.pk and second.signatures == 2 and second.path != report.path
     assert service.report_path(report).read_bytes() == original
     assert service.report_path(second).read_bytes().startswith(original)  # the very bytes read, signed once more
-    result = verify_pdf(service.report_path(second).read_bytes(), service.trust_roots())
+    result = service.verify_report_bytes(service.report_path(second).read_bytes())
     assert result.ok, result.reasons
     assert [s.signer.split("Common Name: ")[-1] for s in result.signatures][1] == "Bob Wang"
+    assert [s.party for s in result.signatures] == ["vendor", "customer"]
 
 
 def test_nobody_but_a_customer_approver_of_the_pilot_countersigns(signed_pilot, g3):
@@ -189,7 +203,7 @@ def test_a_procurement_report_is_countersigned_only_while_it_is_what_the_approve
         service.countersign(early, signed_pilot.bob, sha256=early.sha256)
     with pytest.raises(service.ReportChanged, match="version read has SHA-256"):
         service.countersign(later, signed_pilot.bob, sha256=early.sha256)  # he names what he read: not this one
-    signed = service.countersign(later, signed_pilot.bob, sha256=later.sha256)
+    signed = _countersign(later, signed_pilot.bob)
     assert signed.supersedes == later and signed.signatures == 2 and signed.version == later.version
     assert service.report_bytes(signed).startswith(service.report_bytes(later))
 
@@ -222,6 +236,11 @@ def test_a_sizing_changed_behind_the_report_is_refused_and_the_new_version_offer
     again = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
                                      language=read.language, requested_by=signed_pilot.bob, source=job.result,
                                      sha256=job.result.sha256)
+    from reports.customer_sign_demo import countersigned_bytes
+    from reports.customer_sign_store import keep_upload
+
+    keep_upload(job.result, signed_pilot.bob,
+                countersigned_bytes(service.report_bytes(job.result), signed_pilot.bob, pilot.customer))
     assert run_report_job(again.pk) == ReportJob.State.DONE
     again.refresh_from_db()
     assert again.result.countersigned_by == signed_pilot.bob and again.result.supersedes == job.result

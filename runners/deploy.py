@@ -84,14 +84,16 @@ def _fx_params(settings: DeploymentSettings, run_dir: str) -> dict[str, Any]:
 
 
 def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale: float | None = None,
-               share_pool: bool = False, capacity_tokens: int | None = None, cold_start: bool = False) -> Deployment:
+               share_pool: bool = False, capacity_tokens: int | None = None, cold_start: bool = False,
+               prefix_caching: bool = False) -> Deployment:
     """Ship, attach FX when the arm needs it, start the server detached and wait for /health; tear down on failure.
 
     `cold_start` (G1): the server starts with empty compile caches and deploy.sh measures the seconds from launch to
     /health on the node (`Deployment.cold_start`, the manifest's `cold_start`); the wait is the fixed
     `health_timeout_s`. Any other deploy waits as long as `runners.config.health_timeout` says for the node's
     measured cold start (`Node.cold_start`). `capacity_tokens` (G4's capacity check): the fx arm's disk tier capped
-    at that many tokens, without the shared pool."""
+    at that many tokens, without the shared pool. `prefix_caching` (recompute only; G4's replay): vLLM's own prefix
+    cache stays on, as a customer runs vLLM without a KV tier; the recompute arm of G1–G3 runs without it."""
     if arm not in ARMS:
         raise DeployError(f"node {node.name}: unknown arm {arm!r}; arms are {', '.join(ARMS)}")
     settings = settings_for(job, node)
@@ -104,7 +106,8 @@ def deploy_arm(job: Job, step: Step | None, node: Node, arm: str, *, time_scale:
         deployment = Deployment(run_id=run_id, arm=arm, node=node.name, deploy_id=secrets.token_hex(3), run_dir=run_dir,
                                 arm_dir="", share_pool=share_pool and arm == "fx" and capacity_tokens is None,
                                 capacity_tokens=capacity_tokens if arm == "fx" else None, simulated=node.simulated,
-                                host=settings.bind_address(node.name), cold_start_measured=cold_start)
+                                host=settings.bind_address(node.name), cold_start_measured=cold_start,
+                                prefix_caching=bool(prefix_caching) and arm == "recompute")
         deployment.arm_dir = f"{run_dir}/{arm}-{deployment.deploy_id}"
         try:
             _deploy(job, step, node, conn, settings, deployment, time_scale)
@@ -243,6 +246,7 @@ def _deploy(job: Job, step: Step | None, node: Node, conn: ssh.NodeConnection, s
         "KV_CONNECTOR": settings.kv_connector if arm != "recompute" else "",
         "CHUNK_HASH": CHUNK_HASH_ALGORITHM if deployment.config_path else "", "HASH_SEED": PYTHONHASHSEED,
         "LMCACHE_FAILED": LMCACHE_TROUBLE, "COLD_START": deployment.cold_start_measured,
+        "PREFIX_CACHING": deployment.prefix_caching,
         "DRAM_GIB": settings.sizes.max_local_cpu_size if deployment.config_path else "",
         "LMCACHE_API_START": api_start if deployment.config_path else "",
         "DISK_IO_THREADS": settings.lmcache.disk_io_threads or "",

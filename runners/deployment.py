@@ -59,6 +59,8 @@ class Deployment:
     host: str = "127.0.0.1"         # where the server listens: the node's loopback or its fabric address
     log_checked: dict = field(default_factory=dict)  # server log path → bytes already looked at for LMCache trouble
     cold_start_measured: bool = False  # G1's cold start: empty compile caches, the start measured on the node
+    # recompute with vLLM's own prefix cache on (G4: the customer's alternative without a KV tier); off elsewhere
+    prefix_caching: bool = False
     cold_start: dict = field(default_factory=dict)    # what deploy.sh measured (seconds, caches, measured_at, …)
     health_timeout_s: int = 0       # how long this deploy waited at most for /health (runners.config.health_timeout)
     # LMCache's internal API servers, one per TP worker (127.0.0.1): the workload client empties the DRAM tier

@@ -10,7 +10,7 @@
 #
 # ARM_DIR/params.env is written by runners/deploy.py with every value validated and shell-quoted:
 # RUN_ID ARM NODE SIMULATED MODEL TP PORT CACHE_DIR KV_CONFIG_PATH KV_CONNECTOR USE_ODIRECT DROP_PAGE_CACHE
-# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE, LMCache's DRAM tier
+# PAGE_CACHE_METHOD MAX_LOCAL_DISK_SIZE SHARED_DIR EXTRA_VLLM_FLAGS (array) SIM_TIME_SCALE PREFIX_CACHING, LMCache's DRAM tier
 # (DRAM_GIB: max_local_cpu_size, GiB per TP rank; checked against the node's MemAvailable × TP ranks), its internal
 # API server (LMCACHE_API_START: the scheduler's port, worker w on + 1 + w; each must be free), DISK_IO_THREADS
 # (configured, or empty), EXPECTED_NONE_HASH (runners.lmcache.expected_none_hash), KV_BYTES_PER_TOKEN and
@@ -359,8 +359,9 @@ build_argv() {
     elif [[ -n "$KV_CONFIG_PATH" ]]; then
         argv+=(--kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}')
     else
-        # Full recompute: no KV connector and no GPU prefix cache either, so no prompt token is ever reused.
-        argv+=(--no-enable-prefix-caching)
+        # Full recompute: no KV connector, and no GPU prefix cache either (no prompt token is ever reused) unless
+        # PREFIX_CACHING=1: G4's recompute arm is vLLM as a customer runs it without a KV tier, prefix cache on.
+        [[ "${PREFIX_CACHING:-}" == 1 ]] || argv+=(--no-enable-prefix-caching)
     fi
     argv+=("${EXTRA_VLLM_FLAGS[@]}")
 }

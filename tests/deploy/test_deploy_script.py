@@ -245,3 +245,14 @@ def test_drop_page_cache_needs_a_user_who_can_drop_it_without_sudo(sandbox, tmp_
                                                                 PAGE_CACHE_METHOD="drop_caches")).returncode == 0
     finally:
         subprocess.run(["chattr", "-i", str(stand_in)], check=False)
+
+
+def test_g4s_recompute_arm_keeps_vllms_own_prefix_cache_when_asked(sandbox, echo_vllm):
+    """Issue 44, item 3: G4's baseline is vLLM as a customer runs it without a KV tier (PREFIX_CACHING=1 from
+    deploy_arm(prefix_caching=True)); every other recompute arm runs with the prefix cache off."""
+    arm_dir = arm_params(sandbox, "recompute", PREFIX_CACHING=True)
+    assert sandbox.run("deploy.sh", "preflight", arm_dir, extra_path=echo_vllm).returncode == 0
+    served = sandbox.run("deploy.sh", "serve", arm_dir, extra_path=echo_vllm)
+    assert served.returncode == 0, served.stderr
+    launch = json.loads(served.stdout.strip().splitlines()[-1])
+    assert "--no-enable-prefix-caching" not in launch["argv"] and "--kv-transfer-config" not in launch["argv"]

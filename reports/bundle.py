@@ -26,7 +26,7 @@ SHIPPED = {
     "client": sorted(p for p in (ROOT / "runners" / "remote").glob("*.py") if p.name != "lmcache_inspect.py"),
     "scripts": sorted((ROOT / "runners" / "remote").glob("*.sh")) + sorted((ROOT / "runners" / "remote").glob("*.tmpl"))
     + [ROOT / "runners" / "remote" / "lmcache_inspect.py"],
-    "judge/gates": [ROOT / "gates" / "plan.py"],
+    "judge/gates": [ROOT / "gates" / "plan.py", ROOT / "gates" / "sizing.py"],  # sizing: KV bytes per token (tiers)
     "judge/gates/judge": sorted((ROOT / "gates" / "judge").glob("*.py")),
     # the judge's trace oracle (G4's fidelity, strata and capacity check): numpy and the standard library only
     "judge/gates/traces": sorted((ROOT / "gates" / "traces").glob("*.py")),

@@ -26,11 +26,12 @@ def plan_with_repetitions(reps: int):
 
 
 def test_the_default_plan_reaches_eighty_percent_power_on_the_published_figures():
-    # G4's increment over DRAM has no published figure: at the plan's assumed 1.5× against its 1.2× bar, 3 replay
-    # repetitions gave about 79 %, so the default plan replays 4 (the planner flags nothing)
-    assert SUMMARY["flagged"] == [] and SUMMARY["spread"] == 0.06
+    # G4's increment over DRAM has no published figure: at the plan's assumed 1.5× its 3 replay repetitions give
+    # about 79 % against its 1.2× bar, and the planner says so rather than the plan hiding it
+    assert SUMMARY["flagged"] == ["g4-replay-speedup"] and SUMMARY["spread"] == 0.06
+    assert 0.7 <= BY_KEY["g4-replay-speedup"]["power_at_plan"] < 0.8
     for key in ("g3-speedup-recompute", "g3-ttft-vs-local", "g3-throughput-vs-local", "g1-baseline-stable",
-                "g4-replay-speedup", "g4-replay-speedup-recompute", "g4-soak-drift"):
+                "g4-replay-speedup-recompute", "g4-soak-drift"):
         assert BY_KEY[key]["power_at_plan"] >= 0.78, BY_KEY[key]  # 0.8 less the planner's Monte Carlo error
     g3 = next(g for g in SUMMARY["gates"] if g["gate"] == 3)
     assert g3["planned_repetitions"] >= g3["repetitions_needed"] and g3["gpu_hours_planned"] > 0

@@ -1,6 +1,7 @@
 """G4's trace uploaded on its page; G4 signed off by both parties makes the procurement report, pinned on the overview."""
 from __future__ import annotations
 
+import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
@@ -8,9 +9,15 @@ from gates import lifecycle
 from gates.models import CustomerTrace, Notification, Report, ReportJob
 from portal.notifications import sweep
 from tests.portal.conftest import report_work_here
+from tests.reports.countersign_helpers import countersigned_upload, enrol_in_portal, signed_file, use_customer_side
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 from tests.reports.test_truth import _walk_to
 from tests.traces.helpers import run_trace_jobs
+
+
+@pytest.fixture(autouse=True)
+def _customer_side(tmp_path, monkeypatch):
+    use_customer_side(monkeypatch, tmp_path)
 
 
 def _upload(client, pilot, data: bytes, name: str = "ours.csv"):
@@ -67,9 +74,13 @@ def test_signing_off_g4_as_both_parties_pins_the_countersigned_procurement_repor
     assert Notification.objects.filter(user=signed_pilot.bob, kind="countersign_report").exists()
     client.force_login(signed_pilot.bob)
     assert "Countersign the procurement report" in client.get(reverse("home")).content.decode()
+    # he enrols the certificate he made on his own side (issue 49); the upload form is offered from then on
+    assert "Your countersigning certificate is enrolled" in enrol_in_portal(client, signed_pilot.bob, pilot).content.decode()
     listing = client.get(reverse("reports", args=[pilot.code])).content.decode()
     assert f'name="sha256" value="{made.sha256}"' in listing  # the version offered, by its hash
-    answer = client.post(reverse("report_countersign", args=[made.code]), {"sha256": made.sha256})
+    # countersigned on his own side with his own key (issue 49), the file uploaded with the hash of what he read
+    answer = client.post(reverse("report_countersign", args=[made.code]),
+                         {"sha256": made.sha256, "signed": signed_file(made, signed_pilot.bob)})
     job = ReportJob.objects.get(kind="countersign")
     assert answer.status_code == 302 and answer["Location"] == reverse("report_job", args=[job.code])
     page = client.get(answer["Location"]).content.decode()
@@ -97,27 +108,37 @@ def test_the_countersign_post_names_the_version_read_and_waits_for_no_rendering(
     old = service.create_procurement_report(pilot)
     report = service.create_procurement_report(pilot)
     client.force_login(signed_pilot.bob)
+    countersigned = countersigned_upload(report, signed_pilot.bob)  # made on his side, with his own key
+
+    def post(subject, sha256, **kwargs):
+        """The countersign form: the hash of the version read and the file countersigned on his side."""
+        data = {"sha256": sha256, "signed": SimpleUploadedFile("countersigned.pdf", countersigned)}
+        return client.post(reverse("report_countersign", args=[subject.code]), data, **kwargs)
+
     for language in ("en", "zh-hans"):
         client.post(reverse("set_language"), {"language": language, "next": "/"})
         with report_work_here() as ran:
-            answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
+            answer = post(report, report.sha256)
         assert answer.status_code == 302 and ran == []  # the work is left to a worker
     assert ReportJob.objects.filter(kind="countersign", sha256=report.sha256).count() == 2
     assert Report.objects.count() == 2  # nothing signed or rendered in the request
     ReportJob.objects.all().delete()
     client.post(reverse("set_language"), {"language": "en", "next": "/"})
     for sha256 in ("", old.sha256):
-        answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": sha256}, follow=True)
+        answer = post(report, sha256, follow=True)
         assert answer.status_code == 200 and "nothing was signed" in answer.content.decode()
-    answer = client.post(reverse("report_countersign", args=[old.code]), {"sha256": old.sha256}, follow=True)
+    # the right hash but no countersigned file: nothing is kept or queued
+    answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256}, follow=True)
+    assert answer.status_code == 200 and "nothing was stored" in answer.content.decode()
+    answer = post(old, old.sha256, follow=True)
     assert "The report changed since you read it" in answer.content.decode() and report.sha256 in answer.content.decode()
     assert not ReportJob.objects.exists()
     _evaluate(pilot, 3)  # evidence recorded since: the new version is rendered, nothing is signed
-    answer = client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256})
+    answer = post(report, report.sha256)
     assert ReportJob.objects.get().kind == "render" and answer.status_code == 302
     client.force_login(signed_pilot.charlie)
-    assert client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256}).status_code == 404
+    assert post(report, report.sha256).status_code == 404
     assert client.get(reverse("report_job", args=[ReportJob.objects.get().code])).status_code == 404
     client.force_login(signed_pilot.carol)
-    assert client.post(reverse("report_countersign", args=[report.code]), {"sha256": report.sha256}).status_code == 403
+    assert post(report, report.sha256).status_code == 403
     assert ReportJob.objects.count() == 1 and Report.objects.count() == 2

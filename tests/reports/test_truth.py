@@ -15,6 +15,7 @@ from gates.models import Gate, Report
 from reports import service
 from reports.context import root_certificate
 from runners.models import Step
+from tests.reports.countersign_helpers import countersign, use_customer_side
 from tests.reports.test_service import _evaluate
 
 
@@ -31,6 +32,11 @@ def _walk_to(pilot, number: int) -> None:
         lifecycle.record_verdict(pilot.gate(n), evaluation, who="test")
         for person in pilot.signed_people:
             lifecycle.sign_off_gate(pilot.gate(n), person, decision="approve")
+
+
+@pytest.fixture(autouse=True)
+def _customer_side(tmp_path, monkeypatch):
+    use_customer_side(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -86,7 +92,7 @@ def test_the_final_g3_report_reads_signed_off_by_both_parties_and_carries_the_ap
     lifecycle.sign_off_gate(pilot.gate(3), walked.alice, decision="approve")
     lifecycle.sign_off_gate(pilot.gate(3), walked.bob, decision="approve")
     with pytest.raises(service.ReportChanged, match="decision or an evaluation"):
-        service.countersign(first, walked.bob, sha256=first.sha256)  # what bob read first is no longer true
+        countersign(first, walked.bob)  # what bob read first is no longer true, however well signed
     offered = service.offered_version(first)
     assert offered.version == 2 and offered.supersedes == first and offered.signatures == 1
     read = service.report_bytes(offered)
@@ -94,15 +100,16 @@ def test_the_final_g3_report_reads_signed_off_by_both_parties_and_carries_the_ap
     assert "Gate state Signed off" in text and "awaiting sign-off" not in text
     assert "Alice Chen" in text and "Bob Wang" in text and "No decision has been recorded yet" not in text
     assert "It supersedes report" in text and "(version 1)" in text
-    final = service.countersign(offered, walked.bob, sha256=offered.sha256)
+    final = countersign(offered, walked.bob)
     assert final.version == 2 and final.supersedes == offered and final.countersigned_by == walked.bob
     assert offered.is_superseded and final.is_final and service.latest_versions(Report.objects.all()) == [final]
     signed = service.report_bytes(final)
     assert signed.startswith(read) and len(signed) > len(read)  # an incremental signature on the bytes read
     result = service.verify_report_bytes(signed)
     assert result.ok and len(result.signatures) == 2, result.reasons
+    assert [s.party for s in result.signatures] == ["vendor", "customer"]
     with pytest.raises(service.ReportError, match="made after it|countersigned already"):
-        service.countersign(offered, walked.bob, sha256=offered.sha256)
+        countersign(offered, walked.bob)
 
 
 def test_every_report_prints_the_vendor_roots_fingerprint_and_how_to_trust_it(walked):

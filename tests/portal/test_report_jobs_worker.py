@@ -3,6 +3,7 @@ broker, tests/orchestration/conftest.py): the countersign POST only queues, the 
 read, and the job's page shows the outcome; a change behind that version signs nothing and offers the new one."""
 from __future__ import annotations
 
+import pytest
 from django.conf import settings
 from django.urls import reverse
 
@@ -18,6 +19,7 @@ from reports.service import (
 from runners.pending import pending_actions
 from tests.orchestration.conftest import wait_finished
 from tests.portal.conftest import report_work_here
+from tests.reports.countersign_helpers import enrol_in_portal, signed_file, use_customer_side
 from tests.reports.test_service import _evaluate
 
 WAIT_SECONDS = 600  # a render and a signature: a hang bound, whatever the load
@@ -27,10 +29,17 @@ def _finished(job: ReportJob, cluster) -> ReportJob:
     return wait_finished(job, cluster, WAIT_SECONDS)
 
 
-def _countersign(client, report: Report, sha256: str) -> tuple[ReportJob, str]:
-    """The approver's POST naming what he read: it answers at once with the job's page, the job queued."""
+@pytest.fixture(autouse=True)
+def _customer_side(tmp_path, monkeypatch):
+    use_customer_side(monkeypatch, tmp_path)
+
+
+def _countersign(client, report: Report, sha256: str, person) -> tuple[ReportJob, str]:
+    """The approver's POST naming what he read, with the file he countersigned on his own side (issue 49): it
+    answers at once with the job's page, the job queued."""
+    upload = signed_file(report, person)
     with report_work_here() as ran:
-        response = client.post(reverse("report_countersign", args=[report.code]), {"sha256": sha256})
+        response = client.post(reverse("report_countersign", args=[report.code]), {"sha256": sha256, "signed": upload})
     assert ran == [], "the countersign POST did the work itself"
     job = ReportJob.objects.filter(kind=ReportJob.Kind.COUNTERSIGN).order_by("-created", "-pk").first()
     assert response.status_code == 302 and response["Location"] == reverse("report_job", args=[job.code])
@@ -63,9 +72,11 @@ def test_a_countersignature_is_added_by_the_worker_to_exactly_the_version_read(c
     assert [a["subject"] for a in pending_actions(pilot) if a["action"] == "countersign_gate_report"] == [offered]
 
     client.force_login(bob)
+    # he enrols the certificate he made on his own side (issue 49); the upload form is offered from then on
+    assert "Your countersigning certificate is enrolled" in enrol_in_portal(client, bob, pilot).content.decode()
     listing = client.get(reverse("reports", args=[pilot.code])).content.decode()
     assert f'name="sha256" value="{offered.sha256}"' in listing
-    job, location = _countersign(client, offered, offered.sha256)
+    job, location = _countersign(client, offered, offered.sha256, bob)
     assert job.source == offered and job.sha256 == offered.sha256
     job = _finished(job, cluster)
     assert job.state == ReportJob.State.DONE, f"{job.state}: {job.error}\n{cluster.logs()}"
@@ -78,7 +89,7 @@ def test_a_countersignature_is_added_by_the_worker_to_exactly_the_version_read(c
     assert data == report_bytes(signed) and data.startswith(report_bytes(offered))  # every byte he read, kept
     result = verify_report_bytes(data)
     assert result.ok, result.reasons
-    assert len(result.signatures) == 2
+    assert [s.party for s in result.signatures] == ["vendor", "customer"]
     assert not [a for a in pending_actions(pilot) if a["action"] == "countersign_gate_report"]
 
 
@@ -97,7 +108,7 @@ def test_a_change_behind_the_version_read_signs_nothing_and_the_worker_offers_th
     Profile.objects.update_or_create(user=bob, defaults={"language": "zh-hans"})
     client.cookies.load({settings.LANGUAGE_COOKIE_NAME: "zh-hans"})
     client.force_login(bob)
-    job, location = _countersign(client, read, read.sha256)
+    job, location = _countersign(client, read, read.sha256, bob)
     assert 'id="report-job-pending"' in client.get(location).content.decode()
     job = _finished(job, cluster)
     assert job.state == ReportJob.State.STALE, f"{job.state}: {job.error}\n{cluster.logs()}"
@@ -111,7 +122,7 @@ def test_a_change_behind_the_version_read_signs_nothing_and_the_worker_offers_th
     assert "what it states changed" not in page
     assert f'name="sha256" value="{new.sha256}"' in page  # the new version's countersign form, on the same page
 
-    job, location = _countersign(client, new, new.sha256)
+    job, location = _countersign(client, new, new.sha256, bob)
     job = _finished(job, cluster)
     assert job.state == ReportJob.State.DONE, f"{job.state}: {job.error}\n{cluster.logs()}"
     assert job.result.countersigned_by == bob and job.result.supersedes == new

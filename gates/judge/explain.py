@@ -263,6 +263,22 @@ def little_reuse(english: str, chinese: str, ideal: float) -> tuple[str, str]:
             f"这是流量本身的特点，而非 FX 的失败（由双方联合评审决定）。{chinese}")
 
 
+def fits_above_fx(english: str, chinese: str, sizing: dict) -> tuple[str, str]:
+    """A replay criterion on a sample whose working set fits in the caches above FX says so first: the sample, never
+    an FX failure (issue 44: a sample that fits in HBM measures HBM, not FX)."""
+    ws, above = sizing.get("working_set_tokens"), sizing.get("above_fx_tokens")
+    if isinstance(ws, (int, float)) and isinstance(above, (int, float)):
+        en = f"its working set ({int(ws):,} tokens) fits in what sits above FX (HBM + DRAM: {int(above):,} tokens)"
+        zh = f"其工作集（{int(ws):,} 个词元）可全部容纳于 FX 之上的缓存（HBM + DRAM：{int(above):,} 个词元）"
+    else:
+        en, zh = "its working set fits in what sits above FX (HBM + DRAM)", "其工作集可全部容纳于 FX 之上的缓存（HBM + DRAM）"
+    return (f"The replayed sample does not need the FX tier: {en}, so its returns are served above FX and the replay "
+            f"cannot show what FX adds — this is the sample, not an FX failure (a joint review decides; a larger "
+            f"sample of the trace, or the whole trace, would need the tier). {english}",
+            f"回放样本不需要 FX 层：{zh}，因此回访请求由 FX 之上的缓存提供，回放无法体现 FX 的增益 — "
+            f"这是样本的问题，而非 FX 的失败（由双方联合评审决定；更大的样本或完整轨迹才会需要该层）。{chinese}")
+
+
 def strata_words(cell: dict) -> tuple[str, str]:
     """Which strata a replay criterion judged, and the mix the replay sent."""
     names_en = {"first": "first turns", "shared_prefix": "first turns sharing a prefix across sessions",

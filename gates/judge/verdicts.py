@@ -635,6 +635,14 @@ def replay_oracle(inputs: Inputs) -> dict | None:
     return None
 
 
+def sample_sizing(inputs: Inputs) -> dict:
+    """How the replayed sample was sized against the caches above FX (runners.tracereplay: its `sizing`), or {}."""
+    for sample in inputs.samples:
+        if isinstance(sample.get("sizing"), dict):
+            return sample["sizing"]
+    return {}
+
+
 def little_reuse(oracle: dict | None) -> bool:
     """The replayed traffic has little reuse (below gates.traces.analysis.LITTLE_REUSE of its prompt tokens)."""
     return bool(oracle) and float(oracle.get("ideal_hit_fraction") or 0.0) < LITTLE_REUSE
@@ -669,10 +677,17 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
     if little and verdict == "fail":
         # the tier has nothing to show on traffic that does not come back: the traffic, never an FX failure
         verdict = "marginal"
+    sizing = sample_sizing(judge.inputs) if spec.phase == "replay" else {}
+    fits = sizing.get("needs_tier") is False and not little
+    if fits and verdict == "fail":
+        # a sample that fits in HBM + DRAM measures those, not FX (issue 44): the sample, never an FX failure
+        verdict = "marginal"
     metric_unit = METRIC_UNITS.get(spec.metric, "")
     english, chinese = explain.explain(spec, worst, cells, verdict, confidence, metric_unit, invalid_reasons)
     if little:
         english, chinese = explain.little_reuse(english, chinese, float(judge.oracle["ideal_hit_fraction"]))
+    if fits:
+        english, chinese = explain.fits_above_fx(english, chinese, sizing)
     rule_en, rule_zh = explain.rule(verdict, spec.op, spec.threshold, worst.get("ci"), confidence,
                                     exact=spec.metric in INVENTORY_ONLY)
     if spec.metric == "capacity_agreement":
@@ -685,6 +700,7 @@ def _criterion(judge: _Judge, spec: CriterionSpec, invalid_reasons: list[str]) -
         "confidence": num(confidence), "verdict": verdict, "value": worst.get("value"), "ci": worst.get("ci"), "n": n,
         "cells": cells, "rule": rule_en, "rule_zh": rule_zh, "explanation": english, "explanation_zh": chinese,
         **({"little_reuse": True} if little else {}),
+        **({"sample_fits_above_fx": True} if fits else {}),
         **({"gating": False} if not spec.gating else {}),
     }
 

@@ -49,7 +49,10 @@ class Demo:
         self.started = time.monotonic()
         self.ended: float | None = None
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "FXPILOT_ENV")}
-        env.update({"FXPILOT_DATA_DIR": str(self.data), "FXPILOT_TEST_MARK": self.mark})
+        # the approver's own machine for the demo's countersignatures (reports.customer_sign_demo), beside the
+        # data folder in this demo's session folder, never inherited from the environment
+        env.update({"FXPILOT_DATA_DIR": str(self.data), "FXPILOT_TEST_MARK": self.mark,
+                    "FXPILOT_DEMO_CUSTOMER_DIR": str(folder / "customer-side")})
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", "0", *args], cwd=ROOT, env=env,
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -26,6 +26,7 @@ from gates import lifecycle
 from gates.judge import synthetic
 from gates.models import Evaluation, Gate, Organisation, Report, ReportJob, UploadVerification
 from portal.tasks import verify_upload
+from reports.customer_sign_demo import countersigned_bytes
 from reports.service import report_bytes, verify_report_bytes
 from runners import artifacts, output
 from runners.evaluation import evaluate_job
@@ -33,6 +34,7 @@ from runners.models import Job, Node, Site, Status, Step
 from tests.orchestration.conftest import wait_finished
 from tests.portal.conftest import add_lab, report_work_here, verdict
 from tests.portal.test_zh_pages import english_sentences, root_names
+from tests.reports.countersign_helpers import approver_certificate, use_customer_side
 from tests.reports.test_service import CUSTOMER_TRACE, _evaluate
 
 pytestmark = [pytest.mark.browser]
@@ -207,6 +209,30 @@ def pass_and_sign_off(pilot, number: int, people) -> None:
         lifecycle.sign_off_gate(pilot.gate(number), person, decision="approve")
 
 
+@pytest.fixture(autouse=True)
+def _customer_side(tmp_path, monkeypatch):
+    """The approver's own machine (his key, never in the data folder; issue 49) under the test's tmp_path."""
+    use_customer_side(monkeypatch, tmp_path)
+
+
+def enrol_and_upload_countersignature(page, pilot, offered: Report, person, tmp_path: Path) -> None:
+    """On the reports page: `person` enrols the certificate he made on his own machine (`fxpilot-countersign init`),
+    countersigns there the version offered with his own key (`fxpilot-countersign sign`) and uploads that file with
+    the form of that version (which names its SHA-256)."""
+    certificate = approver_certificate(person, pilot.customer)
+    enrol = page.locator(f"form[action$='/pilots/{pilot.code}/countersigning-certificate/']").first
+    enrol.locator("input[name=certificate]").set_input_files(str(certificate))
+    enrol.locator("button").click()
+    form = page.locator(f"form[action$='/reports/{offered.code}/countersign/']")
+    form.locator("input[name=signed]").wait_for()  # offered once a certificate is enrolled
+    data, organisation = report_bytes(offered), pilot.customer
+    with ThreadPoolExecutor(1) as pool:  # pyHanko's signing runs its own event loop: not in Playwright's
+        signed = pool.submit(countersigned_bytes, data, person, organisation).result()
+    upload = tmp_path / f"{offered.code}-countersigned.pdf"
+    upload.write_bytes(signed)
+    form.locator("input[name=signed]").set_input_files(str(upload))
+
+
 def wait_for_job(job: ReportJob, cluster, seconds: float = JOB_SECONDS) -> ReportJob:
     """A report job the worker carries out, followed from the test (the pages follow it by polling)."""
     return wait_finished(job, cluster, seconds)
@@ -357,9 +383,12 @@ def test_a_pilot_goes_from_host_key_to_the_procurement_report_in_the_browser(pag
     bob.locator("section.todo a[href$='/reports/']").first.click()  # "会签采购报告 — 第 1 版"
     bob.wait_for_url(re.compile(r".*/reports/$"))
     assert_chinese(bob, names)
+    enrol_and_upload_countersignature(bob, pilot, offered, lab.bob, tmp_path)
+    assert_chinese(bob, names)  # the enrolment's answer and the certificate shown, in Chinese too
     form = bob.locator(f"form[action$='/reports/{offered.code}/countersign/']")
     assert form.locator("input[name=sha256]").get_attribute("value") == offered.sha256
-    form.get_by_text(offered.sha256).wait_for()  # the hash of the version he reads is shown beside the button
+    card = bob.locator("div.countersign").filter(has=form)
+    card.get_by_text(offered.sha256).first.wait_for()  # the hash of the version he reads is shown beside the button
     with report_work_here() as ran:  # the live server answers in this process; the worker is a process of its own
         form.locator("button").click()
         bob.wait_for_url(re.compile(r".*/reports/jobs/[0-9a-f-]+/$"))
@@ -379,6 +408,7 @@ def test_a_pilot_goes_from_host_key_to_the_procurement_report_in_the_browser(pag
     with ThreadPoolExecutor(1) as pool:  # pyHanko's validation runs its own event loop: not in Playwright's
         verified = pool.submit(verify_report_bytes, data).result()
     assert verified.ok and len(verified.signatures) == 2, verified.reasons
+    assert [s.party for s in verified.signatures] == ["vendor", "customer"]
     bob.goto(f"{base}/pilots/{pilot.code}/")
     assert_chinese(bob, names)
     shot(bob, "overview-completed-zh")
@@ -557,6 +587,7 @@ def test_a_real_g1_run_on_a_simulated_node_from_host_key_to_verified_report(
     page.locator("section.todo").get_by_text("Countersign the gate report").click()
     page.wait_for_url(re.compile(r".*/reports/$"))
     offered = Report.objects.filter(gate=gate, countersigned_by__isnull=True).order_by("-created", "-pk").first()
+    enrol_and_upload_countersignature(page, pilot, offered, demo.bob, tmp_path)
     page.locator(f"form[action$='/reports/{offered.code}/countersign/'] button").click()
     page.wait_for_url(re.compile(r".*/reports/jobs/[0-9a-f-]+/$"))
     page.locator("#report-job-done").wait_for(timeout=REPORTS_TIMEOUT_MS)

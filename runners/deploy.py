@@ -175,7 +175,13 @@ def _free_port_run(conn: ssh.NodeConnection, host: str, count: int) -> int:
     """The first of `count` consecutive ports free on the node (ports.base 0: simulated nodes share a loopback)."""
     script = ("import socket, sys\n"
               "host, count = sys.argv[1], int(sys.argv[2])\n"
-              "for start in range(20000, 60000, count + 7):\n"
+              "low, high = 10000, 32000\n"
+              "try:\n"
+              "    first, last = map(int, open('/proc/sys/net/ipv4/ip_local_port_range').read().split())\n"
+              "    high = min(high, first - count) if first > low + 1000 else high\n"
+              "except (OSError, ValueError):\n"
+              "    pass\n"
+              "for start in list(range(OFFSET, high, count + 7)) + list(range(low, OFFSET, count + 7)):\n"
               "    held = []\n"
               "    try:\n"
               "        for port in range(start, start + count):\n"
@@ -190,8 +196,10 @@ def _free_port_run(conn: ssh.NodeConnection, host: str, count: int) -> int:
               "    break\n")
     import random
 
-    # start the search at a random place so that two deploys at once rarely pick the same run
-    script = script.replace("range(20000,", f"range({20000 + random.randrange(0, 20000)},")
+    # below the kernel's ephemeral ports (32768–60999 by default: a client's connection may take one of those at any
+    # moment, between this look and the server's bind), and from a random place so that two deploys at once rarely
+    # pick the same run
+    script = script.replace("OFFSET", str(10000 + random.randrange(0, 20000)))
     result = conn.run(f"python3 -c {shlex.quote(script)} {shlex.quote(host)} {int(count)}", echo=False, timeout=60)
     try:
         return int(result.stdout.strip().splitlines()[-1])

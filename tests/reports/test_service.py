@@ -20,6 +20,7 @@ from reports.findings import english, in_language
 from runners.artifacts import store_bytes
 from runners.models import Job
 from runners.runs import sample_trace
+from tests.reports.countersign_helpers import countersign, keep_countersigned_upload, use_customer_side
 
 CUSTOMER_TRACE = b"session_id,turn,prompt_tokens,output_tokens,arrival_offset_s\n" + b"".join(
     f"s{i},1,{20000 + 1000 * i},100,{i}.0\ns{i},2,{20500 + 1000 * i},200,{i + 30}.0\n".encode() for i in range(10))
@@ -42,15 +43,7 @@ def _evaluate(pilot, number: int, *, trace: bytes | None = CUSTOMER_TRACE) -> Ev
 @pytest.fixture(autouse=True)
 def _customer_side(tmp_path, monkeypatch):
     """The approver's own machine for the demo's customer side (reports.customer_sign_demo), outside the data folder."""
-    monkeypatch.setenv("FXPILOT_DEMO_CUSTOMER_DIR", str(tmp_path / "customer-side"))
-
-
-def _countersign(report, person, sha256=None):
-    """Countersigned on the customer's side with his own key, then uploaded (issue 49)."""
-    from reports.customer_sign_demo import countersigned_bytes
-
-    signed = countersigned_bytes(service.report_bytes(report), person, report.pilot.customer)
-    return service.countersign(report, person, sha256=sha256 or report.sha256, signed=signed)
+    use_customer_side(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -77,7 +70,7 @@ def test_a_gate_report_is_stored_read_only_and_verifies(signed_pilot, g3):
 def test_the_customer_approver_countersigns_into_a_new_file(signed_pilot, g3):
     report = service.create_gate_report(g3.gate, g3, language="en")
     original = service.report_path(report).read_bytes()
-    second = _countersign(report, signed_pilot.bob)
+    second = countersign(report, signed_pilot.bob)
     assert second.pk != report.pk and second.signatures == 2 and second.path != report.path
     assert service.report_path(report).read_bytes() == original
     assert service.report_path(second).read_bytes().startswith(original)  # the very bytes read, signed once more
@@ -203,7 +196,7 @@ def test_a_procurement_report_is_countersigned_only_while_it_is_what_the_approve
         service.countersign(early, signed_pilot.bob, sha256=early.sha256)
     with pytest.raises(service.ReportChanged, match="version read has SHA-256"):
         service.countersign(later, signed_pilot.bob, sha256=early.sha256)  # he names what he read: not this one
-    signed = _countersign(later, signed_pilot.bob)
+    signed = countersign(later, signed_pilot.bob)
     assert signed.supersedes == later and signed.signatures == 2 and signed.version == later.version
     assert service.report_bytes(signed).startswith(service.report_bytes(later))
 
@@ -236,11 +229,7 @@ def test_a_sizing_changed_behind_the_report_is_refused_and_the_new_version_offer
     again = ReportJob.objects.create(kind=ReportJob.Kind.COUNTERSIGN, pilot=pilot, report_kind=read.kind,
                                      language=read.language, requested_by=signed_pilot.bob, source=job.result,
                                      sha256=job.result.sha256)
-    from reports.customer_sign_demo import countersigned_bytes
-    from reports.customer_sign_store import keep_upload
-
-    keep_upload(job.result, signed_pilot.bob,
-                countersigned_bytes(service.report_bytes(job.result), signed_pilot.bob, pilot.customer))
+    keep_countersigned_upload(job.result, signed_pilot.bob)  # as the portal's POST keeps it for the worker
     assert run_report_job(again.pk) == ReportJob.State.DONE
     again.refresh_from_db()
     assert again.result.countersigned_by == signed_pilot.bob and again.result.supersedes == job.result

@@ -32,7 +32,7 @@ def test_a_new_pilot_is_a_draft_with_four_pending_gates(demo):
     assert [(g.number, g.state, g.week_start, g.week_end) for g in demo.pilot.gates.all()] == [
         (1, "pending", 1, 2), (2, "pending", 3, 4), (3, "pending", 5, 7), (4, "pending", 8, 10)]
     # every criterion of the default plan, one row each
-    assert demo.pilot.latest_plan.criteria.count() == sum(len(g.criteria) for g in load_plan("default").gates) == 26
+    assert demo.pilot.latest_plan.criteria.count() == sum(len(g.criteria) for g in load_plan("default").gates) == 27
 
 
 def test_signing_the_plan_by_both_parties_freezes_it_and_opens_g1(demo):

@@ -16,6 +16,7 @@ from runners import ssh
 from runners.config import ARM_PORT_OFFSETS, ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
+from runners.sim import nonehash
 
 GIB = 1024 ** 3  # LMCache's max_local_cpu_size and max_local_disk_size are GiB per rank
 
@@ -303,43 +304,18 @@ def _size(nbytes: int) -> str:
 
 
 # ── the first block's hash, as vLLM 0.20.1 and LMCache 0.5.6 make it ────────────────────────────────────
-def _cbor_text(text: str) -> bytes:
-    """CBOR (RFC 8949) of one text string, as cbor2.dumps(text, canonical=True) writes it."""
-    data = text.encode("utf-8")
-    size = len(data)
-    if size < 24:
-        head = bytes([0x60 + size])
-    elif size < 256:
-        head = bytes([0x78, size])
-    elif size < 65536:
-        head = bytes([0x79]) + size.to_bytes(2, "big")
-    else:
-        head = bytes([0x7A]) + size.to_bytes(4, "big")
-    return head + data
-
-
 def expected_none_hash(algorithm: str, seed: str) -> str:
     """The NONE_HASH every LMCache process logs (`Initialized NONE_HASH=<value> from vLLM (>= PR#20511)`,
     lmcache/v1/token_database.py 0.5.6) for vLLM 0.20.1's hash function `algorithm` and PYTHONHASHSEED `seed`:
     vLLM's init_none_hash sets NONE_HASH = hash_fn(seed) (the seed as a str; os.urandom(32) without one), and
-    LMCache folds a digest to the int of its first eight bytes, big-endian, and logs it in decimal."""
-    import hashlib
-    import pickle
-
-    seed = str(seed)
-    if algorithm == "sha256":
-        digest = hashlib.sha256(pickle.dumps(seed, protocol=pickle.HIGHEST_PROTOCOL)).digest()
-    elif algorithm == "sha256_cbor":
-        digest = hashlib.sha256(_cbor_text(seed)).digest()
-    elif algorithm in ("xxhash", "xxhash_cbor"):
-        if importlib.util.find_spec("xxhash") is None:
-            raise ValueError(f"{algorithm}: the xxhash package is needed to compute the expected NONE_HASH")
-        import xxhash
-        data = pickle.dumps(seed, protocol=pickle.HIGHEST_PROTOCOL) if algorithm == "xxhash" else _cbor_text(seed)
-        digest = xxhash.xxh3_128_digest(data)
-    else:
+    LMCache folds a digest to the int of its first eight bytes, big-endian, and logs it in decimal. The digest is
+    the simulator's own (runners.sim.nonehash, standard library only), so the simulated processes and the deploy's
+    expectation are one computation; the real tier holds it to what real LMCache logs (tests/real)."""
+    if algorithm not in CHUNK_HASH_ALGORITHMS:
         raise ValueError(f"{algorithm!r} is not one of vLLM 0.20.1's hash functions ({', '.join(CHUNK_HASH_ALGORITHMS)})")
-    return str(int.from_bytes(digest[:8], "big"))
+    if algorithm.startswith("xxhash") and importlib.util.find_spec("xxhash") is None:
+        raise ValueError(f"{algorithm}: the xxhash package is needed to compute the expected NONE_HASH")
+    return str(int.from_bytes(nonehash.digest(algorithm, str(seed))[:8], "big"))
 
 
 # LMCache's lines that the deploy reads at /health (deploy.sh prints them as FXPILOT_LMCACHE_OBSERVED): each

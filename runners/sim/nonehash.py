@@ -41,7 +41,8 @@ def _cbor_text(text: str) -> bytes:
     return head + data
 
 
-def _digest(function: str, seed: str) -> bytes:
+def digest(function: str, seed: str) -> bytes:
+    """vLLM's hash function `function` (sha256, sha256_cbor, xxhash, xxhash_cbor) of the seed string."""
     data = _cbor_text(seed) if function in CBOR_FUNCTIONS else pickle.dumps(seed, protocol=pickle.HIGHEST_PROTOCOL)
     if function.startswith("sha256"):
         return hashlib.sha256(data).digest()
@@ -66,4 +67,4 @@ def none_hash(algorithm: str, seed: str | None) -> int:
         return int.from_bytes(os.urandom(32)[:8], "big")
     if function is None:
         return builtin_hash(seed)
-    return int.from_bytes(_digest(function, seed)[:8], "big")
+    return int.from_bytes(digest(function, seed)[:8], "big")

@@ -294,6 +294,15 @@ def soak_rate_args(ctx: StepContext, deployment: Deployment) -> list[str]:
     params = ctx.step.params
     planned = dict(params.get("rate_plan") or {})
     rate = params.get("rate")
+    if rate and deployment.simulated and (planned.get("source") or {}).get("kind") == "g3-throughput":
+        # A simulated server's speed is this machine's CPU: G3's wall-clock throughput (one cell, the machine
+        # otherwise quiet) does not carry over to a soak beside the other node's work, and an open loop on the wall
+        # clock then measures the machine (the demo's soak filled its in-flight cap at half the calibrated capacity,
+        # 2026-12-05). A simulated soak keeps its closed loop unless the run names a rate (soak_rate).
+        planned["reason"] = ("simulated nodes: a schedule on the wall clock would measure this machine's CPU, not the "
+                             "simulated server; the planned rate is kept as evidence, the soak runs its closed loop")
+        planned["planned_rate_per_s"] = rate
+        rate = None
     planned["open_loop"] = bool(rate)
     store_bytes(ctx.job, f"{deployment.name_prefix}/soak-rate.json", json.dumps(planned, sort_keys=True).encode(),
                 kind="soak-rate", step=ctx.step, node=ctx.node, simulated=deployment.simulated)

@@ -69,26 +69,6 @@ def soak_sessions(concurrency: int, prompt_tokens: int = 65536) -> int:
 
 
 MIN_SOAK_SECONDS = 20.0
-# The share of the calibrated closed-loop capacity the demo's open-loop soak may ask for. G3's fx throughput (the
-# plan's basis for the rate) was measured by one cell on a machine doing little else; during G4 the two simulated
-# nodes share this machine's CPU with the other node's work, and a soak planned at 70 % of G3's figure came to
-# 97 % of what the calibration served: its in-flight cap filled and the run was invalid (schedule not kept,
-# 2026-12-05). An open loop at half the capacity measured just before G4 keeps its schedule.
-DEMO_SOAK_LOAD = 0.5
-
-
-def demo_rate(planned: SoakRate | None, measured: SoakRate) -> SoakRate | None:
-    """The open-loop rate the demo asks G4's soak for: the plan's rate, at most DEMO_SOAK_LOAD of what the
-    calibration served on this machine (said in the note); None without a planned rate (the closed loop)."""
-    if planned is None:
-        return None
-    if not measured.measured or planned.per_second <= DEMO_SOAK_LOAD * measured.per_second:
-        return planned
-    capped = round(DEMO_SOAK_LOAD * measured.per_second, 3)
-    return SoakRate(per_second=capped, requests=0, seconds=0.0, warmup_seconds=planned.warmup_seconds,
-                    note=(f"{planned.note}; the demo sends {capped:g} requests/s instead of the planned "
-                          f"{planned.per_second:.3g}: {DEMO_SOAK_LOAD:.0%} of the {measured.per_second:.3g} requests/s "
-                          "this machine served closed loop just before G4 (both simulated nodes share its CPU)"))
 
 
 @dataclass(frozen=True)

@@ -496,7 +496,6 @@ class Command(BaseCommand):
         plan = version.to_plan()
         repetitions = self.plan_repetitions(plan, DEMO_SPREAD, "the simulator's spread")
         soak_seconds: float | None = None
-        soak_rate: float | None = None
         soak_tries = 0
         gates = [1, 2, 3, 4]
         while gates:
@@ -510,13 +509,11 @@ class Command(BaseCommand):
                 repetitions = self.plan_repetitions(plan, spread, f"{seen}; at least the simulator's "
                                                                   f"{THROUGHPUT_SPREAD:.0%} for throughput")
             if number == 4 and soak_seconds is None:
-                soak_seconds, soak_rate = self.size_soak(pilot, plan, time_scale, processes)
+                soak_seconds = self.size_soak(pilot, plan, time_scale, processes)
             params = {"time_scale": time_scale, "report_language": language, "repetitions": repetitions[number],
                       "extend_marginal": False}
             if number == 4 and soak_seconds:
                 params["soak_seconds"] = soak_seconds
-            if number == 4 and soak_rate:
-                params["soak_rate"] = soak_rate
             job = start_gate_run(gate, alice, params=params)
             self.current_job = job
             began = time.monotonic()
@@ -595,13 +592,12 @@ class Command(BaseCommand):
                  + ", ".join(f"G{gate} {count}" for gate, count in sorted(needed.items())) + " repetitions.")
         return needed
 
-    def size_soak(self, pilot: Pilot, plan, time_scale: float, processes: Processes) -> tuple[float | None, float | None]:
-        """G4's soak: its length for the planner's request count at the rate it will send at, and that open-loop
-        rate (the plan's share of G3's fx throughput, at most demo_soak.DEMO_SOAK_LOAD of what this machine served
-        closed loop just now: portal.management.demo_soak); (None, None) when the plan has no such bar."""
+    def size_soak(self, pilot: Pilot, plan, time_scale: float, processes: Processes) -> float | None:
+        """G4's soak length: the planner's request count (its failure-rate and drift bars) at the soak rate measured
+        here and now (portal.management.demo_soak). None when the plan has no such bar (the run's default then)."""
         needed = planner.soak_requests_needed(plan)
         if not needed:
-            return None, None
+            return None
         concurrency = int((plan.workloads.get("soak") or {}).get("concurrency", 16))
         load = os.getloadavg()[0]
         self.say(f"Measuring the soak's request rate on this machine (load {load:.1f}): a simulated server and the "
@@ -611,8 +607,8 @@ class Command(BaseCommand):
                                            folder=Path(settings.DATA_DIR) / "demo-logs" / "soak-calibration",
                                            root=ROOT, check=processes.check, preexec_fn=die_with_parent())
         self.gate_times["soak calibration"] = time.monotonic() - began
-        sending = demo_soak.demo_rate(demo_soak.planned_rate(pilot, plan, rate), rate)
-        seconds = demo_soak.soak_seconds(needed, sending or rate,
+        # on simulated nodes the soak keeps its closed loop (runners.steps.soak_rate_args): sized at the rate measured
+        seconds = demo_soak.soak_seconds(needed, rate,
                                          sessions_per_client=demo_soak.soak_sessions(concurrency) / concurrency)
         floor = f"and sends on until it has them (for at most {clock(seconds)} more)"
         if rate.measured:
@@ -623,10 +619,10 @@ class Command(BaseCommand):
             self.say(f"  ! the soak rate could not be measured ({rate.note}); assuming {rate.per_second:g} requests/s: "
                      f"the soak runs {clock(seconds)} for {demo_soak.SOAK_MARGIN:g}× the {needed:,} requests of its "
                      f"failure-rate bar, {floor}.")
-        if sending is not None:
-            self.say(f"  {demo_soak.soak_line(sending, seconds, int((plan.workloads.get('soak') or {}).get('windows', 24)))}"
-                     f" ({sending.note}).")
-        return seconds, (sending.per_second if sending is not None else None)
+        self.say("  The soak runs its closed loop on simulated nodes: their server's speed is this machine's CPU, so a "
+                 "schedule on the wall clock would measure the machine; a real cluster's soak is open loop at the "
+                 "planned rate.")
+        return seconds
 
     def assume_unit_capacity(self, pilot: Pilot, who) -> None:
         """The demo's sizing: an assumed example capacity of one FX100 (not a published figure), audited and said."""

@@ -1,4 +1,5 @@
-"""The demo runs G4 again with a longer soak only when the judge found too few requests to decide a rate bar."""
+"""The demo runs G4 again with a longer soak only when the judge found too few requests to decide a rate bar or the
+drift's windows."""
 from portal.management.commands.demo import shortfall_of
 
 SHORT = {"name": "enough-requests-for-rates", "ok": False,
@@ -19,3 +20,14 @@ def test_any_other_invalidity_or_a_judged_run_is_not_retried():
     assert shortfall_of(_result(SHORT, other)) is None
     assert shortfall_of(_result({**SHORT, "ok": True})) is None
     assert shortfall_of(None) is None and shortfall_of({"verdict": "pass"}) is None
+
+
+def test_drift_windows_short_of_their_quantiles_requests_are_a_shortfall_too():
+    windows = {"name": "repetitions", "ok": False,
+               "detail": "g4-soak-drift: fx at concurrency 16: a p90 needs at least 36 successful requests per steady "
+                         "window to be estimated from the window's own requests (window 2: 27, window 3: 32, window 4: "
+                         "32): the soak is too short for its criterion's statistic"}
+    assert round(shortfall_of({"validity": {"checks": [windows]}}), 2) == round(36 / 27, 2)
+    assert round(shortfall_of({"validity": {"checks": [windows, SHORT]}}), 2) == 4.19
+    other_repetitions = {"name": "repetitions", "ok": False, "detail": "look 1 needs 4 repetitions; fx@8 lacks 4"}
+    assert shortfall_of({"validity": {"checks": [other_repetitions, SHORT]}}) is None

@@ -224,6 +224,9 @@ def _environment(env: dict | None) -> dict:
 
 MAX_SOAK_TRIES = 2
 _SHORTFALL = re.compile(r"needs ≥ ([\d,]+) error-free requests \(has ([\d,]+)\)")
+# the drift's windows (gates.judge: a window's quantile needs enough requests of its own)
+_WINDOW_NEED = re.compile(r"needs at least ([\d,]+) successful requests per steady window")
+_WINDOW_HAS = re.compile(r"window \d+: ([\d,]+)")
 
 
 def soak_shortfall(gate: Gate) -> float | None:
@@ -237,10 +240,20 @@ def soak_shortfall(gate: Gate) -> float | None:
 def shortfall_of(result: dict | None) -> float | None:
     checks = ((result or {}).get("validity") or {}).get("checks") or []
     failed = [c for c in checks if not c.get("ok")]
-    if not failed or any(c.get("name") != "enough-requests-for-rates" for c in failed):
+
+    def soak_windows_short(check: dict) -> bool:
+        return check.get("name") == "repetitions" and bool(_WINDOW_NEED.search(check.get("detail") or ""))
+
+    if not failed or any(c.get("name") != "enough-requests-for-rates" and not soak_windows_short(c) for c in failed):
         return None
     ratios = [int(need.replace(",", "")) / max(int(has.replace(",", "")), 1)
               for c in failed for need, has in _SHORTFALL.findall(c.get("detail") or "")]
+    for check in filter(soak_windows_short, failed):
+        detail = check.get("detail") or ""
+        need = int(_WINDOW_NEED.search(detail)[1].replace(",", ""))
+        has = [int(found.replace(",", "")) for found in _WINDOW_HAS.findall(detail)]
+        if has:
+            ratios.append(need / max(min(has), 1))
     return max(ratios) if ratios else None
 
 

@@ -262,8 +262,10 @@ def _g4(job: Job, nodes: list[Node], steps: StepList, loads: dict) -> list[Lane]
     soak_step["rate_plan"] = planned
     if planned.get("rate_per_s"):
         soak_step["rate"] = planned["rate_per_s"]
-        if needed and all(n.simulated for n in nodes):
-            # a simulated soak (a demo) lasts long enough for its floor at the planned rate, with a margin
+        open_on_simulated = (planned.get("source") or {}).get("kind") != "g3-throughput"
+        if needed and all(n.simulated for n in nodes) and open_on_simulated:
+            # a simulated soak sent open loop (a rate the run names: runners.steps.soak_rate_args keeps the closed
+            # loop for a rate planned from G3 on simulated nodes) lasts long enough for its floor at that rate
             floor_s = math.ceil(needed * SOAK_RATE_MARGIN / planned["rate_per_s"])
             if floor_s > soak_step["seconds"]:
                 planned["seconds_raised"] = {"from": soak_step["seconds"], "to": float(floor_s),

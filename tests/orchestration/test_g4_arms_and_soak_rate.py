@@ -61,10 +61,9 @@ def test_the_soak_rate_is_a_share_of_the_fx_throughput_g3_measured_at_the_soaks_
     assert planned["source"]["per_second"] == pytest.approx(10.0) and planned["source"]["repetitions"] == 3
     assert planned["fraction"] == gateplans.SOAK_RATE_FRACTION and planned["concurrency"] == 16
     assert soak.params["rate"] == pytest.approx(gateplans.SOAK_RATE_FRACTION * 10.0)
-    # a simulated soak lasts long enough for its failure-rate bar's requests at that rate (with the margin)
-    needed = soak.params.get("min_requests")
-    if needed:
-        assert soak.params["seconds"] * soak.params["rate"] >= needed
+    # on simulated nodes a rate planned from G3 keeps the soak's closed loop (runners.steps.soak_rate_args), so its
+    # length is not raised to that rate's floor: the soak's own floor (min_requests) sends on instead
+    assert "seconds_raised" not in planned and soak.params.get("min_requests")
     words = gateplans.soak_rate_source(planned)
     assert "70 % of the 10 requests/s the fx arm served at concurrency 16 in G3 run" in words
 

@@ -17,6 +17,7 @@ from runners.config import ARM_PORT_OFFSETS, ARMS, DeploymentSettings
 from runners.deployment import DeployError, Deployment, server_log_paths
 from runners.models import Node, Step
 from runners.sim import nonehash
+from runners.tracereplay import max_model_len
 
 GIB = 1024 ** 3  # LMCache's max_local_cpu_size and max_local_disk_size are GiB per rank
 
@@ -243,25 +244,10 @@ def largest_prompt_tokens(plan_document: dict | None, settings: DeploymentSettin
             total = tokens + max(int(workload.get("turn_tokens") or 0), 0)
             if longest is None or total > longest:
                 longest, source = total, f"the plan's {name} workload ({tokens} + {total - tokens} tokens)"
-    max_len = _max_model_len(settings.extra_vllm_flags)
+    max_len = max_model_len(settings.extra_vllm_flags)
     if max_len and (longest is None or max_len < longest):
         longest, source = max_len, f"vLLM's --max-model-len={max_len}"
     return longest, source or "neither the plan nor --max-model-len names a prompt length"
-
-
-def _max_model_len(flags: tuple[str, ...]) -> int | None:
-    for index, flag in enumerate(flags):
-        value = None
-        if flag.startswith("--max-model-len="):
-            value = flag.split("=", 1)[1]
-        elif flag == "--max-model-len" and index + 1 < len(flags):
-            value = flags[index + 1]
-        if value is not None:
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def sizing(settings: DeploymentSettings, arm: str, *, simulated: bool, plan_document: dict | None = None,
